@@ -1,0 +1,68 @@
+// A TCPStore-compatible key-value server on an Asio event loop.
+//
+// Single-threaded: everything runs on the io_context passed in, so the
+// agent that hosts the store shares its one event loop with it. Waits are
+// event-driven (per-key waiter lists, woken by set/add/append/...), never
+// polled. Each connection speaks the dialect its first bytes announce
+// (PyTorch 1.13 or 2.x, see wire_codec.h). A malformed, oversized or
+// truncated request closes that connection only, with one log line.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <boost/asio/io_context.hpp>
+
+#include "rendezvous/wire_codec.h"
+
+namespace dtrun::rendezvous {
+
+struct store_server_options {
+  // Address to listen on. Empty: every interface (IPv6 dual-stack, falling
+  // back to IPv4). "127.0.0.1" for standalone runs that must stay local.
+  std::string host;
+  // 0 picks a free port; port() tells which.
+  std::uint16_t port = 0;
+  // Caps on what one request may carry.
+  wire::limits limits;
+  // listen() backlog; 0 reads /proc/sys/net/core/somaxconn.
+  int backlog = 0;
+  // Where the server's one-line diagnostics go (bad input, dropped
+  // clients). Defaults to stderr with a "dtrun-store:" prefix.
+  std::function<void(const std::string&)> log;
+};
+
+struct store_server_stats {
+  std::uint64_t connections_accepted = 0;
+  std::uint64_t connections_open = 0;
+  std::uint64_t requests = 0;            // every parsed request, all kinds
+  std::uint64_t connections_rejected = 0;  // closed for bad input
+};
+
+class store_server {
+ public:
+  // Binds and listens at once, so port() is valid on return. Throws
+  // store_error with an actionable message when the address is in use or
+  // cannot be bound. Accepting starts when the io_context runs.
+  store_server(boost::asio::io_context& io, store_server_options options);
+  ~store_server();
+
+  store_server(const store_server&) = delete;
+  store_server& operator=(const store_server&) = delete;
+
+  std::uint16_t port() const;
+
+  // Closes the listening socket and every connection; run() then returns
+  // once nothing else is pending. Idempotent.
+  void stop();
+
+  const store_server_stats& stats() const;
+
+ private:
+  class impl;
+  std::shared_ptr<impl> impl_;
+};
+
+}  // namespace dtrun::rendezvous

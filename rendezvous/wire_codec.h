@@ -1,0 +1,128 @@
+// PyTorch's TCPStore wire protocol as pure functions: no sockets, no
+// allocation sized by untrusted input, testable byte by byte and fuzzable.
+//
+// Framing (see shared docs/tcpstore-protocol.md): a request is one command
+// byte and its fields; integers are little-endian; strings are a u64 length
+// and raw bytes. There is no frame length, so the parser walks the fields
+// and answers complete / need more / bad.
+//
+// Two dialects share the server. PyTorch 2.x opens every connection with
+// VALIDATE (00 CE F7 85 3C) and numbers commands from VALIDATE=0; Debian's
+// torch 1.13 sends no handshake and numbers them from SET=0.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace dtrun::rendezvous::wire {
+
+enum class dialect : std::uint8_t { v1_13, v2 };
+
+// Every operation either dialect knows, independent of its byte value.
+enum class op : std::uint8_t {
+  validate,
+  set,
+  compare_set,
+  get,
+  add,
+  check,
+  wait,
+  num_keys,
+  watch_key,  // 1.13 only
+  delete_key,
+  append,
+  multi_get,
+  multi_set,
+  cancel_wait,
+  ping,
+  queue_push,
+  queue_pop,
+  queue_len,
+  list_keys,
+};
+
+std::string_view op_name(op o);
+
+// The op a command byte means in `d`, or nullopt when `d` has no such byte.
+std::optional<op> op_from_byte(dialect d, std::uint8_t byte);
+// The byte for `o` in `d`, or nullopt when `d` lacks `o`.
+std::optional<std::uint8_t> byte_for(dialect d, op o);
+
+inline constexpr std::uint32_t validation_magic = 0x3C85F7CE;
+
+// Reply bytes.
+inline constexpr std::uint8_t check_ready = 0;
+inline constexpr std::uint8_t check_not_ready = 1;
+inline constexpr std::uint8_t wait_stop_waiting = 0;
+inline constexpr std::uint8_t wait_canceled = 1;
+// 1.13 watch events.
+inline constexpr std::uint8_t watch_key_updated = 0;
+inline constexpr std::uint8_t watch_key_created = 1;
+inline constexpr std::uint8_t watch_key_deleted = 2;
+inline constexpr std::uint8_t watch_callback_registered = 3;
+
+// What one request may carry. A request over any cap is rejected as bad
+// before its bytes are buffered.
+struct limits {
+  std::uint64_t max_key_bytes = 64 * 1024;
+  std::uint64_t max_value_bytes = 64ull * 1024 * 1024;
+  std::uint64_t max_keys = 1 << 20;                         // check/wait/multi_*
+  std::uint64_t max_request_bytes = 256ull * 1024 * 1024;  // all fields together
+};
+
+// One decoded request. Which fields are used depends on `kind`:
+//   set, append, queue_push: keys[0], values[0]
+//   compare_set: keys[0], values[0] = expected, values[1] = desired
+//   add: keys[0], number = delta
+//   get, delete_key, watch_key, queue_pop, queue_len: keys[0]
+//   check, wait, multi_get: keys
+//   multi_set: keys[i], values[i]
+//   validate, ping: nonce (magic / ping nonce)
+//   num_keys, cancel_wait, list_keys: nothing
+struct request {
+  op kind = op::ping;
+  std::vector<std::string> keys;
+  std::vector<std::string> values;
+  std::int64_t number = 0;
+  std::uint32_t nonce = 0;
+};
+
+enum class parse_status : std::uint8_t { complete, need_more, bad };
+
+struct parse_result {
+  parse_status status = parse_status::need_more;
+  std::size_t consumed = 0;  // bytes of `input` the request used (complete only)
+  // need_more: the buffer must hold at least this many bytes before parsing
+  // again is worth it (lets a reader wait for a large value in one go).
+  std::size_t bytes_wanted = 0;
+  request req;
+  std::string error;  // bad: what was wrong, for the log line
+};
+
+// Parses one request from the front of `input`.
+parse_result parse_request(dialect d, std::span<const std::uint8_t> input,
+                           const limits& caps = {});
+
+// Decides a connection's dialect from its first bytes: v2 when they are
+// exactly VALIDATE + magic, v1_13 as soon as they cannot be; nullopt while
+// too few bytes have arrived to tell.
+std::optional<dialect> detect_dialect(std::span<const std::uint8_t> first_bytes);
+
+// Encoding, used by the client for requests and by the server for replies.
+// All append to `out`.
+void put_u8(std::string& out, std::uint8_t v);
+void put_u32(std::string& out, std::uint32_t v);
+void put_u64(std::string& out, std::uint64_t v);
+void put_i64(std::string& out, std::int64_t v);
+void put_bytes(std::string& out, std::string_view bytes);  // u64 length + bytes
+
+// The full request for `req` in `d`. Throws std::invalid_argument when `d`
+// has no byte for req.kind.
+std::string encode_request(dialect d, const request& req);
+
+}  // namespace dtrun::rendezvous::wire
