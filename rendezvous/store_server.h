@@ -62,6 +62,7 @@ class store_server {
 
  private:
   class impl;
+  friend class session;
   std::shared_ptr<impl> impl_;
 };
 

@@ -1,0 +1,61 @@
+// How an agent learns who it is in the job for one round of workers.
+//
+// A rendezvous handler answers "which round is this, which node am I, how
+// many workers does every node run, and where is the store the workers
+// meet in". Standalone runs answer it without talking to anyone; the
+// multi-node (c10d-style) handler will answer it through the store. Both
+// plug into the same agent loop, so standalone exercises the multi-node
+// code path.
+//
+// Threading: handlers live on the agent's single event loop. next_round()
+// must never block that loop (a host agent's own store server runs on it,
+// so a blocking store call from the loop would deadlock); it completes by
+// calling `done` from the loop, never from inside next_round() itself.
+#pragma once
+
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace dtrun::rendezvous {
+
+struct rendezvous_info {
+  // 0 for the first round; each restart or re-admission is a new round.
+  std::int64_t round = 0;
+  // This node's rank among the nodes of this round.
+  int group_rank = 0;
+  int group_world_size = 1;
+  // Workers each node runs this round, indexed by group rank. Global ranks
+  // are the sum of the lower ranks' entries plus the local rank.
+  std::vector<int> local_world_sizes;
+  // Where the workers' process group meets (MASTER_ADDR / MASTER_PORT).
+  std::string master_addr;
+  std::uint16_t master_port = 0;
+  // The store the agents (and, with TORCHELASTIC_USE_AGENT_STORE, the
+  // workers) use, as host and port.
+  std::string store_host;
+  std::uint16_t store_port = 0;
+};
+
+class rendezvous_handler {
+ public:
+  // Either the round's info or the error that ended the rendezvous.
+  using completion = std::function<void(std::exception_ptr error, rendezvous_info info)>;
+
+  virtual ~rendezvous_handler() = default;
+
+  // Starts the next round (the first call starts round 0). Completes on the
+  // event loop through `done`, exactly once.
+  virtual void next_round(completion done) = 0;
+
+  // The run id workers see as TORCHELASTIC_RUN_ID.
+  virtual const std::string& run_id() const = 0;
+
+  // Ends the rendezvous (closes the store this handler hosts, if any).
+  // Idempotent; after it, next_round() must not be called.
+  virtual void shutdown() = 0;
+};
+
+}  // namespace dtrun::rendezvous

@@ -1,0 +1,43 @@
+#include "rendezvous/standalone_rendezvous.h"
+
+#include <utility>
+
+#include <boost/asio/post.hpp>
+
+namespace dtrun::rendezvous {
+
+standalone_rendezvous::standalone_rendezvous(boost::asio::io_context& io,
+                                             standalone_rendezvous_options options)
+    : io_(io), options_(std::move(options)) {
+  store_server_options server_options;
+  server_options.host = options_.host;
+  server_options.port = options_.port;
+  server_ = std::make_unique<store_server>(io_, std::move(server_options));
+}
+
+standalone_rendezvous::~standalone_rendezvous() = default;
+
+std::uint16_t standalone_rendezvous::store_port() const { return server_->port(); }
+
+void standalone_rendezvous::next_round(completion done) {
+  rendezvous_info info;
+  info.round = next_round_++;
+  info.group_rank = 0;
+  info.group_world_size = 1;
+  info.local_world_sizes = {options_.local_world_size};
+  info.master_addr = options_.host;
+  info.master_port = server_->port();
+  info.store_host = options_.host;
+  info.store_port = server_->port();
+  // Posted, not called inline: the contract says completion comes from the
+  // loop, so callers never re-enter themselves.
+  boost::asio::post(io_, [done = std::move(done), info = std::move(info)]() mutable {
+    done(nullptr, std::move(info));
+  });
+}
+
+void standalone_rendezvous::shutdown() {
+  if (server_) server_->stop();
+}
+
+}  // namespace dtrun::rendezvous

@@ -1,0 +1,371 @@
+#include "rendezvous/tcp_store_client.h"
+
+#include <unistd.h>
+
+#include <random>
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/write.hpp>
+#include <fmt/format.h>
+
+namespace dtrun::rendezvous {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+using wire::op;
+
+namespace {
+
+std::string describe(const std::vector<std::string>& keys) {
+  return fmt::format("'{}'", fmt::join(keys, "', '"));
+}
+
+}  // namespace
+
+// Blocking calls are asynchronous operations on a private io_context run
+// until a deadline: one mechanism gives every call its timeout.
+class tcp_store_client::impl {
+ public:
+  explicit impl(tcp_store_client_options options)
+      : options_(std::move(options)), endpoint_text_(fmt::format("{}:{}", options_.host,
+                                                                 options_.port)) {}
+
+  // --- connection -------------------------------------------------------
+
+  void connect() {
+    const auto deadline = store_clock::now() + options_.connect_timeout;
+    std::mt19937 rng(std::random_device{}());
+    auto backoff = std::chrono::milliseconds(10);
+    std::string last_error;
+    while (true) {
+      try {
+        connect_once(deadline);
+        return;
+      } catch (const store_error& e) {  // refused, unreachable, timed out
+        last_error = e.what();
+      }
+      // Exponential backoff with jitter, so a thousand agents started at
+      // once do not knock on the store in lockstep.
+      std::uniform_real_distribution<double> jitter(0.5, 1.5);
+      auto pause = std::chrono::duration_cast<std::chrono::milliseconds>(backoff * jitter(rng));
+      if (store_clock::now() + pause >= deadline) {
+        throw store_timeout(fmt::format(
+            "could not reach the store at {} within {} s ({}); check that the host is up, "
+            "the address and port are right, and no firewall is in the way",
+            endpoint_text_, options_.connect_timeout.count() / 1000.0, last_error));
+      }
+      asio::steady_timer timer(io_, pause);
+      run([&](auto done) { timer.async_wait([done](auto ec) { done(ec, 0); }); }, deadline,
+          "backoff");
+      backoff = std::min<std::chrono::milliseconds>(backoff * 2, std::chrono::seconds(1));
+    }
+  }
+
+  void connect_once(store_clock::time_point deadline) {
+    close();
+    boost::system::error_code ec;
+    tcp::resolver resolver(io_);
+    auto endpoints = resolver.resolve(options_.host, std::to_string(options_.port),
+                                      tcp::resolver::numeric_service, ec);
+    if (ec) throw store_connection_error(fmt::format("cannot resolve: {}", ec.message()));
+    socket_ = tcp::socket(io_);
+    run([&](auto done) {
+          asio::async_connect(socket_, endpoints,
+                              [done](auto e, const tcp::endpoint&) { done(e, 0); });
+        },
+        deadline, "connect");
+    socket_.set_option(tcp::no_delay(true), ec);
+    connected_ = true;
+    read_pos_ = read_end_ = 0;
+    if (options_.dialect == wire::dialect::v2) {
+      // The handshake a 2.x server insists on, then a ping to prove it is
+      // a store that answers.
+      wire::request validate{.kind = op::validate, .nonce = wire::validation_magic};
+      send(wire::encode_request(options_.dialect, validate), deadline);
+      if (!ping_until(deadline)) {
+        close();
+        throw store_connection_error("the server did not answer the ping; is it a TCPStore?");
+      }
+    }
+  }
+
+  void ensure_connected() {
+    if (!connected_) connect();
+  }
+
+  void close() {
+    boost::system::error_code ignored;
+    if (socket_.is_open()) socket_.close(ignored);
+    connected_ = false;
+  }
+
+  bool ping_until(store_clock::time_point deadline) {
+    auto nonce = static_cast<std::uint32_t>(::getpid());
+    send(wire::encode_request(options_.dialect, {.kind = op::ping, .nonce = nonce}), deadline);
+    return read_value<std::uint32_t>(deadline) == nonce;
+  }
+
+  // --- requests ---------------------------------------------------------
+
+  // Sends one request; `what` names it in errors.
+  void request(const wire::request& r) {
+    ensure_connected();
+    send(encode(r), reply_deadline());
+  }
+
+  std::string encode(const wire::request& r) const {
+    if (!wire::byte_for(options_.dialect, r.kind)) {
+      throw store_error(fmt::format("{} is not supported by a PyTorch 1.13 store server; "
+                                    "use dtrun's store or PyTorch 2.x",
+                                    wire::op_name(r.kind)));
+    }
+    return wire::encode_request(options_.dialect, r);
+  }
+
+  store_clock::time_point reply_deadline() const { return store_clock::now() + options_.timeout; }
+
+  std::string key(std::string_view k) const { return options_.key_prefix + std::string(k); }
+  std::vector<std::string> keys(const std::vector<std::string>& ks) const {
+    std::vector<std::string> out;
+    out.reserve(ks.size());
+    for (const auto& k : ks) out.push_back(key(k));
+    return out;
+  }
+
+  void wait(const std::vector<std::string>& user_keys, store_duration timeout) {
+    request({.kind = op::wait, .keys = keys(user_keys)});
+    auto deadline = store_clock::now() + timeout;
+    std::uint8_t reply = 0;
+    try {
+      // A one-byte reply cannot be half-read, so a timeout leaves the
+      // connection in a known state.
+      keep_connection_on_timeout_ = true;
+      reply = read_value<std::uint8_t>(deadline);
+      keep_connection_on_timeout_ = false;
+    } catch (const store_timeout&) {
+      keep_connection_on_timeout_ = false;
+      abandon_wait();
+      throw store_timeout(fmt::format("timed out after {} ms waiting for key(s) {} in the store "
+                                      "at {}",
+                                      timeout.count(), describe(user_keys), endpoint_text_));
+    }
+    if (reply != wire::wait_stop_waiting) {
+      close();
+      throw store_error(fmt::format("unexpected reply {} to WAIT from {}", reply, endpoint_text_));
+    }
+  }
+
+  // After a wait timed out the server may still answer it later. 2.x can
+  // cancel the wait and keep the connection; 1.13 cannot, so we reconnect
+  // on the next call instead of reading a stray reply as the next answer.
+  void abandon_wait() {
+    if (options_.dialect == wire::dialect::v1_13) {
+      close();
+      return;
+    }
+    send(encode({.kind = op::cancel_wait}), reply_deadline());
+    auto reply = read_value<std::uint8_t>(reply_deadline());
+    if (reply == wire::wait_stop_waiting) reply = read_value<std::uint8_t>(reply_deadline());
+    if (reply != wire::wait_canceled) close();
+  }
+
+  // --- I/O primitives ---------------------------------------------------
+
+  template <typename Start>
+  void run(Start&& start, store_clock::time_point deadline, const char* what) {
+    bool done = false;
+    boost::system::error_code result;
+    io_.restart();
+    start([&](const boost::system::error_code& ec, std::size_t) {
+      done = true;
+      result = ec;
+    });
+    io_.run_until(deadline);
+    if (!done) {
+      // Abort the operation and let its handler run before we return, so
+      // nothing refers to our stack afterwards. It may still complete.
+      boost::system::error_code ignored;
+      socket_.cancel(ignored);
+      io_.restart();
+      io_.run();
+      if (!done || result == asio::error::operation_aborted) {
+        // A half-read reply would poison the next call: drop the
+        // connection, unless the caller knows how to resynchronise.
+        if (!keep_connection_on_timeout_) close();
+        throw store_timeout(fmt::format("{} to the store at {} timed out", what, endpoint_text_));
+      }
+    }
+    if (result) {
+      close();
+      throw store_connection_error(fmt::format("{} to the store at {} failed: {}", what,
+                                               endpoint_text_, result.message()));
+    }
+  }
+
+  void send(const std::string& bytes, store_clock::time_point deadline) {
+    run([&](auto done) { asio::async_write(socket_, asio::buffer(bytes), done); }, deadline,
+        "sending");
+  }
+
+  // Makes at least n unread bytes available in read_buffer_.
+  void fill(std::size_t n, store_clock::time_point deadline) {
+    if (read_end_ - read_pos_ >= n) return;
+    if (read_pos_ > 0) {
+      std::copy(read_buffer_.begin() + read_pos_, read_buffer_.begin() + read_end_,
+                read_buffer_.begin());
+      read_end_ -= read_pos_;
+      read_pos_ = 0;
+    }
+    if (read_buffer_.size() < std::max<std::size_t>(n, 64 * 1024)) {
+      read_buffer_.resize(std::max<std::size_t>(n, 64 * 1024));
+    }
+    while (read_end_ < n) {
+      std::size_t got = 0;
+      run([&](auto done) {
+            socket_.async_read_some(asio::buffer(read_buffer_.data() + read_end_,
+                                                 read_buffer_.size() - read_end_),
+                                    [&got, done](auto ec, std::size_t k) {
+                                      got = k;
+                                      done(ec, k);
+                                    });
+          },
+          deadline, "reading a reply");
+      read_end_ += got;
+    }
+  }
+
+  template <typename T>
+  T read_value(store_clock::time_point deadline) {
+    fill(sizeof(T), deadline);
+    T v;
+    std::memcpy(&v, read_buffer_.data() + read_pos_, sizeof(T));
+    read_pos_ += sizeof(T);
+    return v;
+  }
+
+  std::string read_bytes(store_clock::time_point deadline) {
+    auto len = read_value<std::uint64_t>(deadline);
+    if (len > options_.max_value_bytes) {
+      close();
+      throw store_error(fmt::format("the store at {} sent a value of {} bytes, over the limit "
+                                    "of {}",
+                                    endpoint_text_, len, options_.max_value_bytes));
+    }
+    fill(len, deadline);
+    std::string out(reinterpret_cast<const char*>(read_buffer_.data() + read_pos_), len);
+    read_pos_ += len;
+    return out;
+  }
+
+  tcp_store_client_options options_;
+  std::string endpoint_text_;
+  asio::io_context io_;
+  tcp::socket socket_{io_};
+  bool connected_ = false;
+  bool keep_connection_on_timeout_ = false;
+  std::vector<std::uint8_t> read_buffer_;
+  std::size_t read_pos_ = 0, read_end_ = 0;
+};
+
+tcp_store_client::tcp_store_client(tcp_store_client_options options)
+    : impl_(std::make_unique<impl>(std::move(options))) {
+  set_timeout(impl_->options_.timeout);
+  impl_->connect();
+}
+
+tcp_store_client::~tcp_store_client() = default;
+
+void tcp_store_client::set(std::string_view key, std::string_view value) {
+  impl_->request({.kind = op::set, .keys = {impl_->key(key)}, .values = {std::string(value)}});
+}
+
+std::string tcp_store_client::get(std::string_view key) {
+  impl_->wait({std::string(key)}, timeout());
+  impl_->request({.kind = op::get, .keys = {impl_->key(key)}});
+  return impl_->read_bytes(impl_->reply_deadline());
+}
+
+std::int64_t tcp_store_client::add(std::string_view key, std::int64_t delta) {
+  impl_->request({.kind = op::add, .keys = {impl_->key(key)}, .number = delta});
+  return impl_->read_value<std::int64_t>(impl_->reply_deadline());
+}
+
+std::string tcp_store_client::compare_set(std::string_view key, std::string_view expected,
+                                          std::string_view desired) {
+  impl_->request({.kind = op::compare_set,
+                  .keys = {impl_->key(key)},
+                  .values = {std::string(expected), std::string(desired)}});
+  return impl_->read_bytes(impl_->reply_deadline());
+}
+
+bool tcp_store_client::check(const std::vector<std::string>& keys) {
+  impl_->request({.kind = op::check, .keys = impl_->keys(keys)});
+  return impl_->read_value<std::uint8_t>(impl_->reply_deadline()) == wire::check_ready;
+}
+
+void tcp_store_client::wait(const std::vector<std::string>& keys, store_duration timeout) {
+  impl_->wait(keys, timeout);
+}
+
+bool tcp_store_client::delete_key(std::string_view key) {
+  impl_->request({.kind = op::delete_key, .keys = {impl_->key(key)}});
+  return impl_->read_value<std::int64_t>(impl_->reply_deadline()) == 1;
+}
+
+std::int64_t tcp_store_client::num_keys() {
+  impl_->request({.kind = op::num_keys});
+  return impl_->read_value<std::int64_t>(impl_->reply_deadline());
+}
+
+void tcp_store_client::append(std::string_view key, std::string_view value) {
+  impl_->request({.kind = op::append, .keys = {impl_->key(key)}, .values = {std::string(value)}});
+}
+
+std::vector<std::string> tcp_store_client::multi_get(const std::vector<std::string>& keys) {
+  impl_->wait(keys, timeout());
+  std::vector<std::string> values;
+  values.reserve(keys.size());
+  if (impl_->options_.dialect == wire::dialect::v1_13) {
+    // 1.13 has no MULTI_GET; one GET per key gives the same answer.
+    for (const auto& k : keys) {
+      impl_->request({.kind = op::get, .keys = {impl_->key(k)}});
+      values.push_back(impl_->read_bytes(impl_->reply_deadline()));
+    }
+    return values;
+  }
+  impl_->request({.kind = op::multi_get, .keys = impl_->keys(keys)});
+  auto deadline = impl_->reply_deadline();
+  for (std::size_t i = 0; i < keys.size(); ++i) values.push_back(impl_->read_bytes(deadline));
+  return values;
+}
+
+void tcp_store_client::multi_set(const std::vector<std::string>& keys,
+                                 const std::vector<std::string>& values) {
+  if (keys.size() != values.size()) {
+    throw store_error("multi_set: the number of keys and values differ");
+  }
+  if (impl_->options_.dialect == wire::dialect::v1_13) {
+    for (std::size_t i = 0; i < keys.size(); ++i) set(keys[i], values[i]);
+    return;
+  }
+  impl_->request({.kind = op::multi_set, .keys = impl_->keys(keys), .values = values});
+}
+
+bool tcp_store_client::ping() {
+  if (impl_->options_.dialect != wire::dialect::v2) {
+    throw store_error("PING is not supported by a PyTorch 1.13 store server");
+  }
+  impl_->ensure_connected();
+  return impl_->ping_until(impl_->reply_deadline());
+}
+
+std::string tcp_store_client::local_address() const {
+  boost::system::error_code ec;
+  auto ep = impl_->socket_.local_endpoint(ec);
+  return ec ? std::string() : ep.address().to_string();
+}
+
+}  // namespace dtrun::rendezvous

@@ -1,0 +1,316 @@
+#include "rendezvous/wire_codec.h"
+
+#include <array>
+#include <cstring>
+#include <stdexcept>
+
+namespace dtrun::rendezvous::wire {
+namespace {
+
+// Command numbering per dialect; index = byte value.
+constexpr std::array v1_13_ops{op::set,       op::compare_set, op::get,       op::add,
+                               op::check,     op::wait,        op::num_keys,  op::watch_key,
+                               op::delete_key};
+
+constexpr std::array v2_ops{op::validate,    op::set,        op::compare_set, op::get,
+                            op::add,         op::check,      op::wait,        op::num_keys,
+                            op::delete_key,  op::append,     op::multi_get,   op::multi_set,
+                            op::cancel_wait, op::ping,       op::queue_push,  op::queue_pop,
+                            op::queue_len,   op::list_keys};
+
+template <std::size_t n>
+std::optional<std::uint8_t> find_byte(const std::array<op, n>& table, op o) {
+  for (std::size_t i = 0; i < n; ++i) {
+    if (table[i] == o) return static_cast<std::uint8_t>(i);
+  }
+  return std::nullopt;
+}
+
+// Walks a byte buffer field by field. Every read either succeeds or leaves
+// the cursor "short" (more bytes needed) or "bad" (a cap was exceeded); the
+// caller checks once at the end, which keeps the per-command code linear.
+class cursor {
+ public:
+  cursor(std::span<const std::uint8_t> in, const limits& caps) : in_(in), caps_(caps) {}
+
+  bool ok() const { return !short_ && error_.empty(); }
+  bool is_short() const { return short_; }
+  const std::string& error() const { return error_; }
+  std::size_t position() const { return pos_; }
+  std::size_t wanted() const { return wanted_; }
+
+  template <typename T>
+  T value() {
+    T v{};
+    if (!ok()) return v;
+    if (!take(sizeof(T))) return v;
+    std::memcpy(&v, in_.data() + pos_ - sizeof(T), sizeof(T));
+    return v;
+  }
+
+  // A u64 length followed by that many bytes, capped by `cap`.
+  std::string bytes(std::uint64_t cap, const char* what) {
+    auto len = value<std::uint64_t>();
+    if (!ok()) return {};
+    if (len > cap) {
+      fail(std::string(what) + " of " + std::to_string(len) + " bytes exceeds the limit of " +
+           std::to_string(cap));
+      return {};
+    }
+    if (!take(len)) return {};
+    return std::string(reinterpret_cast<const char*>(in_.data() + pos_ - len), len);
+  }
+
+  std::string key() { return bytes(caps_.max_key_bytes, "key"); }
+  std::string payload() { return bytes(caps_.max_value_bytes, "value"); }
+
+  std::uint64_t count() {
+    auto n = value<std::uint64_t>();
+    if (ok() && n > caps_.max_keys) {
+      fail("key count " + std::to_string(n) + " exceeds the limit of " +
+           std::to_string(caps_.max_keys));
+    }
+    return n;
+  }
+
+  void fail(std::string message) {
+    if (error_.empty()) error_ = std::move(message);
+  }
+
+ private:
+  bool take(std::uint64_t n) {
+    if (pos_ + n > caps_.max_request_bytes) {
+      fail("request larger than the limit of " + std::to_string(caps_.max_request_bytes) +
+           " bytes");
+      return false;
+    }
+    if (in_.size() - pos_ < n) {
+      short_ = true;
+      wanted_ = pos_ + n;
+      return false;
+    }
+    pos_ += n;
+    return true;
+  }
+
+  std::span<const std::uint8_t> in_;
+  const limits& caps_;
+  std::size_t pos_ = 0;
+  std::size_t wanted_ = 0;
+  bool short_ = false;
+  std::string error_;
+};
+
+void read_fields(op kind, cursor& c, request& r) {
+  switch (kind) {
+    case op::validate:
+    case op::ping:
+      r.nonce = c.value<std::uint32_t>();
+      break;
+    case op::set:
+    case op::append:
+    case op::queue_push:
+      r.keys.push_back(c.key());
+      r.values.push_back(c.payload());
+      break;
+    case op::compare_set:
+      r.keys.push_back(c.key());
+      r.values.push_back(c.payload());
+      r.values.push_back(c.payload());
+      break;
+    case op::add:
+      r.keys.push_back(c.key());
+      r.number = c.value<std::int64_t>();
+      break;
+    case op::get:
+    case op::delete_key:
+    case op::watch_key:
+    case op::queue_pop:
+    case op::queue_len:
+      r.keys.push_back(c.key());
+      break;
+    case op::check:
+    case op::wait:
+    case op::multi_get: {
+      auto n = c.count();
+      // Grow as bytes arrive; never reserve from an untrusted count.
+      for (std::uint64_t i = 0; i < n && c.ok(); ++i) r.keys.push_back(c.key());
+      break;
+    }
+    case op::multi_set: {
+      auto n = c.count();
+      for (std::uint64_t i = 0; i < n && c.ok(); ++i) {
+        r.keys.push_back(c.key());
+        r.values.push_back(c.payload());
+      }
+      break;
+    }
+    case op::num_keys:
+    case op::cancel_wait:
+    case op::list_keys:
+      break;
+  }
+}
+
+}  // namespace
+
+std::string_view op_name(op o) {
+  switch (o) {
+    case op::validate: return "VALIDATE";
+    case op::set: return "SET";
+    case op::compare_set: return "COMPARE_SET";
+    case op::get: return "GET";
+    case op::add: return "ADD";
+    case op::check: return "CHECK";
+    case op::wait: return "WAIT";
+    case op::num_keys: return "GETNUMKEYS";
+    case op::watch_key: return "WATCH_KEY";
+    case op::delete_key: return "DELETE_KEY";
+    case op::append: return "APPEND";
+    case op::multi_get: return "MULTI_GET";
+    case op::multi_set: return "MULTI_SET";
+    case op::cancel_wait: return "CANCEL_WAIT";
+    case op::ping: return "PING";
+    case op::queue_push: return "QUEUE_PUSH";
+    case op::queue_pop: return "QUEUE_POP";
+    case op::queue_len: return "QUEUE_LEN";
+    case op::list_keys: return "LIST_KEYS";
+  }
+  return "UNKNOWN";
+}
+
+std::optional<op> op_from_byte(dialect d, std::uint8_t byte) {
+  if (d == dialect::v1_13) {
+    if (byte < v1_13_ops.size()) return v1_13_ops[byte];
+  } else if (byte < v2_ops.size()) {
+    return v2_ops[byte];
+  }
+  return std::nullopt;
+}
+
+std::optional<std::uint8_t> byte_for(dialect d, op o) {
+  return d == dialect::v1_13 ? find_byte(v1_13_ops, o) : find_byte(v2_ops, o);
+}
+
+parse_result parse_request(dialect d, std::span<const std::uint8_t> input, const limits& caps) {
+  parse_result result;
+  if (input.empty()) {
+    result.bytes_wanted = 1;
+    return result;
+  }
+  auto kind = op_from_byte(d, input[0]);
+  if (!kind) {
+    result.status = parse_status::bad;
+    result.error = "unknown command byte " + std::to_string(input[0]);
+    return result;
+  }
+  cursor c(input, caps);
+  c.value<std::uint8_t>();
+  result.req.kind = *kind;
+  read_fields(*kind, c, result.req);
+
+  if (!c.error().empty()) {
+    result.status = parse_status::bad;
+    result.error = std::string(op_name(*kind)) + ": " + c.error();
+  } else if (c.is_short()) {
+    result.status = parse_status::need_more;
+    result.bytes_wanted = c.wanted();
+    result.req = {};
+  } else {
+    result.status = parse_status::complete;
+    result.consumed = c.position();
+  }
+  return result;
+}
+
+std::optional<dialect> detect_dialect(std::span<const std::uint8_t> first_bytes) {
+  // VALIDATE (0) followed by the magic, little-endian.
+  constexpr std::array<std::uint8_t, 5> handshake{0x00, 0xCE, 0xF7, 0x85, 0x3C};
+  const std::size_t n = std::min(first_bytes.size(), handshake.size());
+  for (std::size_t i = 0; i < n; ++i) {
+    if (first_bytes[i] != handshake[i]) return dialect::v1_13;
+  }
+  if (n == handshake.size()) return dialect::v2;
+  return std::nullopt;
+}
+
+void put_u8(std::string& out, std::uint8_t v) { out.push_back(static_cast<char>(v)); }
+
+namespace {
+template <typename T>
+void put_raw(std::string& out, T v) {
+  char raw[sizeof(T)];
+  std::memcpy(raw, &v, sizeof(T));
+  out.append(raw, sizeof(T));
+}
+}  // namespace
+
+void put_u32(std::string& out, std::uint32_t v) { put_raw(out, v); }
+void put_u64(std::string& out, std::uint64_t v) { put_raw(out, v); }
+void put_i64(std::string& out, std::int64_t v) { put_raw(out, v); }
+
+void put_bytes(std::string& out, std::string_view bytes) {
+  put_u64(out, bytes.size());
+  out.append(bytes);
+}
+
+std::string encode_request(dialect d, const request& req) {
+  auto byte = byte_for(d, req.kind);
+  if (!byte) {
+    throw std::invalid_argument(std::string(op_name(req.kind)) +
+                                " does not exist in this TCPStore dialect");
+  }
+  std::string out;
+  put_u8(out, *byte);
+  switch (req.kind) {
+    case op::validate:
+    case op::ping:
+      put_u32(out, req.nonce);
+      break;
+    case op::set:
+    case op::append:
+    case op::queue_push:
+      put_bytes(out, req.keys.at(0));
+      put_bytes(out, req.values.at(0));
+      break;
+    case op::compare_set:
+      put_bytes(out, req.keys.at(0));
+      put_bytes(out, req.values.at(0));
+      put_bytes(out, req.values.at(1));
+      break;
+    case op::add:
+      put_bytes(out, req.keys.at(0));
+      put_i64(out, req.number);
+      break;
+    case op::get:
+    case op::delete_key:
+    case op::watch_key:
+    case op::queue_pop:
+    case op::queue_len:
+      put_bytes(out, req.keys.at(0));
+      break;
+    case op::check:
+    case op::wait:
+    case op::multi_get:
+      put_u64(out, req.keys.size());
+      for (const auto& k : req.keys) put_bytes(out, k);
+      break;
+    case op::multi_set:
+      if (req.keys.size() != req.values.size()) {
+        throw std::invalid_argument("MULTI_SET needs as many values as keys");
+      }
+      put_u64(out, req.keys.size());
+      for (std::size_t i = 0; i < req.keys.size(); ++i) {
+        put_bytes(out, req.keys[i]);
+        put_bytes(out, req.values[i]);
+      }
+      break;
+    case op::num_keys:
+    case op::cancel_wait:
+    case op::list_keys:
+      break;
+  }
+  return out;
+}
+
+}  // namespace dtrun::rendezvous::wire
