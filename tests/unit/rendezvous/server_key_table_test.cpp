@@ -1,0 +1,107 @@
+#include <catch2/catch.hpp>
+
+#include "rendezvous/server_key_table.h"
+#include "rendezvous/wire_codec.h"
+
+using namespace dtrun::rendezvous;
+
+TEST_CASE("a wait completes when its last key is written, once") {
+  key_table table;
+  int fired = 0;
+  auto handle = table.wait({"a", "b"}, [&] { ++fired; });
+  REQUIRE(handle != nullptr);
+  CHECK(handle->remaining == 2);
+  table.set("a", "1");
+  CHECK(fired == 0);
+  table.add("b", 1);
+  CHECK(fired == 1);
+  table.set("b", "again");
+  CHECK(fired == 1);
+}
+
+TEST_CASE("a wait on keys that exist answers at once") {
+  key_table table;
+  table.set("a", "1");
+  CHECK(table.wait({"a"}, [] { FAIL("callback for a ready wait"); }) == nullptr);
+}
+
+TEST_CASE("a cancelled wait is forgotten") {
+  key_table table;
+  int fired = 0;
+  auto handle = table.wait({"k"}, [&] { ++fired; });
+  table.cancel(handle);
+  table.cancel(handle);  // idempotent
+  table.set("k", "v");
+  CHECK(fired == 0);
+}
+
+TEST_CASE("many waiters on one key all wake, and compare_set wakes them") {
+  key_table table;
+  int fired = 0;
+  std::vector<wait_handle> handles;
+  for (int i = 0; i < 100; ++i) handles.push_back(table.wait({"k"}, [&] { ++fired; }));
+  CHECK(table.compare_set("k", "", "v") == "v");
+  CHECK(fired == 100);
+}
+
+TEST_CASE("delete does not wake waiters; append and multi-step writes do") {
+  key_table table;
+  int fired = 0;
+  table.set("k", "v");
+  CHECK(table.erase("k"));
+  auto handle = table.wait({"k"}, [&] { ++fired; });
+  CHECK_FALSE(table.erase("k"));
+  CHECK(fired == 0);
+  table.append("k", "x");
+  CHECK(fired == 1);
+  CHECK(*table.find("k") == "x");
+}
+
+TEST_CASE("a queue push satisfies one waiter and pop returns items in order") {
+  key_table table;
+  int first = 0, second = 0;
+  auto h1 = table.wait({"q"}, [&] { ++first; });
+  auto h2 = table.wait({"q"}, [&] { ++second; });
+  table.queue_push("q", "one");
+  CHECK(first + second == 1);
+  table.queue_push("q", "two");
+  CHECK(first + second == 2);
+  CHECK(table.queue_len("q") == 2);
+  CHECK(table.check({"q"}));
+  auto [len, value] = table.queue_pop("q");
+  CHECK(len == 2);
+  CHECK(value == "one");
+  CHECK(table.queue_pop("q").second == "two");
+  auto [empty_len, nothing] = table.queue_pop("q");
+  CHECK(empty_len == 0);
+  CHECK_FALSE(nothing.has_value());
+}
+
+TEST_CASE("watchers see created, updated and deleted events") {
+  key_table table;
+  std::vector<std::tuple<int, std::string, std::string>> events;
+  auto id = table.watch("k", [&](std::uint8_t e, const std::string&, std::string_view old_value,
+                                 std::string_view new_value) {
+    events.emplace_back(e, std::string(old_value), std::string(new_value));
+  });
+  table.set("k", "1");
+  table.add("k", 1);
+  table.erase("k");
+  table.set("other", "x");
+  table.unwatch(id);
+  table.set("k", "ignored");
+  REQUIRE(events.size() == 3);
+  CHECK(events[0] == std::tuple{int(wire::watch_key_created), std::string(), std::string("1")});
+  CHECK(events[1] == std::tuple{int(wire::watch_key_updated), std::string("1"), std::string("2")});
+  CHECK(events[2] == std::tuple{int(wire::watch_key_deleted), std::string("2"), std::string()});
+}
+
+TEST_CASE("list_keys is sorted and add rejects text") {
+  key_table table;
+  table.set("b", "1");
+  table.set("a", "x");
+  CHECK(table.list_keys() == std::vector<std::string>{"a", "b"});
+  CHECK(table.add("a", 1) == std::nullopt);
+  CHECK(*table.find("a") == "x");
+  CHECK(table.size() == 2);
+}
