@@ -1,0 +1,348 @@
+#include "agent/elastic_agent.h"
+
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
+#include <system_error>
+
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <fmt/format.h>
+
+#include "agent/error_file.h"
+#include "agent/exit_status.h"
+#include "agent/orphan_guard.h"
+#include "agent/worker_process.h"
+
+namespace dtrun::agent {
+namespace asio = boost::asio;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct worker {
+  int local_rank = 0;
+  int rank = 0;
+  pid_t pid = -1;  // also its process group id
+  bool running = true;
+  std::string error_file;
+};
+
+// The first failure of a round: the root cause we report and exit with.
+struct failure {
+  int local_rank = 0;
+  int rank = 0;
+  pid_t pid = -1;
+  exit_status status;
+  std::string error_file;
+  bool spawn_failed = false;  // exec() failed: restarting would not help
+};
+
+enum class phase { starting, rendezvous, running, stopping, done };
+
+std::string safe_file_name(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '-' || c == '_' || c == '.';
+    out += ok ? c : '_';
+  }
+  return out.empty() ? "run" : out;
+}
+
+// <base>/<run_id>_XXXXXX, like torchrun's per-run log folder.
+std::string make_run_dir(const std::string& base, const std::string& run_id) {
+  fs::create_directories(base);
+  std::string pattern = (fs::path(base) / (safe_file_name(run_id) + "_XXXXXX")).string();
+  if (::mkdtemp(pattern.data()) == nullptr) {
+    throw std::system_error(errno, std::generic_category(),
+                            fmt::format("cannot create a run folder in {}", base));
+  }
+  return pattern;
+}
+
+std::string temp_base() {
+  const char* tmp = std::getenv("TMPDIR");
+  return tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
+}
+
+}  // namespace
+
+class elastic_agent::impl {
+ public:
+  impl(asio::io_context& io, agent_options options, rendezvous::rendezvous_handler& rendezvous)
+      : io_(io),
+        options_(std::move(options)),
+        rendezvous_(rendezvous),
+        signals_(io),
+        stop_timer_(io),
+        inherited_(current_environment()) {
+    if (!options_.log) {
+      options_.log = [](const std::string& line) { fmt::print(stderr, "dtrun: {}\n", line); };
+    }
+  }
+
+  ~impl() {
+    std::error_code ignored;
+    if (remove_run_dir_ && !run_dir_.empty()) fs::remove_all(run_dir_, ignored);
+  }
+
+  int run() {
+    // Orphaned grandchildren come to us, so we can kill and reap them.
+    become_subreaper();
+    // Signals first: a worker that dies before we listen must not be
+    // missed (its SIGCHLD would be), and Ctrl-C must reach this loop.
+    signals_.add(SIGCHLD);
+    for (int sig : options_.signals) signals_.add(sig);
+    wait_for_signal();
+    guard_.emplace();
+    remove_run_dir_ = options_.log_dir.empty();
+    run_dir_ = make_run_dir(remove_run_dir_ ? temp_base() : options_.log_dir,
+                            rendezvous_.run_id());
+    start_round();
+    io_.run();
+    return exit_code_;
+  }
+
+ private:
+  void log(const std::string& line) { options_.log(line); }
+
+  void wait_for_signal() {
+    signals_.async_wait([this](const boost::system::error_code& ec, int sig) {
+      if (ec) return;
+      wait_for_signal();  // re-arm first: coalesced signals are reaped in a loop
+      if (sig == SIGCHLD) {
+        reap();
+      } else {
+        on_signal(sig);
+      }
+    });
+  }
+
+  void start_round() {
+    phase_ = phase::rendezvous;
+    rendezvous_.next_round([this](std::exception_ptr error, rendezvous::rendezvous_info info) {
+      if (phase_ != phase::rendezvous) return;  // a signal ended the run meanwhile
+      if (error) {
+        try {
+          std::rethrow_exception(error);
+        } catch (const std::exception& e) {
+          log(fmt::format("rendezvous failed: {}", e.what()));
+        }
+        finish(1);
+        return;
+      }
+      start_workers(info);
+    });
+  }
+
+  void start_workers(const rendezvous::rendezvous_info& info) {
+    phase_ = phase::running;
+    workers_.clear();
+    failure_.reset();
+    const auto& spec = options_.spec;
+    fs::path attempt_dir = fs::path(run_dir_) / fmt::format("attempt_{}", restart_count_);
+    for (int local_rank = 0; local_rank < spec.local_world_size; ++local_rank) {
+      fs::path rank_dir = attempt_dir / std::to_string(local_rank);
+      fs::create_directories(rank_dir);
+      std::string error_file = (rank_dir / "error.json").string();
+
+      spawn_request request{options_.program, options_.args, inherited_};
+      for (auto& [k, v] : static_worker_env(spec, local_rank, inherited_)) request.env[k] = v;
+      for (auto& [k, v] : round_worker_env(spec, info, local_rank, restart_count_)) {
+        request.env[k] = v;
+      }
+      request.env["TORCHELASTIC_ERROR_FILE"] = error_file;
+
+      int rank = global_rank(info, local_rank);
+      spawn_result spawned = spawn_worker(request);
+      if (!spawned.ok()) {
+        log(spawned.error);
+        failure_ = failure{local_rank, rank, -1, {spawned.exit_code, 0}, {}, true};
+        begin_stop(SIGTERM);
+        return;
+      }
+      guard_->watch(spawned.pid);
+      workers_.push_back({local_rank, rank, spawned.pid, true, error_file});
+    }
+  }
+
+  // waitpid(-1) in a loop: SIGCHLDs coalesce, and adopted orphans are
+  // reaped here too (they are simply not in workers_).
+  void reap() {
+    for (;;) {
+      int status = 0;
+      pid_t pid = ::waitpid(-1, &status, WNOHANG);
+      if (pid < 0 && errno == EINTR) continue;
+      if (pid <= 0) return;
+      auto it = std::find_if(workers_.begin(), workers_.end(),
+                             [pid](const worker& w) { return w.pid == pid && w.running; });
+      if (it == workers_.end()) continue;
+      it->running = false;
+      on_worker_exit(*it, decode_wait_status(status));
+    }
+  }
+
+  void on_worker_exit(const worker& w, const exit_status& status) {
+    if (phase_ == phase::running) {
+      if (!status.ok()) {
+        log(fmt::format("worker local_rank={} (rank {}, pid {}) {}; stopping the other workers",
+                        w.local_rank, w.rank, w.pid, describe(status)));
+        failure_ = failure{w.local_rank, w.rank, w.pid, status, w.error_file, false};
+        begin_stop(SIGTERM);
+      } else if (running_count() == 0) {
+        end_round();
+        finish(0);
+      }
+    } else if (phase_ == phase::stopping && running_count() == 0) {
+      group_stopped();
+    }
+  }
+
+  void on_signal(int sig) {
+    switch (phase_) {
+      case phase::running:
+        stop_signal_ = sig;
+        log(fmt::format("received {}; forwarding it to the workers and stopping them", signal_name(sig)));
+        begin_stop(sig);
+        break;
+      case phase::stopping:
+        if (stop_signal_ != 0) {
+          // A second Ctrl-C means "now".
+          log(fmt::format("received {} again; killing the workers", signal_name(sig)));
+          signal_workers(SIGKILL);
+        } else {
+          // Already stopping after a failure: no restart any more.
+          stop_signal_ = sig;
+          signal_workers(sig);
+        }
+        break;
+      case phase::starting:
+      case phase::rendezvous:
+        log(fmt::format("received {}; exiting", signal_name(sig)));
+        finish(128 + sig);
+        break;
+      case phase::done:
+        break;
+    }
+  }
+
+  // The first half of the two-phase stop: `sig` (and SIGCONT, so stopped
+  // workers can act on it) now, SIGKILL when the grace period ends.
+  void begin_stop(int sig) {
+    phase_ = phase::stopping;
+    signal_workers(sig);
+    if (sig != SIGKILL) signal_workers(SIGCONT);
+    if (running_count() == 0) {
+      group_stopped();
+      return;
+    }
+    stop_timer_.expires_after(options_.stop_timeout);
+    stop_timer_.async_wait([this](const boost::system::error_code& ec) {
+      if (ec || phase_ != phase::stopping) return;
+      log(fmt::format("workers still running {} ms after the stop signal; sending SIGKILL",
+                      options_.stop_timeout.count()));
+      signal_workers(SIGKILL);
+    });
+  }
+
+  void signal_workers(int sig) {
+    for (const auto& w : workers_) {
+      if (w.running) signal_group(w.pid, sig);
+    }
+  }
+
+  std::size_t running_count() const {
+    return static_cast<std::size_t>(
+        std::count_if(workers_.begin(), workers_.end(), [](const worker& w) { return w.running; }));
+  }
+
+  // Every worker of the round has been reaped.
+  void group_stopped() {
+    stop_timer_.cancel();
+    end_round();
+    if (stop_signal_ != 0) {
+      finish(128 + stop_signal_);
+      return;
+    }
+    if (!failure_) {  // cannot happen: a stop has a signal or a failure
+      finish(1);
+      return;
+    }
+    if (!failure_->spawn_failed && restart_count_ < options_.spec.max_restarts) {
+      ++restart_count_;
+      log(fmt::format("restarting the workers (restart {} of {})", restart_count_,
+                      options_.spec.max_restarts));
+      start_round();
+      return;
+    }
+    report_failure();
+    finish(failure_->status.code);
+  }
+
+  // Leaves nothing of the round behind: grandchildren still in a worker's
+  // group, and orphans that left it (adopted by us as subreaper).
+  void end_round() {
+    for (const auto& w : workers_) {
+      signal_group(w.pid, SIGKILL);
+      guard_->unwatch(w.pid);
+    }
+    kill_adopted_children({guard_->pid()});
+  }
+
+  void report_failure() {
+    const failure& f = *failure_;
+    if (f.spawn_failed) return;  // already said why, in one line
+    std::string restarts =
+        options_.spec.max_restarts == 0
+            ? std::string("no restarts allowed: --max-restarts=0")
+            : fmt::format("all {} restart(s) used", options_.spec.max_restarts);
+    log(fmt::format("job failed: worker local_rank={} (rank {}, pid {}) {} ({})", f.local_rank,
+                    f.rank, f.pid, describe(f.status), restarts));
+    if (auto message = read_error_file(f.error_file)) {
+      log(fmt::format("worker error: {}", *message));
+    }
+  }
+
+  void finish(int code) {
+    phase_ = phase::done;
+    exit_code_ = code;
+    stop_timer_.cancel();
+    rendezvous_.shutdown();
+    // The signal set stays installed until the agent is destroyed, so a
+    // late Ctrl-C cannot kill the agent halfway through its teardown.
+    io_.stop();
+  }
+
+  asio::io_context& io_;
+  agent_options options_;
+  rendezvous::rendezvous_handler& rendezvous_;
+  asio::signal_set signals_;
+  asio::steady_timer stop_timer_;
+  env_map inherited_;
+  std::optional<orphan_guard> guard_;
+  std::string run_dir_;
+  bool remove_run_dir_ = false;
+
+  phase phase_ = phase::starting;
+  std::vector<worker> workers_;
+  std::optional<failure> failure_;
+  int stop_signal_ = 0;
+  int restart_count_ = 0;
+  int exit_code_ = 1;
+};
+
+elastic_agent::elastic_agent(asio::io_context& io, agent_options options,
+                             rendezvous::rendezvous_handler& rendezvous)
+    : impl_(std::make_unique<impl>(io, std::move(options), rendezvous)) {}
+
+elastic_agent::~elastic_agent() = default;
+
+int elastic_agent::run() { return impl_->run(); }
+
+}  // namespace dtrun::agent

@@ -1,0 +1,106 @@
+#include "agent/orphan_guard.h"
+
+#include <fcntl.h>
+#include <linux/close_range.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <set>
+#include <system_error>
+
+namespace dtrun::agent {
+namespace {
+
+// The guardian's whole life. Only read(), kill() and _exit(): it is a
+// fork of the agent and must not run the agent's destructors or atexit.
+[[noreturn]] void guardian_main(int read_fd) {
+  // Terminal and job-control signals are for the agent, which forwards
+  // them; the guardian must outlive the agent to do its job.
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE}) {
+    ::signal(sig, SIG_IGN);
+  }
+  std::set<pid_t> groups;
+  char buf[512];
+  std::string pending;
+  for (;;) {
+    ssize_t n = ::read(read_fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    pending.append(buf, static_cast<std::size_t>(n));
+    std::size_t eol;
+    while ((eol = pending.find('\n')) != std::string::npos) {
+      std::string line = pending.substr(0, eol);
+      pending.erase(0, eol + 1);
+      if (line.size() < 2) continue;
+      pid_t pgid = static_cast<pid_t>(std::strtol(line.c_str() + 1, nullptr, 10));
+      if (pgid <= 0) continue;
+      if (line[0] == '+') groups.insert(pgid);
+      if (line[0] == '-') groups.erase(pgid);
+    }
+  }
+  for (pid_t pgid : groups) ::kill(-pgid, SIGKILL);
+  ::_exit(0);
+}
+
+}  // namespace
+
+orphan_guard::orphan_guard() {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) {
+    throw std::system_error(errno, std::generic_category(), "cannot create the orphan guard's pipe");
+  }
+  pid_ = ::fork();
+  if (pid_ < 0) {
+    int err = errno;
+    ::close(fds[0]);
+    ::close(fds[1]);
+    throw std::system_error(err, std::generic_category(), "cannot fork the orphan guard");
+  }
+  if (pid_ == 0) {
+    // Keep only the read end: holding the write end (or the store's
+    // sockets) would keep the pipe, or a port, open after the agent died.
+    ::close(fds[1]);
+    // Nor the agent's stdio: whoever reads the agent's output must see EOF
+    // when the agent is gone.
+    int devnull = ::open("/dev/null", O_RDWR);
+    if (devnull >= 0) {
+      for (int fd = 0; fd < 3; ++fd) ::dup2(devnull, fd);
+    }
+    if (fds[0] != 3) {
+      ::dup2(fds[0], 3);
+    }
+    ::syscall(SYS_close_range, 4U, ~0U, 0);
+    guardian_main(3);
+  }
+  ::close(fds[0]);
+  write_fd_ = fds[1];
+  // A dead guardian must not kill the agent with SIGPIPE; writes then fail.
+  ::signal(SIGPIPE, SIG_IGN);
+}
+
+orphan_guard::~orphan_guard() {
+  if (write_fd_ >= 0) ::close(write_fd_);
+  if (pid_ > 0) {
+    int status = 0;
+    while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+    }
+  }
+}
+
+void orphan_guard::watch(pid_t pgid) { send('+', pgid); }
+void orphan_guard::unwatch(pid_t pgid) { send('-', pgid); }
+
+void orphan_guard::send(char op, pid_t pgid) {
+  char line[32];
+  int len = std::snprintf(line, sizeof line, "%c%d\n", op, static_cast<int>(pgid));
+  // Lines are far below PIPE_BUF, so each write is atomic.
+  while (::write(write_fd_, line, static_cast<std::size_t>(len)) < 0 && errno == EINTR) {
+  }
+}
+
+}  // namespace dtrun::agent

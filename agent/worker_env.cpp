@@ -1,0 +1,83 @@
+#include "agent/worker_env.h"
+
+#include <numeric>
+#include <string_view>
+
+extern char** environ;
+
+namespace dtrun::agent {
+namespace {
+
+std::string inherited_or(const env_map& inherited, const std::string& key,
+                         const std::string& fallback) {
+  auto it = inherited.find(key);
+  return it == inherited.end() ? fallback : it->second;
+}
+
+}  // namespace
+
+int global_rank(const rendezvous::rendezvous_info& info, int local_rank) {
+  int below = 0;
+  for (int g = 0; g < info.group_rank && g < static_cast<int>(info.local_world_sizes.size()); ++g) {
+    below += info.local_world_sizes[static_cast<std::size_t>(g)];
+  }
+  return below + local_rank;
+}
+
+int world_size(const rendezvous::rendezvous_info& info) {
+  return std::accumulate(info.local_world_sizes.begin(), info.local_world_sizes.end(), 0);
+}
+
+env_map static_worker_env(const worker_group_spec& spec, int local_rank,
+                          const env_map& inherited) {
+  env_map env{
+      {"LOCAL_RANK", std::to_string(local_rank)},
+      {"LOCAL_WORLD_SIZE", std::to_string(spec.local_world_size)},
+      {"ROLE_NAME", spec.role},
+      {"TORCHELASTIC_MAX_RESTARTS", std::to_string(spec.max_restarts)},
+      {"TORCHELASTIC_RUN_ID", spec.run_id},
+      // Python's str(bool), which is what torch's workers compare against.
+      {"TORCHELASTIC_USE_AGENT_STORE", spec.use_agent_store ? "True" : "False"},
+      // torch 1.13 reads the first, 2.x the second; both default to on.
+      {"NCCL_ASYNC_ERROR_HANDLING", inherited_or(inherited, "NCCL_ASYNC_ERROR_HANDLING", "1")},
+      {"TORCH_NCCL_ASYNC_ERROR_HANDLING",
+       inherited_or(inherited, "TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")},
+  };
+  // As torchrun: several workers each spawning one OpenMP thread per core
+  // overload the machine, so default to one thread unless the user chose.
+  if (spec.local_world_size > 1 && inherited.count("OMP_NUM_THREADS") == 0) {
+    env.emplace("OMP_NUM_THREADS", "1");
+  }
+  return env;
+}
+
+env_map round_worker_env(const worker_group_spec& /*spec*/, const rendezvous::rendezvous_info& info,
+                         int local_rank, int restart_count) {
+  int rank = global_rank(info, local_rank);
+  int world = world_size(info);
+  // One role per job, so role ranks equal global ranks (as in torchrun).
+  return {
+      {"RANK", std::to_string(rank)},
+      {"GROUP_RANK", std::to_string(info.group_rank)},
+      {"ROLE_RANK", std::to_string(rank)},
+      {"WORLD_SIZE", std::to_string(world)},
+      {"GROUP_WORLD_SIZE", std::to_string(info.group_world_size)},
+      {"ROLE_WORLD_SIZE", std::to_string(world)},
+      {"MASTER_ADDR", info.master_addr},
+      {"MASTER_PORT", std::to_string(info.master_port)},
+      {"TORCHELASTIC_RESTART_COUNT", std::to_string(restart_count)},
+  };
+}
+
+env_map current_environment() {
+  env_map env;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    std::string_view entry(*e);
+    auto eq = entry.find('=');
+    if (eq == std::string_view::npos) continue;
+    env.emplace(std::string(entry.substr(0, eq)), std::string(entry.substr(eq + 1)));
+  }
+  return env;
+}
+
+}  // namespace dtrun::agent

@@ -1,0 +1,52 @@
+// The environment torchrun gives each worker, computed as plain data so it
+// can be unit-tested and printed by --dry-run.
+//
+// Split in two: what is known before rendezvous (per local rank) and what
+// only a round tells (global ranks, world size, master address, restart
+// count). A worker's full environment is the agent's own environment with
+// both parts laid on top.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "rendezvous/rendezvous_handler.h"
+
+namespace dtrun::agent {
+
+using env_map = std::map<std::string, std::string>;
+
+// What the worker environment depends on besides the rendezvous round.
+struct worker_group_spec {
+  std::string role = "default";
+  int local_world_size = 1;
+  int max_restarts = 0;
+  std::string run_id = "none";
+  // Workers build their process group on the agent's store
+  // (PrefixStore("/worker/attempt_<restart>") over MASTER_ADDR:PORT).
+  bool use_agent_store = true;
+};
+
+// Variables fixed for a local rank before rendezvous: LOCAL_RANK,
+// LOCAL_WORLD_SIZE, ROLE_NAME, TORCHELASTIC_MAX_RESTARTS, TORCHELASTIC_RUN_ID,
+// TORCHELASTIC_USE_AGENT_STORE, and the NCCL async error handling defaults
+// (taken from `inherited` when set there, "1" otherwise), and
+// OMP_NUM_THREADS=1 when `inherited` lacks it and there are several workers.
+env_map static_worker_env(const worker_group_spec& spec, int local_rank,
+                          const env_map& inherited);
+
+// Variables that depend on the round: RANK, GROUP_RANK, ROLE_RANK,
+// WORLD_SIZE, GROUP_WORLD_SIZE, ROLE_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
+// TORCHELASTIC_RESTART_COUNT.
+env_map round_worker_env(const worker_group_spec& spec, const rendezvous::rendezvous_info& info,
+                         int local_rank, int restart_count);
+
+// The global rank of `local_rank` on this node: the workers of every lower
+// group rank come first.
+int global_rank(const rendezvous::rendezvous_info& info, int local_rank);
+int world_size(const rendezvous::rendezvous_info& info);
+
+// The agent's environment (environ) as a map.
+env_map current_environment();
+
+}  // namespace dtrun::agent

@@ -1,0 +1,215 @@
+#include "launcher/cli.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+namespace dtrun::launcher {
+namespace {
+
+// "nproc-per-node" -> "--nproc-per-node,--nproc_per_node" (torchrun 2.x
+// accepts both; 1.13 scripts use the underscores).
+std::string both_spellings(const std::string& name, const std::string& short_name = "") {
+  std::string names = short_name.empty() ? "" : short_name + ",";
+  names += "--" + name;
+  if (name.find('-') != std::string::npos) {
+    std::string underscored = name;
+    std::replace(underscored.begin(), underscored.end(), '-', '_');
+    names += ",--" + underscored;
+  }
+  return names;
+}
+
+// "nproc-per-node" -> "PET_NPROC_PER_NODE", as torchrun's env action.
+std::string pet_name(const std::string& name) {
+  std::string env = "PET_";
+  for (char c : name) {
+    env += c == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  }
+  return env;
+}
+
+template <typename T>
+CLI::Option* add_option(CLI::App& app, const std::string& name, T& value,
+                        const std::string& help, const std::string& short_name = "") {
+  return app.add_option(both_spellings(name, short_name), value, help)
+      ->envname(pet_name(name))
+      ->capture_default_str();
+}
+
+CLI::Option* add_flag(CLI::App& app, const std::string& name, bool& value,
+                      const std::string& help, const std::string& short_name = "") {
+  return app.add_flag(both_spellings(name, short_name), value, help)->envname(pet_name(name));
+}
+
+void define_flags(CLI::App& app, launch_options& o) {
+  const std::string group_workers = "Worker group";
+  add_option(app, "nnodes", o.nnodes, "Number of nodes, N or MIN:MAX")->group(group_workers);
+  add_option(app, "nproc-per-node", o.nproc_per_node,
+             "Workers per node: a number, auto, cpu or gpu")->group(group_workers);
+  add_option(app, "role", o.role, "Name of the workers' role")->group(group_workers);
+
+  const std::string group_rdzv = "Rendezvous";
+  add_flag(app, "standalone", o.standalone,
+           "Single node: a private store on 127.0.0.1 with a free port and a fresh run id")
+      ->group(group_rdzv);
+  add_option(app, "rdzv-backend", o.rdzv_backend, "Rendezvous backend (static, c10d)")
+      ->group(group_rdzv);
+  add_option(app, "rdzv-endpoint", o.rdzv_endpoint, "Rendezvous store, host[:port]")
+      ->group(group_rdzv);
+  add_option(app, "rdzv-id", o.rdzv_id, "Run id, shared by every node (TORCHELASTIC_RUN_ID)")
+      ->group(group_rdzv);
+  add_option(app, "rdzv-conf", o.rdzv_conf, "Rendezvous settings, k=v,k=v")->group(group_rdzv);
+  add_option(app, "node-rank", o.node_rank, "This node's rank (static backend)")
+      ->group(group_rdzv);
+  add_option(app, "master-addr", o.master_addr, "Address of the rank-0 node (static backend)")
+      ->group(group_rdzv);
+  add_option(app, "master-port", o.master_port, "Port of the store on the rank-0 node")
+      ->group(group_rdzv);
+  add_option(app, "local-addr", o.local_addr, "This node's address, as the others reach it")
+      ->group(group_rdzv);
+
+  const std::string group_supervision = "Supervision";
+  add_option(app, "max-restarts", o.max_restarts,
+             "Restarts of the worker group allowed after a failure")
+      ->check(CLI::NonNegativeNumber)
+      ->group(group_supervision);
+  add_option(app, "stop-timeout", o.stop_timeout,
+             "Seconds between the stop signal and SIGKILL (alias --shutdown-timeout)")
+      ->check(CLI::NonNegativeNumber)
+      ->group(group_supervision);
+  // torchrun's newer name, bound to the same value.
+  app.add_option(both_spellings("shutdown-timeout"), o.stop_timeout)
+      ->check(CLI::NonNegativeNumber)
+      ->group("");
+  add_option(app, "signals-to-handle", o.signals_to_handle,
+             "Signals forwarded to the workers (SIGINT, SIGTERM, SIGHUP and SIGQUIT always are)")
+      ->group(group_supervision);
+  add_option(app, "monitor-interval", o.monitor_interval,
+             "Accepted for torchrun compatibility; dtrun reacts to events, it does not poll")
+      ->group(group_supervision);
+  add_option(app, "start-method", o.start_method,
+             "Accepted for torchrun compatibility (spawn, fork, forkserver)")
+      ->check(CLI::IsMember({"spawn", "fork", "forkserver"}))
+      ->group(group_supervision);
+
+  const std::string group_program = "Program";
+  add_flag(app, "module", o.module, "Run the script as a Python module (python -m)", "-m")
+      ->group(group_program);
+  add_flag(app, "no-python", o.no_python, "Run the script as a program, without Python")
+      ->group(group_program);
+  add_flag(app, "run-path", o.run_path, "Accepted for torchrun compatibility; same as default")
+      ->group(group_program);
+  app.add_option("--python", o.python,
+                 "Python interpreter for scripts (default: $DTRUN_PYTHON, else python3 on PATH)")
+      ->envname("DTRUN_PYTHON")
+      ->group(group_program);
+
+  const std::string group_logs = "Logs";
+  add_option(app, "log-dir", o.log_dir,
+             "Folder for per-attempt error files (default: a temporary folder)")
+      ->group(group_logs);
+  add_option(app, "redirects", o.redirects, "Accepted; not implemented yet (must be 0)", "-r")
+      ->group(group_logs);
+  add_option(app, "tee", o.tee, "Accepted; not implemented yet (must be 0)", "-t")
+      ->group(group_logs);
+  add_option(app, "local-ranks-filter", o.local_ranks_filter, "Accepted; not implemented yet")
+      ->group(group_logs);
+
+  app.add_flag("--dry-run", o.dry_run, "Print the resolved launch configuration as JSON and exit")
+      ->group("dtrun");
+}
+
+bool is_flag_token(const std::string& arg) { return arg.size() > 1 && arg[0] == '-'; }
+
+// Splits args into dtrun's part and the script's part. The first token
+// that is neither a flag nor a flag's value is the script; "--" also ends
+// dtrun's part. Which flags take a value is asked of the CLI11 app, so
+// this cannot drift from the definitions above. Unknown flags stay in
+// dtrun's part for CLI11 to reject.
+void split_args(const CLI::App& app, const std::vector<std::string>& args,
+                std::vector<std::string>& own, launch_options& o) {
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "--") {
+      if (i + 1 < args.size()) {
+        o.script = args[i + 1];
+        o.script_args.assign(args.begin() + static_cast<std::ptrdiff_t>(i) + 2, args.end());
+      }
+      return;
+    }
+    if (!is_flag_token(arg)) {
+      o.script = arg;
+      o.script_args.assign(args.begin() + static_cast<std::ptrdiff_t>(i) + 1, args.end());
+      return;
+    }
+    own.push_back(arg);
+    bool long_form = arg.rfind("--", 0) == 0;
+    std::string name = long_form ? arg.substr(0, arg.find('=')) : arg.substr(0, 2);
+    bool value_attached = long_form ? arg.find('=') != std::string::npos : arg.size() > 2;
+    const CLI::Option* opt = app.get_option_no_throw(name);
+    bool takes_value = opt != nullptr && opt->get_expected_min() > 0;
+    if (takes_value && !value_attached && i + 1 < args.size()) own.push_back(args[++i]);
+  }
+}
+
+std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+
+}  // namespace
+
+parse_result parse_command_line(const std::vector<std::string>& args) {
+  parse_result result;
+  launch_options& o = result.options;
+  CLI::App app("dtrun: a fast, torchrun-compatible launcher for distributed PyTorch jobs.",
+               "dtrun");
+  app.footer(
+      "Then the program: script.py [args...], -m module [args...], or --no-python program\n"
+      "[args...]. Everything from the script on goes to the workers untouched; a '--' may\n"
+      "separate it from dtrun's flags. Every flag also reads PET_<FLAG> from the environment\n"
+      "(e.g. PET_NPROC_PER_NODE); the command line wins.");
+  app.get_formatter()->column_width(34);
+  define_flags(app, o);
+
+  std::vector<std::string> own;
+  split_args(app, args, own, o);
+  std::reverse(own.begin(), own.end());  // CLI11 consumes from the back
+  try {
+    app.parse(own);
+  } catch (const CLI::CallForHelp&) {
+    result.help = true;
+    result.help_text = app.help();
+    return result;
+  } catch (const CLI::ExtrasError& e) {
+    // CLI11 says "The following arguments were not expected: --foo".
+    std::string line = first_line(e.what());
+    std::string extras = line.substr(line.find(':') + 2 <= line.size() ? line.find(':') + 2 : 0);
+    throw usage_error(fmt::format(
+        "unrecognized arguments: {} (run 'dtrun --help' for dtrun's flags; the script's own "
+        "flags go after the script)",
+        extras));
+  } catch (const CLI::ParseError& e) {
+    throw usage_error(fmt::format("{} (run 'dtrun --help')", first_line(e.what())));
+  }
+  o.master_port_given = app.get_option("--master-port")->count() > 0;
+  if (app.get_option("--stop-timeout")->count() == 0 &&
+      app.get_option("--shutdown-timeout")->count() == 0) {
+    // torchrun's newer name for the same setting, from the environment.
+    if (const char* env = std::getenv("PET_SHUTDOWN_TIMEOUT"); env != nullptr && *env != '\0') {
+      try {
+        o.stop_timeout = std::stod(env);
+      } catch (const std::exception&) {
+        throw usage_error(fmt::format("PET_SHUTDOWN_TIMEOUT={} is not a number of seconds", env));
+      }
+    }
+  }
+  if (o.script.empty()) {
+    throw usage_error(
+        "no training script given: dtrun [OPTIONS] script.py [args...] (run 'dtrun --help')");
+  }
+  return result;
+}
+
+}  // namespace dtrun::launcher

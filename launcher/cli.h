@@ -1,0 +1,74 @@
+// dtrun's command line: torchrun's flags in both spellings (--nproc-per-node
+// and --nproc_per_node), each also read from PET_<FLAG> in the environment
+// (the command line wins), plus dtrun's own (--python, --dry-run).
+//
+// Everything from the training script on belongs to the script and is
+// passed to it untouched; a lone "--" may separate dtrun's flags from the
+// script.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace dtrun::launcher {
+
+// A command line dtrun cannot run; what() is one line saying what to do.
+// dtrun exits 2 for these.
+class usage_error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// The flags as given (strings where torchrun accepts several forms);
+// resolve_launch_config() validates and interprets them.
+struct launch_options {
+  // Worker group and rendezvous.
+  std::string nnodes = "1:1";
+  std::string nproc_per_node = "1";
+  bool standalone = false;
+  std::string rdzv_backend = "static";
+  std::string rdzv_endpoint;
+  std::string rdzv_id = "none";
+  std::string rdzv_conf;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  bool master_port_given = false;  // on the command line or in PET_MASTER_PORT
+  std::string local_addr;
+  // Supervision.
+  int max_restarts = 0;
+  double monitor_interval = 0.1;  // accepted; dtrun reacts to events instead
+  std::string start_method = "spawn";  // accepted; only for function entrypoints
+  double stop_timeout = 30.0;          // seconds
+  std::string signals_to_handle = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
+  // Program.
+  std::string role = "default";
+  bool module = false;
+  bool no_python = false;
+  bool run_path = false;
+  std::string python;  // --python or DTRUN_PYTHON; empty: python3 on PATH
+  // Logs.
+  std::string log_dir;
+  std::string redirects = "0";
+  std::string tee = "0";
+  std::string local_ranks_filter;
+  // dtrun.
+  bool dry_run = false;
+
+  std::string script;
+  std::vector<std::string> script_args;
+};
+
+struct parse_result {
+  launch_options options;
+  // --help was given: print help_text, exit 0.
+  bool help = false;
+  std::string help_text;
+};
+
+// Parses args (without argv[0]). Reads PET_* and DTRUN_PYTHON from the
+// process environment. Throws usage_error.
+parse_result parse_command_line(const std::vector<std::string>& args);
+
+}  // namespace dtrun::launcher

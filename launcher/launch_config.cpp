@@ -1,0 +1,201 @@
+#include "launcher/launch_config.h"
+
+#include <algorithm>
+#include <csignal>
+#include <optional>
+#include <cctype>
+#include <filesystem>
+#include <random>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "agent/exit_status.h"
+
+namespace dtrun::launcher {
+namespace {
+
+// A whole positive number, or nothing.
+std::optional<int> parse_positive(const std::string& text) {
+  if (text.empty() || text.size() > 6 ||
+      !std::all_of(text.begin(), text.end(), [](unsigned char c) { return std::isdigit(c); })) {
+    return std::nullopt;
+  }
+  int n = std::stoi(text);
+  return n > 0 ? std::optional<int>(n) : std::nullopt;
+}
+
+int cpu_count() {
+  unsigned n = std::thread::hardware_concurrency();
+  return n == 0 ? 1 : static_cast<int>(n);
+}
+
+}  // namespace
+
+int gpu_count() {
+  std::error_code ec;
+  int count = 0;
+  for (const auto& entry :
+       std::filesystem::directory_iterator("/proc/driver/nvidia/gpus", ec)) {
+    (void)entry;
+    ++count;
+  }
+  return count;
+}
+
+int parse_nproc(const std::string& text) {
+  if (auto n = parse_positive(text)) return *n;
+  if (text == "cpu") return cpu_count();
+  if (text == "gpu") {
+    int gpus = gpu_count();
+    if (gpus == 0) {
+      throw usage_error("--nproc-per-node=gpu but no GPU was found; give a number or 'cpu'");
+    }
+    return gpus;
+  }
+  if (text == "auto") {
+    int gpus = gpu_count();
+    return gpus > 0 ? gpus : cpu_count();
+  }
+  throw usage_error(fmt::format(
+      "--nproc-per-node={} is not a positive number, 'auto', 'cpu' or 'gpu'", text));
+}
+
+node_range parse_nnodes(const std::string& text) {
+  auto colon = text.find(':');
+  auto bad = [&] {
+    return usage_error(fmt::format(
+        "--nnodes={} is not N or MIN:MAX with 1 <= MIN <= MAX (e.g. --nnodes=2 or --nnodes=1:4)",
+        text));
+  };
+  if (colon == std::string::npos) {
+    auto n = parse_positive(text);
+    if (!n) throw bad();
+    return {*n, *n};
+  }
+  auto lo = parse_positive(text.substr(0, colon));
+  auto hi = parse_positive(text.substr(colon + 1));
+  if (!lo || !hi || *lo > *hi) throw bad();
+  return {*lo, *hi};
+}
+
+std::vector<int> parse_signals(const std::string& list) {
+  std::vector<int> signals = {SIGTERM, SIGINT, SIGHUP, SIGQUIT};
+  std::size_t start = 0;
+  while (start <= list.size()) {
+    std::size_t comma = std::min(list.find(',', start), list.size());
+    std::string name = list.substr(start, comma - start);
+    name.erase(std::remove_if(name.begin(), name.end(),
+                              [](unsigned char c) { return std::isspace(c); }),
+               name.end());
+    start = comma + 1;
+    if (name.empty()) continue;
+    int sig = agent::parse_signal(name);
+    if (sig == 0 || sig == SIGKILL || sig == SIGSTOP || sig == SIGCHLD) {
+      throw usage_error(fmt::format(
+          "--signals-to-handle: cannot handle '{}'; name signals like SIGUSR1,SIGUSR2", name));
+    }
+    if (std::find(signals.begin(), signals.end(), sig) == signals.end()) signals.push_back(sig);
+  }
+  return signals;
+}
+
+std::string random_run_id() {
+  std::random_device rd;
+  std::uniform_int_distribution<int> nibble(0, 15);
+  std::string id = "xxxxxxxx-xxxx-4xxx-yxxx-xxxxxxxxxxxx";
+  for (char& c : id) {
+    if (c == 'x') c = "0123456789abcdef"[nibble(rd)];
+    if (c == 'y') c = "89ab"[nibble(rd) & 3];
+  }
+  return id;
+}
+
+launch_config resolve_launch_config(const launch_options& o, const agent::env_map& env) {
+  launch_config c;
+  c.nnodes = parse_nnodes(o.nnodes);
+  c.nproc_per_node = parse_nproc(o.nproc_per_node);
+  if (o.module && o.no_python) {
+    throw usage_error("use either --no-python or -m/--module, not both");
+  }
+  if (o.redirects != "0" || o.tee != "0") {
+    throw usage_error("--redirects/--tee are not implemented yet; worker output goes to the "
+                      "console (drop the flag)");
+  }
+  if (o.standalone) {
+    // As torchrun: a fresh run id; any --rdzv-* values are ignored.
+    c.spec.run_id = random_run_id();
+  } else if (c.nnodes.max == 1 && o.rdzv_endpoint.empty()) {
+    // One node and nobody to meet: the same as --standalone, but the run id
+    // is the given one and an explicit --master-port is honoured.
+    c.spec.run_id = o.rdzv_id;
+    if (o.master_port_given) {
+      if (o.master_port < 0 || o.master_port > 65535) {
+        throw usage_error(fmt::format("--master-port={} is not a port number", o.master_port));
+      }
+      c.store_port = static_cast<std::uint16_t>(o.master_port);
+    }
+  } else {
+    throw usage_error(fmt::format(
+        "multi-node runs (--nnodes={}{}) are not supported yet; on one machine use --standalone",
+        o.nnodes, o.rdzv_endpoint.empty() ? "" : ", --rdzv-endpoint=" + o.rdzv_endpoint));
+  }
+  c.spec.role = o.role;
+  c.spec.local_world_size = c.nproc_per_node;
+  c.spec.max_restarts = o.max_restarts;
+  c.spec.use_agent_store = true;
+  c.stop_timeout = std::chrono::milliseconds(static_cast<long long>(o.stop_timeout * 1000.0));
+  c.signals = parse_signals(o.signals_to_handle);
+  c.log_dir = o.log_dir;
+
+  // torchrun's worker command line: [python, -u, (-m), script, *args].
+  c.program_is_python = !o.no_python;
+  if (o.no_python) {
+    c.program = o.script;
+    c.args = o.script_args;
+  } else {
+    auto python = env.find("DTRUN_PYTHON");
+    c.program = !o.python.empty() ? o.python
+                : python != env.end() && !python->second.empty() ? python->second
+                                                                 : "python3";
+    c.args = {"-u"};
+    if (o.module) c.args.push_back("-m");
+    c.args.push_back(o.script);
+    c.args.insert(c.args.end(), o.script_args.begin(), o.script_args.end());
+  }
+  if (c.nproc_per_node > 1 && env.count("OMP_NUM_THREADS") == 0) {
+    c.warnings.push_back(
+        "OMP_NUM_THREADS is not set; each worker gets OMP_NUM_THREADS=1 (as with torchrun) so "
+        "the workers do not overload the machine; set it to tune");
+  }
+  return c;
+}
+
+nlohmann::json to_json(const launch_config& c, const agent::env_map& env) {
+  nlohmann::json workers = nlohmann::json::array();
+  for (int local_rank = 0; local_rank < c.nproc_per_node; ++local_rank) {
+    workers.push_back({{"local_rank", local_rank},
+                       {"env", agent::static_worker_env(c.spec, local_rank, env)}});
+  }
+  nlohmann::json signals = nlohmann::json::array();
+  for (int sig : c.signals) signals.push_back(agent::signal_name(sig));
+  nlohmann::json argv = nlohmann::json::array({c.program});
+  for (const auto& a : c.args) argv.push_back(a);
+  return {
+      {"nnodes", {{"min", c.nnodes.min}, {"max", c.nnodes.max}}},
+      {"nproc_per_node", c.nproc_per_node},
+      {"standalone", c.standalone},
+      {"rdzv_endpoint", fmt::format("{}:{}", c.store_host, c.store_port)},
+      {"run_id", c.spec.run_id},
+      {"role", c.spec.role},
+      {"max_restarts", c.spec.max_restarts},
+      {"stop_timeout_s", static_cast<double>(c.stop_timeout.count()) / 1000.0},
+      {"signals_to_handle", signals},
+      {"use_agent_store", c.spec.use_agent_store},
+      {"log_dir", c.log_dir},
+      {"argv", argv},
+      {"workers", workers},
+  };
+}
+
+}  // namespace dtrun::launcher

@@ -1,0 +1,69 @@
+// The launch, resolved: validated flags turned into what the agent needs.
+// One plain struct, printable as JSON (dtrun --dry-run).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "agent/worker_env.h"
+#include "launcher/cli.h"
+
+namespace dtrun::launcher {
+
+struct node_range {
+  int min = 1;
+  int max = 1;
+};
+
+struct launch_config {
+  node_range nnodes;
+  int nproc_per_node = 1;
+  // Single node on loopback (--standalone, or --nnodes=1 without an
+  // endpoint).
+  bool standalone = true;
+  std::string store_host = "127.0.0.1";
+  std::uint16_t store_port = 0;  // 0: a free port
+  agent::worker_group_spec spec;
+  // What each worker runs: the program (a name, resolved on PATH when the
+  // launch starts) and its arguments after argv[0].
+  std::string program;
+  std::vector<std::string> args;
+  bool program_is_python = true;
+  std::chrono::milliseconds stop_timeout{30000};
+  std::vector<int> signals;
+  std::string log_dir;
+  // Warnings to print before launching (one line each).
+  std::vector<std::string> warnings;
+};
+
+// "4", "auto", "cpu", "gpu" -> a worker count. Throws usage_error.
+int parse_nproc(const std::string& text);
+
+// "2" or "1:4" -> a node range. Throws usage_error.
+node_range parse_nnodes(const std::string& text);
+
+// The signals to forward: SIGINT, SIGTERM, SIGHUP, SIGQUIT always, plus the
+// ones named in `list` ("SIGUSR1,SIGUSR2"). Throws usage_error.
+std::vector<int> parse_signals(const std::string& list);
+
+// Number of NVIDIA GPUs the driver lists (0 without a driver).
+int gpu_count();
+
+// Validates and interprets the flags. `env` is the agent's environment
+// (for OMP_NUM_THREADS and the NCCL defaults). Throws usage_error,
+// including for multi-node runs, which dtrun does not support yet.
+launch_config resolve_launch_config(const launch_options& options, const agent::env_map& env);
+
+// The configuration as JSON, with each local rank's environment as far as
+// it is known before rendezvous (what the workers get on top of the
+// agent's environment).
+nlohmann::json to_json(const launch_config& config, const agent::env_map& env);
+
+// A random version-4 UUID, the run id of standalone runs (as torchrun).
+std::string random_run_id();
+
+}  // namespace dtrun::launcher

@@ -1,0 +1,78 @@
+// dtrun: parse, resolve, then hand the run to the agent. Exit codes:
+// 0 success, 2 usage errors, 126/127 program not executable / not found,
+// the failing worker's code, 128+n after signal n (see docs/agent.md).
+#include <cstdio>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <fmt/format.h>
+
+#include "agent/elastic_agent.h"
+#include "agent/exit_status.h"
+#include "agent/worker_process.h"
+#include "launcher/cli.h"
+#include "launcher/launch_config.h"
+#include "rendezvous/standalone_rendezvous.h"
+
+namespace {
+
+using namespace dtrun;
+
+int fail(int code, const std::string& message) {
+  fmt::print(stderr, "dtrun: error: {}\n", message);
+  return code;
+}
+
+int launch(const launcher::launch_config& config, const agent::env_map& env) {
+  auto path = env.find("PATH");
+  auto program = agent::resolve_program(config.program, path == env.end() ? "" : path->second);
+  if (!program) {
+    return fail(agent::exit_not_found,
+                config.program_is_python
+                    ? fmt::format("Python interpreter '{}' not found on PATH; pass "
+                                  "--python=/path/to/python or set DTRUN_PYTHON",
+                                  config.program)
+                    : fmt::format("program '{}' not found on PATH", config.program));
+  }
+  for (const auto& warning : config.warnings) fmt::print(stderr, "dtrun: warning: {}\n", warning);
+
+  boost::asio::io_context io(1);
+  rendezvous::standalone_rendezvous rendezvous(
+      io, {config.spec.run_id, config.nproc_per_node, config.store_host, config.store_port});
+
+  agent::agent_options options;
+  options.spec = config.spec;
+  options.program = *program;
+  options.args = config.args;
+  options.stop_timeout = config.stop_timeout;
+  options.signals = config.signals;
+  options.log_dir = config.log_dir;
+  agent::elastic_agent agent(io, std::move(options), rendezvous);
+  return agent.run();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    std::vector<std::string> args(argv + 1, argv + argc);
+    launcher::parse_result parsed = launcher::parse_command_line(args);
+    if (parsed.help) {
+      fmt::print("{}", parsed.help_text);
+      return 0;
+    }
+    agent::env_map env = agent::current_environment();
+    launcher::launch_config config = launcher::resolve_launch_config(parsed.options, env);
+    if (parsed.options.dry_run) {
+      fmt::print("{}\n", launcher::to_json(config, env).dump(2));
+      return 0;
+    }
+    return launch(config, env);
+  } catch (const launcher::usage_error& e) {
+    return fail(agent::exit_usage, e.what());
+  } catch (const std::exception& e) {
+    return fail(1, e.what());
+  }
+}
