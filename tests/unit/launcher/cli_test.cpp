@@ -1,0 +1,147 @@
+#include <catch2/catch.hpp>
+
+#include "launcher/cli.h"
+#include "tests/unit/launcher/env_guard.h"
+
+using namespace dtrun::launcher;
+
+namespace {
+
+launch_options parse(std::vector<std::string> args) { return parse_command_line(args).options; }
+
+}  // namespace
+
+TEST_CASE("both spellings of multi-word flags are accepted") {
+  CHECK(parse({"--nproc-per-node=4", "x.py"}).nproc_per_node == "4");
+  CHECK(parse({"--nproc_per_node=4", "x.py"}).nproc_per_node == "4");
+  CHECK(parse({"--nproc_per_node", "3", "x.py"}).nproc_per_node == "3");
+  CHECK(parse({"--max_restarts", "2", "x.py"}).max_restarts == 2);
+  CHECK(parse({"--max-restarts=2", "x.py"}).max_restarts == 2);
+  CHECK(parse({"--rdzv_backend=c10d", "x.py"}).rdzv_backend == "c10d");
+  CHECK(parse({"--no_python", "prog"}).no_python);
+  CHECK(parse({"--no-python", "prog"}).no_python);
+  CHECK(parse({"--master_port=1234", "x.py"}).master_port == 1234);
+}
+
+TEST_CASE("torchrun's flags are all accepted") {
+  launch_options o = parse({"--standalone", "--nnodes=1:1", "--nproc-per-node=auto",
+                            "--max-restarts=1", "--monitor-interval=5", "--role=trainer",
+                            "--run-path", "--local-addr=10.0.0.1", "--rdzv-backend=c10d",
+                            "--rdzv-endpoint=h:1", "--rdzv-id=job", "--rdzv-conf=a=1,b=2",
+                            "--node-rank=0", "--master-addr=h", "--master-port=2",
+                            "--start-method=fork", "--stop-timeout=7",
+                            "--signals-to-handle=SIGUSR1", "--log-dir=/tmp/l", "x.py"});
+  CHECK(o.standalone);
+  CHECK(o.nnodes == "1:1");
+  CHECK(o.role == "trainer");
+  CHECK(o.run_path);
+  CHECK(o.local_addr == "10.0.0.1");
+  CHECK(o.rdzv_conf == "a=1,b=2");
+  CHECK(o.stop_timeout == 7.0);
+  CHECK(o.monitor_interval == 5.0);
+  CHECK(o.signals_to_handle == "SIGUSR1");
+  CHECK(o.master_port_given);
+  CHECK(o.script == "x.py");
+}
+
+TEST_CASE("--shutdown-timeout is an alias of --stop-timeout") {
+  CHECK(parse({"--shutdown-timeout=3", "x.py"}).stop_timeout == 3.0);
+  CHECK(parse({"--shutdown_timeout", "4", "x.py"}).stop_timeout == 4.0);
+  CHECK(parse({"x.py"}).stop_timeout == 30.0);
+}
+
+TEST_CASE("everything from the script on belongs to the script") {
+  launch_options o = parse({"--standalone", "train.py", "--lr", "3", "--nproc-per-node=x"});
+  CHECK(o.script == "train.py");
+  CHECK(o.script_args == std::vector<std::string>{"--lr", "3", "--nproc-per-node=x"});
+  CHECK(o.nproc_per_node == "1");
+}
+
+TEST_CASE("a flag's value is not mistaken for the script") {
+  launch_options o = parse({"--nproc-per-node", "2", "--role", "r", "-m", "pkg.mod", "a"});
+  CHECK(o.nproc_per_node == "2");
+  CHECK(o.role == "r");
+  CHECK(o.module);
+  CHECK(o.script == "pkg.mod");
+  CHECK(o.script_args == std::vector<std::string>{"a"});
+}
+
+TEST_CASE("-- separates dtrun's flags from the program") {
+  launch_options o = parse({"--standalone", "--", "--weird-name", "-x", "--", "y"});
+  CHECK(o.script == "--weird-name");
+  CHECK(o.script_args == std::vector<std::string>{"-x", "--", "y"});
+}
+
+TEST_CASE("PET_ variables are defaults and the command line wins") {
+  env_guard nproc("PET_NPROC_PER_NODE", "3");
+  env_guard restarts("PET_MAX_RESTARTS", "5");
+  env_guard standalone("PET_STANDALONE", "1");
+  launch_options from_env = parse({"x.py"});
+  CHECK(from_env.nproc_per_node == "3");
+  CHECK(from_env.max_restarts == 5);
+  CHECK(from_env.standalone);
+  launch_options overridden = parse({"--nproc-per-node=2", "--max_restarts=0", "x.py"});
+  CHECK(overridden.nproc_per_node == "2");
+  CHECK(overridden.max_restarts == 0);
+}
+
+TEST_CASE("boolean PET_ variables take 0 and 1") {
+  env_guard standalone("PET_STANDALONE", "0");
+  env_guard no_python("PET_NO_PYTHON", "1");
+  launch_options o = parse({"prog"});
+  CHECK_FALSE(o.standalone);
+  CHECK(o.no_python);
+}
+
+TEST_CASE("PET_MASTER_PORT counts as given") {
+  env_guard port("PET_MASTER_PORT", "4000");
+  launch_options o = parse({"x.py"});
+  CHECK(o.master_port == 4000);
+  CHECK(o.master_port_given);
+}
+
+TEST_CASE("the master port is not given by default") {
+  env_guard port("PET_MASTER_PORT", std::nullopt);
+  CHECK_FALSE(parse({"x.py"}).master_port_given);
+}
+
+TEST_CASE("PET_SHUTDOWN_TIMEOUT feeds the stop timeout") {
+  env_guard stop("PET_STOP_TIMEOUT", std::nullopt);
+  env_guard shutdown("PET_SHUTDOWN_TIMEOUT", "9");
+  CHECK(parse({"x.py"}).stop_timeout == 9.0);
+  CHECK(parse({"--stop-timeout=2", "x.py"}).stop_timeout == 2.0);
+}
+
+TEST_CASE("DTRUN_PYTHON picks the interpreter unless --python does") {
+  env_guard python("DTRUN_PYTHON", "/opt/py");
+  CHECK(parse({"x.py"}).python == "/opt/py");
+  CHECK(parse({"--python=/usr/bin/python3", "x.py"}).python == "/usr/bin/python3");
+}
+
+TEST_CASE("usage errors are one line") {
+  auto error_of = [](std::vector<std::string> args) {
+    try {
+      parse_command_line(args);
+    } catch (const usage_error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  std::string unknown = error_of({"--bogus", "x.py"});
+  CHECK(unknown.find("unrecognized arguments: --bogus") != std::string::npos);
+  CHECK(unknown.find('\n') == std::string::npos);
+  CHECK(error_of({"--standalone"}).find("no training script") != std::string::npos);
+  CHECK(error_of({"--max-restarts=abc", "x.py"}).find("max-restarts") != std::string::npos);
+  CHECK(error_of({"--start-method=thread", "x.py"}) != "");
+}
+
+TEST_CASE("--help is reported, with flags grouped") {
+  parse_result r = parse_command_line({"--help"});
+  CHECK(r.help);
+  CHECK(r.help_text.find("Rendezvous:") != std::string::npos);
+  CHECK(r.help_text.find("--nproc-per-node") != std::string::npos);
+  // After the script, --help belongs to the script.
+  parse_result s = parse_command_line({"x.py", "--help"});
+  CHECK_FALSE(s.help);
+  CHECK(s.options.script_args == std::vector<std::string>{"--help"});
+}

@@ -1,0 +1,149 @@
+#include <csignal>
+#include <thread>
+
+#include <catch2/catch.hpp>
+
+#include "launcher/launch_config.h"
+
+using namespace dtrun::launcher;
+
+namespace {
+
+launch_options standalone_options(std::string script = "train.py") {
+  launch_options o;
+  o.standalone = true;
+  o.script = std::move(script);
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("nproc accepts numbers, cpu and auto") {
+  CHECK(parse_nproc("1") == 1);
+  CHECK(parse_nproc("16") == 16);
+  int cpus = static_cast<int>(std::thread::hardware_concurrency());
+  CHECK(parse_nproc("cpu") == cpus);
+  CHECK(parse_nproc("auto") == (gpu_count() > 0 ? gpu_count() : cpus));
+  CHECK_THROWS_AS(parse_nproc("0"), usage_error);
+  CHECK_THROWS_AS(parse_nproc("-1"), usage_error);
+  CHECK_THROWS_AS(parse_nproc("four"), usage_error);
+  CHECK_THROWS_AS(parse_nproc(""), usage_error);
+  if (gpu_count() == 0) CHECK_THROWS_AS(parse_nproc("gpu"), usage_error);
+}
+
+TEST_CASE("nnodes accepts N and MIN:MAX") {
+  CHECK(parse_nnodes("1").min == 1);
+  CHECK(parse_nnodes("3").max == 3);
+  node_range r = parse_nnodes("2:4");
+  CHECK(r.min == 2);
+  CHECK(r.max == 4);
+  CHECK_THROWS_AS(parse_nnodes("4:2"), usage_error);
+  CHECK_THROWS_AS(parse_nnodes("0"), usage_error);
+  CHECK_THROWS_AS(parse_nnodes("a:b"), usage_error);
+  CHECK_THROWS_AS(parse_nnodes(":"), usage_error);
+}
+
+TEST_CASE("the four terminating signals are always handled; others are added") {
+  auto defaults = parse_signals("");
+  CHECK(defaults == std::vector<int>{SIGTERM, SIGINT, SIGHUP, SIGQUIT});
+  auto more = parse_signals("SIGTERM,SIGUSR1, USR2");
+  CHECK(more == std::vector<int>{SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2});
+  CHECK_THROWS_AS(parse_signals("SIGKILL"), usage_error);
+  CHECK_THROWS_AS(parse_signals("SIGBOGUS"), usage_error);
+}
+
+TEST_CASE("a Python script runs as [python, -u, script, args]") {
+  launch_options o = standalone_options();
+  o.script_args = {"--lr", "3"};
+  launch_config c = resolve_launch_config(o, {});
+  CHECK(c.program == "python3");
+  CHECK(c.args == std::vector<std::string>{"-u", "train.py", "--lr", "3"});
+  CHECK(c.program_is_python);
+}
+
+TEST_CASE("the interpreter comes from --python, then DTRUN_PYTHON") {
+  launch_options o = standalone_options();
+  CHECK(resolve_launch_config(o, {{"DTRUN_PYTHON", "/opt/py"}}).program == "/opt/py");
+  o.python = "/usr/bin/python3";
+  CHECK(resolve_launch_config(o, {{"DTRUN_PYTHON", "/opt/py"}}).program == "/usr/bin/python3");
+}
+
+TEST_CASE("-m runs a module and --no-python runs a program") {
+  launch_options m = standalone_options("pkg.main");
+  m.module = true;
+  CHECK(resolve_launch_config(m, {}).args == std::vector<std::string>{"-u", "-m", "pkg.main"});
+  launch_options n = standalone_options("/bin/echo");
+  n.no_python = true;
+  n.script_args = {"hi"};
+  launch_config c = resolve_launch_config(n, {});
+  CHECK(c.program == "/bin/echo");
+  CHECK(c.args == std::vector<std::string>{"hi"});
+  n.module = true;
+  CHECK_THROWS_AS(resolve_launch_config(n, {}), usage_error);
+}
+
+TEST_CASE("standalone gets a fresh uuid run id and a free loopback port") {
+  launch_options o = standalone_options();
+  o.rdzv_id = "ignored";
+  launch_config a = resolve_launch_config(o, {});
+  launch_config b = resolve_launch_config(o, {});
+  CHECK(a.spec.run_id.size() == 36);
+  CHECK(a.spec.run_id != b.spec.run_id);
+  CHECK(a.store_host == "127.0.0.1");
+  CHECK(a.store_port == 0);
+}
+
+TEST_CASE("--nnodes=1 without an endpoint behaves like standalone") {
+  launch_options o = standalone_options();
+  o.standalone = false;
+  o.rdzv_id = "myjob";
+  launch_config c = resolve_launch_config(o, {});
+  CHECK(c.standalone);
+  CHECK(c.spec.run_id == "myjob");
+  CHECK(c.store_port == 0);
+  o.master_port = 29555;
+  o.master_port_given = true;
+  CHECK(resolve_launch_config(o, {}).store_port == 29555);
+}
+
+TEST_CASE("multi-node runs are refused for now, with a one-line reason") {
+  launch_options o = standalone_options();
+  o.standalone = false;
+  o.nnodes = "2";
+  CHECK_THROWS_WITH(resolve_launch_config(o, {}), Catch::Contains("not supported yet"));
+  o.nnodes = "1";
+  o.rdzv_endpoint = "host:29400";
+  CHECK_THROWS_AS(resolve_launch_config(o, {}), usage_error);
+}
+
+TEST_CASE("OMP_NUM_THREADS: a warning when it is unset and there are several workers") {
+  launch_options o = standalone_options();
+  o.nproc_per_node = "2";
+  CHECK(resolve_launch_config(o, {}).warnings.size() == 1);
+  CHECK(resolve_launch_config(o, {{"OMP_NUM_THREADS", "4"}}).warnings.empty());
+  o.nproc_per_node = "1";
+  CHECK(resolve_launch_config(o, {}).warnings.empty());
+}
+
+TEST_CASE("the dry-run JSON has the per-rank environment") {
+  launch_options o = standalone_options();
+  o.nproc_per_node = "3";
+  o.max_restarts = 2;
+  launch_config c = resolve_launch_config(o, {});
+  nlohmann::json j = to_json(c, {});
+  CHECK(j["nproc_per_node"] == 3);
+  CHECK(j["nnodes"]["min"] == 1);
+  CHECK(j["rdzv_endpoint"] == "127.0.0.1:0");
+  CHECK(j["run_id"] == c.spec.run_id);
+  REQUIRE(j["workers"].size() == 3);
+  CHECK(j["workers"][2]["env"]["LOCAL_RANK"] == "2");
+  CHECK(j["workers"][2]["env"]["LOCAL_WORLD_SIZE"] == "3");
+  CHECK(j["workers"][0]["env"]["TORCHELASTIC_MAX_RESTARTS"] == "2");
+  CHECK(j["argv"][0] == "python3");
+}
+
+TEST_CASE("--redirects and --tee are refused until implemented") {
+  launch_options o = standalone_options();
+  o.tee = "3";
+  CHECK_THROWS_AS(resolve_launch_config(o, {}), usage_error);
+}
