@@ -1,0 +1,113 @@
+"""dtrun's command line end to end: usage errors, --help, --dry-run, PET_
+defaults, and the script's arguments reaching the workers untouched."""
+
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.environ["DTRUN_SOURCE_DIR"], "tests", "pyhelpers"))
+import dtrun_helpers as dh  # noqa: E402
+
+
+def test_help_exits_0_and_groups_flags():
+    r = dh.run(["--help"])
+    assert r.returncode == 0
+    for group in ("Worker group:", "Rendezvous:", "Supervision:", "Program:"):
+        assert group in r.stdout
+
+
+def test_unknown_flag_is_a_usage_error():
+    r = dh.run(["--bogus", "--standalone", "x.py"])
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert "unrecognized arguments: --bogus" in lines[0]
+    assert "--help" in lines[0]
+
+
+def test_missing_script_is_a_usage_error():
+    r = dh.run(["--standalone"])
+    assert r.returncode == 2
+    assert "no training script" in r.stderr
+
+
+def test_bad_values_are_usage_errors():
+    for args in (["--nproc-per-node=zero", "x.py"], ["--nnodes=3:1", "x.py"],
+                 ["--max-restarts=-1", "x.py"], ["--signals-to-handle=SIGKILL", "x.py"],
+                 ["--no-python", "-m", "x"]):
+        r = dh.run(["--standalone", *args])
+        assert r.returncode == 2, (args, r.stderr)
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_multi_node_is_refused_for_now():
+    r = dh.run(["--nnodes=2", "--rdzv-endpoint=h:29400", "x.py"])
+    assert r.returncode == 2
+    assert "not supported yet" in r.stderr
+
+
+def test_dry_run_prints_the_resolved_configuration():
+    r = dh.run(["--standalone", "--nproc_per_node=3", "--max-restarts=2", "--dry-run",
+                "train.py", "--lr", "3"])
+    assert r.returncode == 0, r.stderr
+    config = json.loads(r.stdout)
+    assert config["nproc_per_node"] == 3
+    assert config["nnodes"] == {"min": 1, "max": 1}
+    assert config["rdzv_endpoint"] == "127.0.0.1:0"
+    assert len(config["run_id"]) == 36
+    assert config["argv"][1:] == ["-u", "train.py", "--lr", "3"]
+    ranks = [w["env"]["LOCAL_RANK"] for w in config["workers"]]
+    assert ranks == ["0", "1", "2"]
+    assert all(w["env"]["TORCHELASTIC_MAX_RESTARTS"] == "2" for w in config["workers"])
+
+
+def test_pet_variables_are_defaults_and_flags_win():
+    env = dh.job_env(PET_NPROC_PER_NODE="4", PET_MAX_RESTARTS="1", PET_STANDALONE="1")
+    config = json.loads(dh.run(["--dry-run", "x.py"], env=env).stdout)
+    assert config["nproc_per_node"] == 4
+    assert config["max_restarts"] == 1
+    config = json.loads(dh.run(["--dry-run", "--nproc-per-node=2", "x.py"], env=env).stdout)
+    assert config["nproc_per_node"] == 2
+
+
+def test_script_arguments_reach_the_workers_untouched(tmp_path):
+    out = tmp_path / "argv"
+    script = tmp_path / "show_args.py"
+    script.write_text(
+        "import json, os, sys\n"
+        f"open({str(out)!r} + os.environ['RANK'], 'w').write(json.dumps(sys.argv[1:]))\n")
+    r = dh.run(["--standalone", "--nproc-per-node=2", "--python", dh.PYTHON, str(script),
+                "--lr", "3", "--nproc-per-node=x", "--", "--standalone"])
+    assert r.returncode == 0, r.stderr
+    for rank in range(2):
+        args = json.loads((tmp_path / f"argv{rank}").read_text())
+        assert args == ["--lr", "3", "--nproc-per-node=x", "--", "--standalone"]
+
+
+def test_double_dash_separates_the_program(tmp_path):
+    out = tmp_path / "out"
+    r = dh.run(["--standalone", "--no-python", "--", "/bin/sh", "-c",
+                f"echo \"$0 $1\" > {out}", "a", "b"])
+    assert r.returncode == 0, r.stderr
+    assert out.read_text().strip() == "a b"
+
+
+def test_module_mode_runs_python_dash_m(tmp_path):
+    (tmp_path / "pkg_dtrun_test").mkdir()
+    (tmp_path / "pkg_dtrun_test" / "__init__.py").write_text("")
+    (tmp_path / "pkg_dtrun_test" / "main.py").write_text(
+        "import os, sys\n"
+        "open(os.path.join(sys.argv[1], 'ran'), 'w').write(sys.argv[2])\n")
+    env = dh.job_env(PYTHONPATH=str(tmp_path))
+    r = dh.run(["--standalone", "--python", dh.PYTHON, "-m", "pkg_dtrun_test.main",
+                str(tmp_path), "ok"], env=env)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "ran").read_text() == "ok"
+
+
+def test_python_comes_from_dtrun_python(tmp_path):
+    script = tmp_path / "s.py"
+    script.write_text(f"import sys; open({str(tmp_path / 'exe')!r}, 'w').write(sys.executable)\n")
+    r = dh.run(["--standalone", str(script)], env=dh.job_env(DTRUN_PYTHON=dh.PYTHON))
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "exe").read_text() == dh.PYTHON

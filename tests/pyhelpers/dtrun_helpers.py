@@ -1,0 +1,155 @@
+"""Helpers shared by the dtrun launcher/agent integration and e2e tests.
+
+Run by /usr/bin/python3 (the interpreter that owns Debian's torch 1.13).
+Import with:
+
+    sys.path.insert(0, os.path.join(os.environ["DTRUN_SOURCE_DIR"], "tests", "pyhelpers"))
+    import dtrun_helpers as dh
+
+Synchronisation is always on real events: workers write lines to a FIFO the
+test reads (Fifo), the test waits for the agent's exit or for one of its
+stderr lines. The only polling is the bounded /proc scan that confirms
+processes are gone (gone_within), which has a deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+SOURCE_DIR = Path(os.environ.get("DTRUN_SOURCE_DIR", Path(__file__).resolve().parents[2]))
+BUILD_DIR = Path(os.environ.get("DTRUN_BUILD_DIR", SOURCE_DIR / "build"))
+DTRUN = BUILD_DIR / "launcher" / "dtrun"
+PYTHON = "/usr/bin/python3"  # the one with torch
+TORCHRUN = SOURCE_DIR.parent / "shared" / "tools" / "torchrun-py311"
+EXAMPLES = SOURCE_DIR / "examples"
+
+
+def job_env(**extra: str) -> dict[str, str]:
+    """The environment for a dtrun run: ours, a unique marker every process
+    of the job inherits (so /proc can be searched for leftovers), and a
+    fixed OMP_NUM_THREADS to keep the warning out of the way."""
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env["DTRUN_TEST_MARK"] = uuid.uuid4().hex
+    # PET_* from the caller's shell would change what the tests mean.
+    for key in [k for k in env if k.startswith("PET_")]:
+        del env[key]
+    env.update(extra)
+    return env
+
+
+def run(args: list[str], env: dict[str, str] | None = None, timeout: float = 60,
+        **kwargs) -> subprocess.CompletedProcess:
+    """Runs dtrun to completion, capturing text output."""
+    return subprocess.run([str(DTRUN), *args], env=env or job_env(), timeout=timeout,
+                          capture_output=True, text=True, **kwargs)
+
+
+def start(args: list[str], env: dict[str, str]) -> subprocess.Popen:
+    """Starts dtrun in its own session (so signals we send reach only it),
+    with stderr piped for wait_for_stderr."""
+    return subprocess.Popen([str(DTRUN), *args], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def wait_for_stderr(proc: subprocess.Popen, needle: str, timeout: float = 30) -> str:
+    """Reads the agent's stderr until a line contains `needle`."""
+    deadline = time.monotonic() + timeout
+    seen = []
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([proc.stderr], [], [], deadline - time.monotonic())
+        if not ready:
+            break
+        line = proc.stderr.readline()
+        if not line:
+            break
+        seen.append(line)
+        if needle in line:
+            return line
+    raise AssertionError(f"no stderr line with {needle!r} within {timeout}s; got {seen!r}")
+
+
+class Fifo:
+    """A named pipe workers write one line to (`echo ready > $FIFO`). Opened
+    read-write, so neither side's open() blocks and EOF never happens."""
+
+    def __init__(self, directory: Path, name: str = "events"):
+        self.path = directory / name
+        os.mkfifo(self.path)
+        self._fd = os.open(self.path, os.O_RDWR | os.O_NONBLOCK)
+        self._buf = b""
+
+    def lines(self, count: int, timeout: float = 30) -> list[str]:
+        """Blocks (select, with a deadline) until `count` lines arrived."""
+        deadline = time.monotonic() + timeout
+        while self._buf.count(b"\n") < count:
+            left = deadline - time.monotonic()
+            ready, _, _ = select.select([self._fd], [], [], max(left, 0))
+            if not ready:
+                got = self._buf.count(b"\n")
+                raise AssertionError(f"{self.path}: {got} of {count} lines within "
+                                     f"{timeout}s: {self._buf!r}")
+            self._buf += os.read(self._fd, 65536)
+        out = []
+        for _ in range(count):
+            line, self._buf = self._buf.split(b"\n", 1)
+            out.append(line.decode())
+        return out
+
+    def write(self, text: str) -> None:
+        os.write(self._fd, text.encode())
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+def marked_pids(mark: str) -> list[int]:
+    """Processes whose environment holds DTRUN_TEST_MARK=<mark>."""
+    needle = f"DTRUN_TEST_MARK={mark}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                environ = f.read()
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                state = f.read().rsplit(b")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != b"Z" and needle in environ.split(b"\0"):
+            found.append(int(entry))
+    return found
+
+
+def gone_within(mark: str, timeout: float = 10) -> list[int]:
+    """Scans /proc until no live process carries `mark` (bounded: returns
+    the survivors after `timeout`). Killed processes take a moment to be
+    torn down by the kernel, which no event tells us about."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = marked_pids(mark)
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.02)
+
+
+def kill_marked(mark: str) -> None:
+    """Cleanup after a failed test, so one failure does not leak into the
+    next."""
+    for pid in marked_pids(mark):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def read_json_lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
