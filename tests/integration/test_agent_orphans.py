@@ -20,8 +20,8 @@ NPROC = 3
 # Each worker starts a grandchild that ignores SIGTERM (it only dies with
 # its group's SIGKILL) and, when ESCAPE=1, one in a session of its own; it
 # reports "ready" and waits on a "go" FIFO; rank 1 then exits 3.
-WORKER = ('sh -c \'trap "" TERM INT; exec sleep 1000\' & '
-          '[ "$ESCAPE" = 1 ] && setsid sleep 1000 & '
+WORKER = ('sh -c \'trap "" TERM INT; echo grandchild > $FIFO; exec sleep 1000\' & '
+          '[ "$ESCAPE" = 1 ] && setsid sh -c \'echo escapee > $FIFO; exec sleep 1000\' & '
           'echo ready > $FIFO; '
           'read go < $GO; [ "$RANK" = 1 ] && exit 3; '
           'while :; do sleep 1000 & wait $!; done')
@@ -34,9 +34,10 @@ def launch(tmp_path, escape: bool):
     proc = dh.start(["--standalone", f"--nproc-per-node={NPROC}", "--stop-timeout=5",
                      "--no-python", "/bin/sh", "-c", WORKER], env)
     mark = env["DTRUN_TEST_MARK"]
-    fifo.lines(NPROC)
-    # Agent + guardian + per worker: sh, its grandchild (+ the escapee).
-    assert len(dh.marked_pids(mark)) >= 2 + NPROC * (3 if escape else 2)
+    # Every worker and every grandchild has said it is there.
+    lines = fifo.lines(NPROC * (3 if escape else 2))
+    assert lines.count("grandchild") == NPROC
+    assert lines.count("escapee") == (NPROC if escape else 0)
     return proc, go, mark
 
 
