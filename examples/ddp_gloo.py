@@ -1,0 +1,110 @@
+"""A small DDP training run on CPU (gloo), for dtrun and torchrun alike.
+
+    dtrun --standalone --nproc-per-node=4 --python /usr/bin/python3 \
+        examples/ddp_gloo.py --out /tmp/ddp --checkpoint /tmp/ddp/ckpt.pt
+
+Each rank trains the same tiny model on its own deterministic data; rank 0
+checkpoints at the end of every epoch; --resume continues from the last
+checkpoint, so a restarted group (dtrun --max-restarts) picks up where the
+last full epoch ended. Training is deterministic: a run that crashed and
+resumed ends with exactly the parameters of a run that did not.
+
+At the end every rank writes <out>/rank<N>.json with what a test checks:
+the all-reduced sum of (rank + 1), a checksum of its parameters, the epoch
+it started from and the restart count it ran under.
+
+--crash-at-step N makes rank --crash-rank exit with code 13 at global step
+N, on the first attempt only (TORCHELASTIC_RESTART_COUNT == 0).
+"""
+
+import argparse
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+CRASH_EXIT_CODE = 13
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--steps-per-epoch", type=int, default=4)
+    p.add_argument("--lr", type=float, default=0.1)
+    p.add_argument("--checkpoint", default="", help="checkpoint file (rank 0 writes it)")
+    p.add_argument("--resume", action="store_true", help="start from --checkpoint if present")
+    p.add_argument("--out", required=True, help="folder for the per-rank result files")
+    p.add_argument("--crash-at-step", type=int, default=-1)
+    p.add_argument("--crash-rank", type=int, default=1)
+    return p.parse_args()
+
+
+def batch(epoch: int, step: int, rank: int):
+    # The same data for the same (epoch, step, rank), whatever the attempt.
+    g = torch.Generator().manual_seed(1000 * epoch + 10 * step + rank)
+    x = torch.randn(16, 8, generator=g)
+    y = x.sum(dim=1, keepdim=True).repeat(1, 4) * 0.5
+    return x, y
+
+
+def save_checkpoint(path: str, model: nn.Module, optimizer, epoch: int) -> None:
+    # Write then rename, so a crash never leaves half a checkpoint.
+    tmp = path + ".tmp"
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                "epoch": epoch}, tmp)
+    os.replace(tmp, path)
+
+
+def main() -> int:
+    args = parse_args()
+    restart_count = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+
+    torch.manual_seed(0)
+    model = nn.Linear(8, 4)
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
+    start_epoch = 0
+    if args.resume and args.checkpoint and os.path.exists(args.checkpoint):
+        state = torch.load(args.checkpoint)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        start_epoch = state["epoch"] + 1
+    ddp = DDP(model)
+    loss_fn = nn.MSELoss()
+
+    for epoch in range(start_epoch, args.epochs):
+        for step in range(args.steps_per_epoch):
+            global_step = epoch * args.steps_per_epoch + step
+            if (global_step == args.crash_at_step and rank == args.crash_rank
+                    and restart_count == 0):
+                print(f"rank {rank}: crashing at step {global_step} as asked", flush=True)
+                os._exit(CRASH_EXIT_CODE)
+            x, y = batch(epoch, step, rank)
+            optimizer.zero_grad()
+            loss_fn(ddp(x), y).backward()
+            optimizer.step()
+        if rank == 0 and args.checkpoint:
+            save_checkpoint(args.checkpoint, model, optimizer, epoch)
+        # Nobody runs ahead of the checkpoint it might resume from.
+        dist.barrier()
+
+    total = torch.tensor([float(rank + 1)])
+    dist.all_reduce(total)
+    checksum = float(sum(p.detach().double().sum() for p in model.parameters()))
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, f"rank{rank}.json"), "w") as f:
+        json.dump({"rank": rank, "world_size": world, "allreduce_sum": total.item(),
+                   "param_checksum": checksum, "start_epoch": start_epoch,
+                   "restart_count": restart_count,
+                   "local_rank": int(os.environ["LOCAL_RANK"])}, f)
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
