@@ -1,0 +1,116 @@
+"""The worker environment, field by field, for several nproc values, and
+against what torchrun (Debian's 1.13, run with Python 3.11) sets for the
+same command. The intended differences are listed in INTENDED and
+documented in docs/agent.md."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.environ["DTRUN_SOURCE_DIR"], "tests", "pyhelpers"))
+import dtrun_helpers as dh  # noqa: E402
+
+DUMP_ENV = dh.SOURCE_DIR / "tests" / "pyhelpers" / "dump_env.py"
+UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
+
+# Variables whose values differ from torchrun 1.13's on purpose.
+INTENDED = {
+    "MASTER_ADDR",                  # 127.0.0.1 (loopback store), torchrun: a host name
+    "MASTER_PORT",                  # both a free port
+    "TORCHELASTIC_RUN_ID",          # both a fresh uuid4
+    "TORCHELASTIC_ERROR_FILE",      # both <tmp>/<run_id>_<rand>/attempt_N/<local_rank>/error.json
+    "TORCHELASTIC_USE_AGENT_STORE",  # True: workers use the agent's store (as torchrun 2.x)
+}
+# Set by dtrun only: the 2.x name of NCCL_ASYNC_ERROR_HANDLING.
+DTRUN_ONLY = {"TORCH_NCCL_ASYNC_ERROR_HANDLING"}
+
+
+def read_envs(folder, nproc):
+    return [json.loads((folder / f"rank{r}.json").read_text()) for r in range(nproc)]
+
+
+def launch_env(**extra):
+    env = dh.job_env()
+    env.pop("OMP_NUM_THREADS", None)  # let the launcher decide, to compare that too
+    env.update(extra)
+    return env
+
+
+def dtrun_envs(tmp_path, nproc, *flags, env=None):
+    env = env or launch_env()
+    r = dh.run(["--standalone", f"--nproc-per-node={nproc}", *flags, "--python", dh.PYTHON,
+                str(DUMP_ENV), str(tmp_path)], env=env)
+    assert r.returncode == 0, r.stderr
+    return env, read_envs(tmp_path, nproc)
+
+
+@pytest.mark.parametrize("nproc", [1, 2, 3, 4])
+def test_every_field(tmp_path, nproc):
+    launch, envs = dtrun_envs(tmp_path, nproc, "--max-restarts=2", "--role=trainer")
+    ports = {e["MASTER_PORT"] for e in envs}
+    run_ids = {e["TORCHELASTIC_RUN_ID"] for e in envs}
+    assert len(ports) == 1 and 0 < int(ports.pop()) < 65536
+    assert len(run_ids) == 1 and UUID.match(run_ids.pop())
+    for rank, e in enumerate(envs):
+        expected = {
+            "LOCAL_RANK": str(rank), "RANK": str(rank), "GROUP_RANK": "0",
+            "ROLE_RANK": str(rank), "ROLE_NAME": "trainer",
+            "LOCAL_WORLD_SIZE": str(nproc), "WORLD_SIZE": str(nproc),
+            "GROUP_WORLD_SIZE": "1", "ROLE_WORLD_SIZE": str(nproc),
+            "MASTER_ADDR": "127.0.0.1",
+            "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "2",
+            "TORCHELASTIC_USE_AGENT_STORE": "True",
+            "NCCL_ASYNC_ERROR_HANDLING": "1", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
+        }
+        for key, value in expected.items():
+            assert e.get(key) == value, (rank, key)
+        assert re.search(rf"_[^/]+/attempt_0/{rank}/error\.json$", e["TORCHELASTIC_ERROR_FILE"])
+        # torchrun's OMP rule: 1 for several workers when unset.
+        assert e.get("OMP_NUM_THREADS") == ("1" if nproc > 1 else None)
+        # The agent's environment is inherited.
+        assert e["DTRUN_TEST_MARK"] == launch["DTRUN_TEST_MARK"]
+
+
+def test_user_settings_are_kept(tmp_path):
+    env = launch_env(OMP_NUM_THREADS="3", NCCL_ASYNC_ERROR_HANDLING="0")
+    _, envs = dtrun_envs(tmp_path, 2, env=env)
+    for e in envs:
+        assert e["OMP_NUM_THREADS"] == "3"
+        assert e["NCCL_ASYNC_ERROR_HANDLING"] == "0"
+
+
+def torchrun_envs(tmp_path, nproc, env):
+    if not dh.TORCHRUN.exists():
+        pytest.skip(f"torchrun reference not found at {dh.TORCHRUN}")
+    r = subprocess.run([dh.PYTHON, str(dh.TORCHRUN), "--standalone", f"--nproc_per_node={nproc}",
+                        str(DUMP_ENV), str(tmp_path)], env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return read_envs(tmp_path, nproc)
+
+
+@pytest.mark.parametrize("nproc", [1, 3])
+def test_same_as_torchrun(tmp_path, nproc):
+    env = launch_env()
+    (tmp_path / "dtrun").mkdir()
+    (tmp_path / "torchrun").mkdir()
+    _, ours = dtrun_envs(tmp_path / "dtrun", nproc, env=env)
+    theirs = torchrun_envs(tmp_path / "torchrun", nproc, env)
+    for rank in range(nproc):
+        added_ours = {k: v for k, v in ours[rank].items() if env.get(k) != v}
+        added_theirs = {k: v for k, v in theirs[rank].items() if env.get(k) != v}
+        assert set(added_ours) - set(added_theirs) == DTRUN_ONLY
+        assert set(added_theirs) - set(added_ours) == set()
+        for key in sorted(set(added_theirs) - INTENDED):
+            assert ours[rank][key] == theirs[rank][key], (rank, key)
+        # The intended differences are only these:
+        assert theirs[rank]["TORCHELASTIC_USE_AGENT_STORE"] == "False"
+        assert ours[rank]["TORCHELASTIC_USE_AGENT_STORE"] == "True"
+        assert UUID.match(theirs[rank]["TORCHELASTIC_RUN_ID"])
+        for e in (ours[rank], theirs[rank]):
+            assert re.search(rf"/{e['TORCHELASTIC_RUN_ID']}_[^/]+/attempt_0/{rank}/error\.json$",
+                             e["TORCHELASTIC_ERROR_FILE"])
