@@ -1,0 +1,510 @@
+#include "rendezvous/async_store_client.h"
+
+#include <unistd.h>
+
+#include <cstring>
+#include <deque>
+#include <optional>
+#include <random>
+#include <span>
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/write.hpp>
+#include <fmt/format.h>
+
+namespace dtrun::rendezvous {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+using wire::op;
+
+namespace {
+
+// Reads reply fields from the front of the unread bytes. Each read returns
+// false when the bytes are not all there yet; the caller then retries the
+// whole reply once more bytes arrive (replies are small, except values).
+class reply_cursor {
+ public:
+  explicit reply_cursor(std::span<const std::uint8_t> in) : in_(in) {}
+  std::size_t consumed() const { return pos_; }
+
+  template <typename T>
+  bool value(T& out) {
+    if (in_.size() - pos_ < sizeof(T)) return false;
+    std::memcpy(&out, in_.data() + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return true;
+  }
+
+  bool bytes(std::string& out, std::uint64_t cap) {
+    std::uint64_t len = 0;
+    if (in_.size() - pos_ < sizeof len) return false;
+    std::memcpy(&len, in_.data() + pos_, sizeof len);
+    if (len > cap) throw store_error(fmt::format("the store sent a value of {} bytes", len));
+    if (in_.size() - pos_ - sizeof len < len) return false;
+    pos_ += sizeof len;
+    out.assign(reinterpret_cast<const char*>(in_.data() + pos_), len);
+    pos_ += len;
+    return true;
+  }
+
+ private:
+  std::span<const std::uint8_t> in_;
+  std::size_t pos_ = 0;
+};
+
+// Fills `result` from a complete reply and returns true, or false when
+// more bytes are needed.
+using reply_reader = std::function<bool(reply_cursor&, store_result&)>;
+
+reply_reader no_reply() {
+  return [](reply_cursor&, store_result&) { return true; };
+}
+
+std::string describe(const std::vector<std::string>& keys) {
+  return fmt::format("'{}'", fmt::join(keys, "', '"));
+}
+
+}  // namespace
+
+class async_store_client::impl : public std::enable_shared_from_this<async_store_client::impl> {
+ public:
+  struct operation {
+    std::string request;
+    reply_reader read;
+    store_callback done;
+    std::optional<store_duration> wait_timeout;  // set for WAIT
+    std::vector<std::string> wait_keys;          // for the timeout message
+    bool cancelling = false;
+  };
+
+  impl(asio::io_context& io, tcp_store_client_options options)
+      : io_(io),
+        options_(std::move(options)),
+        endpoint_text_(fmt::format("{}:{}", options_.host, options_.port)),
+        socket_(io),
+        timer_(io),
+        resolver_(io) {}
+
+  // --- connecting -------------------------------------------------------
+
+  void connect(store_callback done) {
+    connect_done_ = std::move(done);
+    connect_deadline_ = store_clock::now() + options_.connect_timeout;
+    backoff_ = std::chrono::milliseconds(10);
+    try_connect();
+  }
+
+  void try_connect() {
+    auto self = shared_from_this();
+    resolver_.async_resolve(
+        options_.host, std::to_string(options_.port), tcp::resolver::numeric_service,
+        [self](const boost::system::error_code& ec, tcp::resolver::results_type results) {
+          if (self->closed_) return;
+          if (ec) return self->retry_connect(ec.message());
+          asio::async_connect(self->socket_, results,
+                              [self](const boost::system::error_code& e, const tcp::endpoint&) {
+                                if (self->closed_) return;
+                                if (e) return self->retry_connect(e.message());
+                                self->on_connected();
+                              });
+        });
+  }
+
+  void retry_connect(const std::string& why) {
+    std::uniform_real_distribution<double> jitter(0.5, 1.5);
+    auto pause = std::chrono::duration_cast<std::chrono::milliseconds>(backoff_ * jitter(rng_));
+    if (store_clock::now() + pause >= connect_deadline_) {
+      fail_all(std::make_exception_ptr(store_timeout(fmt::format(
+          "could not reach the store at {} within {} s ({}); check that the host is up, the "
+          "address and port are right, and no firewall is in the way",
+          endpoint_text_, options_.connect_timeout.count() / 1000.0, why))));
+      return;
+    }
+    backoff_ = std::min<std::chrono::milliseconds>(backoff_ * 2, std::chrono::seconds(1));
+    boost::system::error_code ignored;
+    socket_.close(ignored);
+    timer_.expires_after(pause);
+    timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+      if (!ec && !self->closed_) self->try_connect();
+    });
+  }
+
+  void on_connected() {
+    boost::system::error_code ignored;
+    socket_.set_option(tcp::no_delay(true), ignored);
+    connected_ = true;
+    read_loop();
+    operation hello;
+    if (options_.dialect == wire::dialect::v2) {
+      // VALIDATE has no reply; the PING after it proves the server speaks
+      // the protocol before anything else is sent.
+      auto nonce = static_cast<std::uint32_t>(::getpid());
+      hello.request = wire::encode_request(options_.dialect,
+                                           {.kind = op::validate, .nonce = wire::validation_magic}) +
+                      wire::encode_request(options_.dialect, {.kind = op::ping, .nonce = nonce});
+      hello.read = [nonce](reply_cursor& c, store_result& r) {
+        std::uint32_t echoed = 0;
+        if (!c.value(echoed)) return false;
+        if (echoed != nonce) {
+          r.error = std::make_exception_ptr(
+              store_connection_error("the server did not echo the ping; is it a TCPStore?"));
+        }
+        return true;
+      };
+    } else {
+      hello.read = no_reply();
+    }
+    hello.done = [this](store_result r) {
+      if (connect_done_) std::exchange(connect_done_, nullptr)(std::move(r));
+    };
+    queue_.push_front(std::move(hello));
+    pump();
+  }
+
+  // --- queueing ---------------------------------------------------------
+
+  void enqueue(std::string request, reply_reader read, store_callback done) {
+    enqueue(operation{.request = std::move(request), .read = std::move(read),
+                      .done = std::move(done)});
+  }
+
+  // A continuation (the GET after a get's WAIT) goes first, so that
+  // operations complete in the order they were called.
+  void enqueue_next(std::string request, reply_reader read, store_callback done) {
+    enqueue(operation{.request = std::move(request), .read = std::move(read),
+                      .done = std::move(done)},
+            true);
+  }
+
+  void enqueue(operation o, bool first = false) {
+    if (closed_) {
+      auto error = std::make_exception_ptr(store_connection_error(
+          fmt::format("the connection to the store at {} is closed", endpoint_text_)));
+      asio::post(io_, [done = std::move(o.done), error] { done({.error = error}); });
+      return;
+    }
+    if (first) {
+      queue_.push_front(std::move(o));
+    } else {
+      queue_.push_back(std::move(o));
+    }
+    pump();
+  }
+
+  std::string encode(const wire::request& r) const {
+    if (!wire::byte_for(options_.dialect, r.kind)) {
+      throw store_error(fmt::format("{} is not supported by a PyTorch 1.13 store server",
+                                    wire::op_name(r.kind)));
+    }
+    return wire::encode_request(options_.dialect, r);
+  }
+
+  std::string key(const std::string& k) const { return options_.key_prefix + k; }
+  std::vector<std::string> keys(std::vector<std::string> ks) const {
+    for (auto& k : ks) k = key(k);
+    return ks;
+  }
+
+  // Sends the head of the queue when nothing is in flight.
+  void pump() {
+    if (!connected_ || in_flight_ || queue_.empty() || closed_) return;
+    in_flight_ = true;
+    auto& head = queue_.front();
+    asio::async_write(socket_, asio::buffer(head.request),
+                      [self = shared_from_this()](const boost::system::error_code& ec,
+                                                  std::size_t) {
+                        if (self->closed_) return;
+                        if (ec) return self->lost("sending a request", ec);
+                        self->arm_timer();
+                        self->try_complete();
+                      });
+  }
+
+  void arm_timer() {
+    auto& head = queue_.front();
+    timer_.expires_after(head.wait_timeout && !head.cancelling ? *head.wait_timeout
+                                                                : options_.timeout);
+    timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+      if (!ec && !self->closed_) self->on_timeout();
+    });
+  }
+
+  void on_timeout() {
+    auto& head = queue_.front();
+    if (head.wait_timeout && !head.cancelling && options_.dialect == wire::dialect::v2) {
+      // Ask the server to drop the wait; it answers WAIT_CANCELED, after a
+      // STOP_WAITING if the keys arrived in the meantime.
+      head.cancelling = true;
+      head.read = [](reply_cursor& c, store_result& r) {
+        std::uint8_t first = 0, second = 0;
+        if (!c.value(first)) return false;
+        if (first == wire::wait_stop_waiting) {
+          if (!c.value(second)) return false;
+          return true;  // the keys arrived just in time: a success
+        }
+        r.error = std::make_exception_ptr(store_timeout(""));  // message added below
+        return true;
+      };
+      cancel_request_ = encode({.kind = op::cancel_wait});
+      asio::async_write(socket_, asio::buffer(cancel_request_),
+                        [self = shared_from_this()](const boost::system::error_code& ec,
+                                                    std::size_t) {
+                          if (self->closed_) return;
+                          if (ec) return self->lost("cancelling a wait", ec);
+                          self->arm_timer();
+                          self->try_complete();
+                        });
+      return;
+    }
+    if (head.wait_timeout) {
+      // 1.13 cannot cancel a wait; the connection is unusable after it.
+      auto error = wait_timeout_error(head);
+      auto done = std::move(head.done);
+      queue_.pop_front();
+      close_with(std::make_exception_ptr(store_connection_error(fmt::format(
+          "the connection to the store at {} was closed after a wait timed out",
+          endpoint_text_))));
+      done({.error = error});
+      return;
+    }
+    close_with(std::make_exception_ptr(store_timeout(fmt::format(
+        "the store at {} did not answer within {} ms", endpoint_text_, options_.timeout.count()))));
+  }
+
+  std::exception_ptr wait_timeout_error(const operation& o) const {
+    return std::make_exception_ptr(store_timeout(
+        fmt::format("timed out after {} ms waiting for key(s) {} in the store at {}",
+                    o.wait_timeout->count(), describe(o.wait_keys), endpoint_text_)));
+  }
+
+  // --- reading ----------------------------------------------------------
+
+  // One read is always outstanding while connected, so a closed connection
+  // is noticed when it happens, even with nothing in flight.
+  void read_loop() {
+    if (buffer_.size() - end_ < 4096) buffer_.resize(std::max<std::size_t>(end_ + 65536, 65536));
+    socket_.async_read_some(
+        asio::buffer(buffer_.data() + end_, buffer_.size() - end_),
+        [self = shared_from_this()](const boost::system::error_code& ec, std::size_t n) {
+          if (self->closed_) return;
+          if (ec) return self->lost("reading a reply", ec);
+          self->end_ += n;
+          self->try_complete();
+          if (!self->closed_) self->read_loop();
+        });
+  }
+
+  void try_complete() {
+    while (in_flight_ && !queue_.empty() && !closed_) {
+      auto& head = queue_.front();
+      reply_cursor cursor(std::span(buffer_.data() + begin_, end_ - begin_));
+      store_result result;
+      bool complete = false;
+      try {
+        complete = head.read(cursor, result);
+      } catch (const store_error& e) {
+        close_with(std::make_exception_ptr(e));
+        return;
+      }
+      if (!complete) break;
+      begin_ += cursor.consumed();
+      if (result.error && head.cancelling) result.error = wait_timeout_error(head);
+      auto done = std::move(head.done);
+      queue_.pop_front();
+      in_flight_ = false;
+      timer_.cancel();
+      done(std::move(result));
+      pump();
+    }
+    if (!in_flight_ && begin_ != end_ && !closed_) {
+      close_with(std::make_exception_ptr(
+          store_error(fmt::format("the store at {} sent bytes nobody asked for", endpoint_text_))));
+      return;
+    }
+    if (begin_ == end_) begin_ = end_ = 0;
+  }
+
+  // --- failure ----------------------------------------------------------
+
+  void lost(const char* what, const boost::system::error_code& ec) {
+    close_with(std::make_exception_ptr(store_connection_error(fmt::format(
+        "lost the connection to the store at {} while {}: {}", endpoint_text_, what,
+        ec == asio::error::eof ? std::string("the server closed it") : ec.message()))));
+  }
+
+  void fail_all(std::exception_ptr error) { close_with(std::move(error)); }
+
+  void close_with(std::exception_ptr error) {
+    if (closed_) return;
+    closed_ = true;
+    connected_ = false;
+    boost::system::error_code ignored;
+    timer_.cancel();
+    resolver_.cancel();
+    socket_.close(ignored);
+    auto pending = std::move(queue_);
+    queue_.clear();
+    if (connect_done_) std::exchange(connect_done_, nullptr)({.error = error});
+    for (auto& o : pending) {
+      if (o.done) o.done({.error = error});
+    }
+  }
+
+  asio::io_context& io_;
+  tcp_store_client_options options_;
+  std::string endpoint_text_;
+  tcp::socket socket_;
+  asio::steady_timer timer_;
+  tcp::resolver resolver_;
+  std::mt19937 rng_{std::random_device{}()};
+  std::chrono::milliseconds backoff_{10};
+  store_clock::time_point connect_deadline_;
+  store_callback connect_done_;
+  std::deque<operation> queue_;
+  std::vector<std::uint8_t> buffer_;
+  std::size_t begin_ = 0, end_ = 0;
+  std::string cancel_request_;
+  bool connected_ = false, in_flight_ = false, closed_ = false;
+};
+
+std::shared_ptr<async_store_client> async_store_client::create(asio::io_context& io,
+                                                               tcp_store_client_options options) {
+  return std::shared_ptr<async_store_client>(
+      new async_store_client(std::make_shared<impl>(io, std::move(options))));
+}
+
+async_store_client::async_store_client(std::shared_ptr<impl> p) : impl_(std::move(p)) {}
+
+async_store_client::~async_store_client() { close(); }
+
+void async_store_client::close() {
+  impl_->close_with(std::make_exception_ptr(
+      store_connection_error(fmt::format("the client of {} was closed", impl_->endpoint_text_))));
+}
+
+void async_store_client::connect(store_callback done) { impl_->connect(std::move(done)); }
+
+void async_store_client::set(std::string key, std::string value, store_callback done) {
+  impl_->enqueue(impl_->encode({.kind = op::set, .keys = {impl_->key(key)}, .values = {std::move(value)}}),
+                 no_reply(), std::move(done));
+}
+
+void async_store_client::add(std::string key, std::int64_t delta, store_callback done) {
+  impl_->enqueue(impl_->encode({.kind = op::add, .keys = {impl_->key(key)}, .number = delta}),
+                 [](reply_cursor& c, store_result& r) { return c.value(r.number); },
+                 std::move(done));
+}
+
+void async_store_client::compare_set(std::string key, std::string expected, std::string desired,
+                                     store_callback done) {
+  auto cap = impl_->options_.max_value_bytes;
+  impl_->enqueue(impl_->encode({.kind = op::compare_set,
+                                .keys = {impl_->key(key)},
+                                .values = {std::move(expected), std::move(desired)}}),
+                 [cap](reply_cursor& c, store_result& r) { return c.bytes(r.value, cap); },
+                 std::move(done));
+}
+
+void async_store_client::check(std::vector<std::string> keys, store_callback done) {
+  impl_->enqueue(impl_->encode({.kind = op::check, .keys = impl_->keys(std::move(keys))}),
+                 [](reply_cursor& c, store_result& r) {
+                   std::uint8_t reply = 0;
+                   if (!c.value(reply)) return false;
+                   r.flag = reply == wire::check_ready;
+                   return true;
+                 },
+                 std::move(done));
+}
+
+void async_store_client::wait(std::vector<std::string> keys, store_duration timeout,
+                              store_callback done) {
+  impl::operation o;
+  o.request = impl_->encode({.kind = op::wait, .keys = impl_->keys(keys)});
+  o.read = [](reply_cursor& c, store_result& r) {
+    std::uint8_t reply = 0;
+    if (!c.value(reply)) return false;
+    if (reply != wire::wait_stop_waiting) {
+      r.error = std::make_exception_ptr(store_error("unexpected reply to WAIT"));
+    }
+    return true;
+  };
+  o.done = std::move(done);
+  o.wait_timeout = timeout;
+  o.wait_keys = std::move(keys);
+  impl_->enqueue(std::move(o));
+}
+
+void async_store_client::get(std::string key, store_duration timeout, store_callback done) {
+  // PyTorch's GET: WAIT for the key, then read it.
+  auto self = shared_from_this();
+  wait({key}, timeout, [self, key, done = std::move(done)](store_result waited) mutable {
+    if (waited.error) return done(std::move(waited));
+    auto cap = self->impl_->options_.max_value_bytes;
+    self->impl_->enqueue_next(
+        self->impl_->encode({.kind = op::get, .keys = {self->impl_->key(key)}}),
+        [cap](reply_cursor& c, store_result& r) { return c.bytes(r.value, cap); },
+        std::move(done));
+  });
+}
+
+void async_store_client::delete_key(std::string key, store_callback done) {
+  impl_->enqueue(impl_->encode({.kind = op::delete_key, .keys = {impl_->key(key)}}),
+                 [](reply_cursor& c, store_result& r) {
+                   std::int64_t n = 0;
+                   if (!c.value(n)) return false;
+                   r.flag = n == 1;
+                   return true;
+                 },
+                 std::move(done));
+}
+
+void async_store_client::num_keys(store_callback done) {
+  impl_->enqueue(impl_->encode({.kind = op::num_keys}),
+                 [](reply_cursor& c, store_result& r) { return c.value(r.number); },
+                 std::move(done));
+}
+
+void async_store_client::multi_get(std::vector<std::string> keys, store_duration timeout,
+                                   store_callback done) {
+  if (impl_->options_.dialect == wire::dialect::v1_13) {
+    throw store_error("MULTI_GET is not supported by a PyTorch 1.13 store server");
+  }
+  auto self = shared_from_this();
+  wait(keys, timeout, [self, keys, done = std::move(done)](store_result waited) mutable {
+    if (waited.error) return done(std::move(waited));
+    auto cap = self->impl_->options_.max_value_bytes;
+    auto n = keys.size();
+    self->impl_->enqueue_next(
+        self->impl_->encode({.kind = op::multi_get, .keys = self->impl_->keys(std::move(keys))}),
+        [cap, n](reply_cursor& c, store_result& r) {
+          r.values.assign(n, {});
+          for (auto& v : r.values) {
+            if (!c.bytes(v, cap)) return false;
+          }
+          return true;
+        },
+        std::move(done));
+  });
+}
+
+void async_store_client::multi_set(std::vector<std::string> keys, std::vector<std::string> values,
+                                   store_callback done) {
+  if (keys.size() != values.size()) {
+    throw store_error("multi_set: the number of keys and values differ");
+  }
+  impl_->enqueue(impl_->encode({.kind = op::multi_set, .keys = impl_->keys(std::move(keys)),
+                                .values = std::move(values)}),
+                 no_reply(), std::move(done));
+}
+
+std::string async_store_client::local_address() const {
+  boost::system::error_code ec;
+  auto ep = impl_->socket_.local_endpoint(ec);
+  return ec ? std::string() : ep.address().to_string();
+}
+
+}  // namespace dtrun::rendezvous

@@ -1,0 +1,82 @@
+// A store client for code that lives on an event loop (the agent): every
+// operation starts at once and completes later through a callback on the
+// same io_context, so the loop never blocks, even when this node hosts the
+// store server on that very loop.
+//
+// Requests go out one at a time, in call order: the protocol answers a
+// pending WAIT whenever its keys appear, so a request sent behind a WAIT
+// could be answered first and the replies could not be matched. Code that
+// must keep talking while it waits opens a second client.
+//
+// A lost connection fails the operation in flight and every queued one
+// with store_connection_error; the client does not reconnect by itself
+// (the caller knows whether replaying is safe).
+#pragma once
+
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+
+#include "rendezvous/store.h"
+#include "rendezvous/tcp_store_client.h"
+
+namespace dtrun::rendezvous {
+
+// What an operation produced. `error` is null on success; which other
+// field is set depends on the operation (see each method).
+struct store_result {
+  std::exception_ptr error;
+  std::string value;                // get, compare_set
+  std::int64_t number = 0;          // add, num_keys
+  bool flag = false;                // check, delete_key
+  std::vector<std::string> values;  // multi_get
+};
+using store_callback = std::function<void(store_result)>;
+
+class async_store_client : public std::enable_shared_from_this<async_store_client> {
+ public:
+  // Options as for the blocking client (dialect, key prefix, timeouts).
+  static std::shared_ptr<async_store_client> create(boost::asio::io_context& io,
+                                                    tcp_store_client_options options);
+  ~async_store_client();
+
+  // Connects, retrying with backoff and jitter until connect_timeout, then
+  // validates (v2). Operations called before it completes are queued.
+  void connect(store_callback done);
+
+  void set(std::string key, std::string value, store_callback done);
+  // Waits up to `timeout` for the key, then reads it: result.value.
+  void get(std::string key, store_duration timeout, store_callback done);
+  void add(std::string key, std::int64_t delta, store_callback done);  // result.number
+  void compare_set(std::string key, std::string expected, std::string desired,
+                   store_callback done);                                 // result.value
+  void check(std::vector<std::string> keys, store_callback done);       // result.flag
+  // store_timeout when the keys do not all exist within `timeout`.
+  void wait(std::vector<std::string> keys, store_duration timeout, store_callback done);
+  void delete_key(std::string key, store_callback done);                // result.flag
+  void num_keys(store_callback done);                                   // result.number
+  // Waits up to `timeout` for all keys, then reads them: result.values.
+  void multi_get(std::vector<std::string> keys, store_duration timeout, store_callback done);
+  void multi_set(std::vector<std::string> keys, std::vector<std::string> values,
+                 store_callback done);
+
+  // Fails everything queued with store_connection_error and closes.
+  void close();
+
+  // The local address of the connection once connected (what the server
+  // sees as us), for agents advertising a reachable address.
+  std::string local_address() const;
+
+  class impl;
+
+ private:
+  explicit async_store_client(std::shared_ptr<impl> p);
+  std::shared_ptr<impl> impl_;  // shared: its pending handlers keep it alive
+};
+
+}  // namespace dtrun::rendezvous
