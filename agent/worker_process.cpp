@@ -40,7 +40,10 @@ struct worker_setup : bp::extend::handler {
 
   template <typename Executor>
   void on_exec_setup(Executor& /*exec*/) const {
-    ::setpgid(0, 0);
+    // A session of its own, as torchrun's start_new_session: its own
+    // process group (signalled as a whole), and no controlling terminal, so
+    // a worker touching the tty is never stopped by SIGTTIN/SIGTTOU.
+    if (::setsid() < 0) ::setpgid(0, 0);
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     // The death signal is only armed from now on: if the agent died before
     // prctl, nobody would kill us, so give up.

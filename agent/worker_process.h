@@ -1,10 +1,11 @@
 // Starting and signalling worker processes; no policy here (when to start,
 // stop or restart is the agent's business).
 //
-// Every worker is started in its own process group (so a terminal's Ctrl-C
-// reaches the agent first and the agent decides, and so signals reach the
-// grandchildren a worker spawns), with a parent-death signal, with only
-// stdin/stdout/stderr inherited, and with the signal mask cleared.
+// Every worker is started in its own session and process group (so a
+// terminal's Ctrl-C reaches the agent first and the agent decides, and so
+// signals reach the grandchildren a worker spawns), with a parent-death
+// signal, with only stdin/stdout/stderr inherited, and with the signal mask
+// cleared.
 #pragma once
 
 #include <sys/types.h>
