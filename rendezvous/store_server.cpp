@@ -7,6 +7,7 @@
 
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <unordered_set>
 
 #include <boost/asio/ip/tcp.hpp>
@@ -121,6 +122,7 @@ class session : public std::enable_shared_from_this<session> {
     for (auto& w : waits_) server_.table_.cancel(w);
     waits_.clear();
     if (watch_id_ != 0) server_.table_.unwatch(watch_id_);
+    execute_wills();
     boost::system::error_code ignored;
     socket_.shutdown(tcp::socket::shutdown_both, ignored);
     socket_.close(ignored);
@@ -206,6 +208,7 @@ class session : public std::enable_shared_from_this<session> {
         wire::put_u32(out, r.nonce);
         break;
       case op::set:
+        remember_will(r.keys[0], r.values[0]);
         table.set(r.keys[0], std::move(r.values[0]));
         return;
       case op::compare_set:
@@ -256,6 +259,7 @@ class session : public std::enable_shared_from_this<session> {
         break;
       case op::multi_set:
         for (std::size_t i = 0; i < r.keys.size(); ++i) {
+          remember_will(r.keys[i], r.values[i]);
           table.set(r.keys[i], std::move(r.values[i]));
         }
         return;
@@ -315,6 +319,27 @@ class session : public std::enable_shared_from_this<session> {
     send(std::string(1, static_cast<char>(wire::watch_callback_registered)));
   }
 
+  // A "last will" (see store_server.h): remembered per connection, executed
+  // when the connection closes while the will key still holds it.
+  void remember_will(const std::string& key, const std::string& value) {
+    if (!key.starts_with(will_key_prefix)) return;
+    auto newline = value.find('\n');
+    if (newline == std::string::npos || newline == 0) return;  // not a will: stored as is
+    wills_.insert_or_assign(key, value);
+  }
+
+  void execute_wills() {
+    auto& table = server_.table_;
+    for (const auto& [key, will] : wills_) {
+      const std::string* current = table.find(key);
+      if (current == nullptr || *current != will) continue;  // withdrawn or replaced
+      auto newline = will.find('\n');
+      table.erase(key);
+      table.set(will.substr(0, newline), will.substr(newline + 1));
+    }
+    wills_.clear();
+  }
+
   std::size_t queued_output() const { return pending_output_.size() + inflight_output_.size(); }
 
   void send(std::string bytes) {
@@ -358,6 +383,7 @@ class session : public std::enable_shared_from_this<session> {
   std::string pending_output_, inflight_output_;
   std::vector<wait_handle> waits_;
   std::uint64_t watch_id_ = 0;
+  std::map<std::string, std::string> wills_;
 };
 
 void store_server::impl::listen() {

@@ -12,12 +12,22 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include <boost/asio/io_context.hpp>
 
 #include "rendezvous/wire_codec.h"
 
 namespace dtrun::rendezvous {
+
+// dtrun's one extension, invisible to PyTorch clients: a "last will".
+// A client that SETs the wire key "/dtrun/will/<name>" to "<target>\n<value>"
+// asks the server to SET <target> to <value> if its connection closes while
+// that will key still holds exactly this text. The will key is then removed.
+// Deleting or overwriting the will key withdraws it. Agents use it so that
+// a node that dies (its connection closes) wakes the survivors at once,
+// instead of after a heartbeat timeout.
+inline constexpr std::string_view will_key_prefix = "/dtrun/will/";
 
 struct store_server_options {
   // Address to listen on. Empty: every interface (IPv6 dual-stack, falling

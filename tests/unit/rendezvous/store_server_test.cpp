@@ -226,3 +226,22 @@ TEST_CASE("a client gives up on an unreachable store with a clear error") {
                              Catch::Contains(std::to_string(unused_port)));
   }
 }
+
+TEST_CASE("a last will fires when its connection closes, and only then") {
+  testing::server_thread server;
+  auto watcher = server.client();
+  {
+    auto dying = server.client();
+    dying->set("dtrun/will/node3", "/round/1/over\nnode 3 lost");
+    // Withdrawn wills do not fire.
+    dying->set("dtrun/will/withdrawn", "/never\nx");
+    dying->delete_key("dtrun/will/withdrawn");
+    // A value without a target is an ordinary key.
+    dying->set("dtrun/will/plain", "no newline");
+    CHECK(dying->get("dtrun/will/node3") == "/round/1/over\nnode 3 lost");
+  }  // the connection closes here
+  CHECK(watcher->get("round/1/over") == "node 3 lost");
+  CHECK_FALSE(watcher->check({"dtrun/will/node3"}));
+  CHECK_FALSE(watcher->check({"never"}));
+  CHECK(watcher->get("dtrun/will/plain") == "no newline");
+}
