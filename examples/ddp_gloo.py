@@ -36,11 +36,19 @@ def parse_args():
     p.add_argument("--steps-per-epoch", type=int, default=4)
     p.add_argument("--lr", type=float, default=0.1)
     p.add_argument("--checkpoint", default="", help="checkpoint file (rank 0 writes it)")
+    p.add_argument("--checkpoint-dir", default="",
+                   help="shorthand: checkpoint DIR/checkpoint.pt, results in DIR")
     p.add_argument("--resume", action="store_true", help="start from --checkpoint if present")
-    p.add_argument("--out", required=True, help="folder for the per-rank result files")
+    p.add_argument("--out", default="", help="folder for the per-rank result files")
     p.add_argument("--crash-at-step", type=int, default=-1)
     p.add_argument("--crash-rank", type=int, default=1)
-    return p.parse_args()
+    args = p.parse_args()
+    if args.checkpoint_dir:
+        args.checkpoint = args.checkpoint or os.path.join(args.checkpoint_dir, "checkpoint.pt")
+        args.out = args.out or args.checkpoint_dir
+    if not args.out:
+        p.error("give --out or --checkpoint-dir")
+    return args
 
 
 def batch(epoch: int, step: int, rank: int):
@@ -102,6 +110,11 @@ def main() -> int:
                    "param_checksum": checksum, "start_epoch": start_epoch,
                    "restart_count": restart_count,
                    "local_rank": int(os.environ["LOCAL_RANK"])}, f)
+    if rank == 0:
+        print(f"rank 0 of {world}: epochs {start_epoch}..{args.epochs - 1} done "
+              f"(restart {restart_count}); all-reduce of rank+1 = {total.item():g} "
+              f"(expected {world * (world + 1) / 2:g}); parameter checksum {checksum:.6f}",
+              flush=True)
     dist.destroy_process_group()
     return 0
 
