@@ -79,6 +79,7 @@ class async_store_client::impl : public std::enable_shared_from_this<async_store
     std::optional<store_duration> wait_timeout;  // set for WAIT
     std::vector<std::string> wait_keys;          // for the timeout message
     bool cancelling = false;
+    std::uint64_t id = 0;
   };
 
   impl(asio::io_context& io, tcp_store_client_options options)
@@ -161,6 +162,7 @@ class async_store_client::impl : public std::enable_shared_from_this<async_store
     hello.done = [this](store_result r) {
       if (connect_done_) std::exchange(connect_done_, nullptr)(std::move(r));
     };
+    hello.id = ++last_id_;
     queue_.push_front(std::move(hello));
     pump();
   }
@@ -187,6 +189,7 @@ class async_store_client::impl : public std::enable_shared_from_this<async_store
       asio::post(io_, [done = std::move(o.done), error] { done({.error = error}); });
       return;
     }
+    o.id = ++last_id_;
     if (first) {
       queue_.push_front(std::move(o));
     } else {
@@ -209,16 +212,21 @@ class async_store_client::impl : public std::enable_shared_from_this<async_store
     return ks;
   }
 
-  // Sends the head of the queue when nothing is in flight.
+  // Sends the head of the queue when nothing is in flight. Its reply is
+  // only read once the write has completed: the server may answer before
+  // Asio reports the write done, and the reply waits in the buffer.
   void pump() {
     if (!connected_ || in_flight_ || queue_.empty() || closed_) return;
     in_flight_ = true;
+    sent_ = false;
     auto& head = queue_.front();
     asio::async_write(socket_, asio::buffer(head.request),
-                      [self = shared_from_this()](const boost::system::error_code& ec,
-                                                  std::size_t) {
+                      [self = shared_from_this(), id = head.id](
+                          const boost::system::error_code& ec, std::size_t) {
                         if (self->closed_) return;
                         if (ec) return self->lost("sending a request", ec);
+                        if (self->queue_.empty() || self->queue_.front().id != id) return;
+                        self->sent_ = true;
                         self->arm_timer();
                         self->try_complete();
                       });
@@ -250,11 +258,15 @@ class async_store_client::impl : public std::enable_shared_from_this<async_store
         return true;
       };
       cancel_request_ = encode({.kind = op::cancel_wait});
+      // The wait's replies are read only after the cancel is written.
+      sent_ = false;
       asio::async_write(socket_, asio::buffer(cancel_request_),
-                        [self = shared_from_this()](const boost::system::error_code& ec,
-                                                    std::size_t) {
+                        [self = shared_from_this(), id = head.id](
+                            const boost::system::error_code& ec, std::size_t) {
                           if (self->closed_) return;
                           if (ec) return self->lost("cancelling a wait", ec);
+                          if (self->queue_.empty() || self->queue_.front().id != id) return;
+                          self->sent_ = true;
                           self->arm_timer();
                           self->try_complete();
                         });
@@ -299,7 +311,7 @@ class async_store_client::impl : public std::enable_shared_from_this<async_store
   }
 
   void try_complete() {
-    while (in_flight_ && !queue_.empty() && !closed_) {
+    while (in_flight_ && sent_ && !queue_.empty() && !closed_) {
       auto& head = queue_.front();
       reply_cursor cursor(std::span(buffer_.data() + begin_, end_ - begin_));
       store_result result;
@@ -368,7 +380,8 @@ class async_store_client::impl : public std::enable_shared_from_this<async_store
   std::vector<std::uint8_t> buffer_;
   std::size_t begin_ = 0, end_ = 0;
   std::string cancel_request_;
-  bool connected_ = false, in_flight_ = false, closed_ = false;
+  bool connected_ = false, in_flight_ = false, sent_ = false, closed_ = false;
+  std::uint64_t last_id_ = 0;
 };
 
 std::shared_ptr<async_store_client> async_store_client::create(asio::io_context& io,

@@ -56,6 +56,27 @@ class rendezvous_handler {
   // Ends the rendezvous (closes the store this handler hosts, if any).
   // Idempotent; after it, next_round() must not be called.
   virtual void shutdown() = 0;
+
+  // Multi-node events. The single-node defaults below make them no-ops.
+
+  // After a round completed: calls `on_over` (once, on the loop) when the
+  // round ends because of another node: it failed, died, or a node wants
+  // to join. The agent then stops its workers and calls next_round().
+  virtual void watch_round(std::function<void(std::string reason)> on_over) { (void)on_over; }
+
+  // This node's workers failed: end the round on every node and count a
+  // restart for the whole job. Completes with the job-wide restart count
+  // (so every node honours --max-restarts the same way).
+  using restart_completion = std::function<void(std::exception_ptr error, int restarts)>;
+  virtual void report_failure(std::string reason, restart_completion done);
+
+  // This node's workers all succeeded: waits, bounded, for the other
+  // nodes to finish too (so the store host does not leave them without a
+  // store). Completes with an error when the round ended meanwhile.
+  virtual void finish(std::function<void(std::exception_ptr error)> done);
+
+ private:
+  int local_restarts_ = 0;
 };
 
 }  // namespace dtrun::rendezvous

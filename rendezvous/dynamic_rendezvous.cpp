@@ -1,0 +1,549 @@
+#include "rendezvous/dynamic_rendezvous.h"
+
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <set>
+
+#include <boost/asio/ip/address.hpp>
+#include <boost/asio/ip/host_name.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "rendezvous/async_store_client.h"
+#include "rendezvous/store_server.h"
+
+namespace dtrun::rendezvous {
+
+namespace asio = boost::asio;
+using json = nlohmann::json;
+
+namespace {
+
+std::set<std::string> local_interface_addresses() {
+  std::set<std::string> out;
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return out;
+  for (auto* a = list; a != nullptr; a = a->ifa_next) {
+    if (a->ifa_addr == nullptr) continue;
+    char text[NI_MAXHOST];
+    auto family = a->ifa_addr->sa_family;
+    if (family != AF_INET && family != AF_INET6) continue;
+    socklen_t len = family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+    if (getnameinfo(a->ifa_addr, len, text, sizeof text, nullptr, 0, NI_NUMERICHOST) == 0) {
+      std::string s(text);
+      out.insert(s.substr(0, s.find('%')));  // drop IPv6 zone ids
+    }
+  }
+  freeifaddrs(list);
+  return out;
+}
+
+// One node as it announced itself for a round.
+struct node_descriptor {
+  std::string addr;
+  std::string hostname;
+  long pid = 0;
+  int nproc = 1;
+  int prev_rank = -1;  // its group rank in the round before, if any
+};
+
+void to_json(json& j, const node_descriptor& d) {
+  j = json{{"addr", d.addr}, {"host", d.hostname}, {"pid", d.pid}, {"nproc", d.nproc},
+           {"prev_rank", d.prev_rank}};
+}
+
+void from_json(const json& j, node_descriptor& d) {
+  j.at("addr").get_to(d.addr);
+  j.at("host").get_to(d.hostname);
+  j.at("pid").get_to(d.pid);
+  j.at("nproc").get_to(d.nproc);
+  j.at("prev_rank").get_to(d.prev_rank);
+}
+
+// Group ranks for the arrivals of a round: a node keeps its previous rank
+// when it is still in range and unclaimed; the others fill the free ranks
+// in (address, pid) order, so the result depends only on the descriptors.
+std::vector<int> assign_ranks(const std::vector<node_descriptor>& nodes) {
+  const int n = static_cast<int>(nodes.size());
+  std::vector<int> rank(n, -1);
+  std::vector<bool> taken(n, false);
+  for (int i = 0; i < n; ++i) {
+    int p = nodes[i].prev_rank;
+    if (p >= 0 && p < n && !taken[p]) {
+      rank[i] = p;
+      taken[p] = true;
+    }
+  }
+  std::vector<int> rest;
+  for (int i = 0; i < n; ++i) {
+    if (rank[i] < 0) rest.push_back(i);
+  }
+  std::sort(rest.begin(), rest.end(), [&](int a, int b) {
+    return std::tie(nodes[a].addr, nodes[a].pid) < std::tie(nodes[b].addr, nodes[b].pid);
+  });
+  int next = 0;
+  for (int i : rest) {
+    while (taken[next]) ++next;
+    rank[i] = next;
+    taken[next] = true;
+  }
+  return rank;
+}
+
+std::exception_ptr error_of(const std::string& message) {
+  return std::make_exception_ptr(store_error(message));
+}
+
+}  // namespace
+
+bool is_this_machine(const std::string& host) {
+  if (host == "localhost" || host.empty()) return true;
+  boost::system::error_code ec;
+  auto literal = asio::ip::make_address(host, ec);
+  if (!ec && literal.is_loopback()) return true;
+  auto locals = local_interface_addresses();
+  if (!ec) return locals.count(literal.to_string()) != 0;
+  auto own = asio::ip::host_name(ec);
+  if (!ec && (host == own || host.substr(0, host.find('.')) == own)) return true;
+  // A name: does it resolve to one of our addresses?
+  asio::io_context io;
+  asio::ip::tcp::resolver resolver(io);
+  auto results = resolver.resolve(host, "0", ec);
+  if (ec) return false;
+  for (const auto& r : results) {
+    auto a = r.endpoint().address();
+    if (a.is_loopback() || locals.count(a.to_string()) != 0) return true;
+  }
+  return false;
+}
+
+class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_rendezvous::impl> {
+ public:
+  impl(asio::io_context& io, dynamic_rendezvous_options options)
+      : io_(io), options_(std::move(options)), heartbeat_timer_(io), deadline_timer_(io),
+        warning_timer_(io) {
+    if (!options_.log) {
+      options_.log = [](const std::string& line) { fmt::print(stderr, "dtrun: {}\n", line); };
+    }
+    if (options_.host_store) {
+      // Every interface: the other nodes reach us through the endpoint's
+      // address, whichever interface that is.
+      server_ = std::make_unique<store_server>(io_, store_server_options{
+                                                        .host = "", .port = options_.endpoint_port});
+      options_.log(fmt::format("hosting the rendezvous store on port {}", server_->port()));
+    }
+  }
+
+  // --- keys -------------------------------------------------------------
+
+  std::string key(const std::string& rest) const {
+    return fmt::format("dtrun/{}/{}", options_.run_id, rest);
+  }
+  std::string round_key(std::int64_t r, const std::string& rest) const {
+    return key(fmt::format("r/{}/{}", r, rest));
+  }
+
+  // --- connections ------------------------------------------------------
+
+  std::shared_ptr<async_store_client> make_client(std::chrono::milliseconds connect_timeout) {
+    tcp_store_client_options o;
+    o.host = server_ ? std::string("127.0.0.1") : options_.endpoint_host;
+    o.port = server_ ? server_->port() : options_.endpoint_port;
+    o.connect_timeout = connect_timeout;
+    o.timeout = options_.close_timeout;
+    return async_store_client::create(io_, o);
+  }
+
+  // Fresh connections each round: whatever a previous round left queued
+  // (a long WAIT) cannot hold up this one.
+  void reconnect(std::function<void(std::exception_ptr)> then) {
+    if (ops_) ops_->close();
+    if (waits_) waits_->close();
+    ops_ = make_client(options_.join_timeout);
+    waits_ = make_client(options_.join_timeout);
+    auto pending = std::make_shared<int>(2);
+    auto failed = std::make_shared<std::exception_ptr>();
+    warn_if_no_host();
+    auto self = shared_from_this();
+    auto one_done = [self, pending, failed, then](store_result r) {
+      if (r.error && !*failed) *failed = r.error;
+      if (--*pending > 0) return;
+      self->warning_timer_.cancel();
+      if (*failed) {
+        then(*failed);
+        return;
+      }
+      if (self->advertised_addr_.empty()) {
+        // The host talks to its own store over loopback; others see it at
+        // the endpoint's address.
+        self->advertised_addr_ = !self->options_.local_addr.empty() ? self->options_.local_addr
+                                 : self->server_ ? self->options_.endpoint_host
+                                                 : self->ops_->local_address();
+      }
+      then(nullptr);
+    };
+    ops_->connect(one_done);
+    waits_->connect(one_done);
+  }
+
+  void warn_if_no_host() {
+    if (server_) return;
+    warning_timer_.expires_after(options_.no_host_warning);
+    warning_timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+      if (ec) return;
+      self->options_.log(fmt::format(
+          "no store answers at {}:{} yet; the agent on that host hosts it: check that "
+          "--rdzv-endpoint names the first node's address (or pass --rdzv-conf is_host=1 "
+          "there) and that it is running; still retrying for up to {} s",
+          self->options_.endpoint_host, self->options_.endpoint_port,
+          self->options_.join_timeout.count() / 1000));
+    });
+  }
+
+  // --- joining ----------------------------------------------------------
+
+  void next_round(completion done) {
+    done_ = std::move(done);
+    on_over_ = nullptr;
+    round_over_ = false;
+    heartbeat_timer_.cancel();
+    auto self = shared_from_this();
+    reconnect([self](std::exception_ptr error) {
+      if (error) return self->fail(error);
+      // The newest round anyone started; 0 when we are first.
+      self->ops_->add(self->key("round"), 0, [self](store_result r) {
+        if (r.error) return self->fail(r.error);
+        self->look_at_round(std::max<std::int64_t>(r.number, self->last_round_ + 1));
+      });
+    });
+  }
+
+  // A round that is already closed is running without us: ask to be let
+  // in (when there is room) and join the next one.
+  void look_at_round(std::int64_t r) {
+    auto self = shared_from_this();
+    ops_->check({round_key(r, "closed")}, [self, r](store_result c) {
+      if (c.error) return self->fail(c.error);
+      if (!c.flag) return self->join(r);
+      self->ops_->get(self->round_key(r, "closed"), self->options_.close_timeout,
+                      [self, r](store_result n) {
+                        if (n.error) return self->fail(n.error);
+                        self->wait_for_next_round(r, std::stoi(n.value));
+                      });
+    });
+  }
+
+  void wait_for_next_round(std::int64_t r, int members) {
+    auto self = shared_from_this();
+    if (members < options_.max_nodes) {
+      options_.log(fmt::format("round {} is running with {} of at most {} nodes; asking to join",
+                               r, members, options_.max_nodes));
+      ops_->set(round_key(r, "over"), "a node is waiting to join", [](store_result) {});
+      return join(r + 1);
+    }
+    options_.log(fmt::format("round {} is full ({} nodes); waiting for the next one", r, members));
+    waits_->wait({round_key(r, "over")}, options_.join_timeout, [self, r](store_result w) {
+      if (w.error) return self->fail(w.error);
+      self->join(r + 1);
+    });
+  }
+
+  void join(std::int64_t r) {
+    round_ = r;
+    auto self = shared_from_this();
+    ops_->compare_set(key("round"), std::to_string(r - 1), std::to_string(r), [](store_result) {});
+    ops_->add(round_key(r, "joined"), 1, [self, r](store_result a) {
+      if (a.error) return self->fail(a.error);
+      int index = static_cast<int>(a.number);
+      self->arrival_ = index;
+      node_descriptor me{.addr = self->advertised_addr_,
+                         .hostname = asio::ip::host_name(),
+                         .pid = static_cast<long>(::getpid()),
+                         .nproc = self->options_.local_world_size,
+                         .prev_rank = self->group_rank_};
+      self->ops_->set(self->round_key(r, fmt::format("node/{}", index)), json(me).dump(),
+                      [](store_result) {});
+      if (index == self->options_.max_nodes) {
+        self->close_round(r, index);
+      } else if (index == self->options_.min_nodes) {
+        // Enough nodes: give latecomers last_call_timeout, then close with
+        // whoever is there.
+        self->deadline_timer_.expires_after(self->options_.last_call_timeout);
+        self->deadline_timer_.async_wait([self, r](const boost::system::error_code& ec) {
+          if (ec || self->round_ != r) return;
+          self->ops_->add(self->round_key(r, "joined"), 0, [self, r](store_result n) {
+            if (n.error) return self->fail(n.error);
+            self->close_round(r, static_cast<int>(std::min<std::int64_t>(
+                                     n.number, self->options_.max_nodes)));
+          });
+        });
+      }
+      self->await_close(r);
+    });
+  }
+
+  // Several nodes may try to close a round; compare_set lets the first
+  // count win and everyone reads the same one.
+  void close_round(std::int64_t r, int members) {
+    auto self = shared_from_this();
+    auto count = std::to_string(members);
+    ops_->compare_set(round_key(r, "closed"), "", count, [self, r, count](store_result c) {
+      if (c.error) return self->fail(c.error);
+      if (c.value != count) return;  // someone else closed it, with another count
+      self->publish_ranks(r, std::stoi(count));
+    });
+  }
+
+  void publish_ranks(std::int64_t r, int members) {
+    std::vector<std::string> keys;
+    for (int i = 1; i <= members; ++i) keys.push_back(round_key(r, fmt::format("node/{}", i)));
+    auto self = shared_from_this();
+    ops_->multi_get(keys, options_.close_timeout, [self, r](store_result all) {
+      if (all.error) return self->fail(all.error);
+      std::vector<node_descriptor> nodes;
+      try {
+        for (const auto& v : all.values) nodes.push_back(json::parse(v).get<node_descriptor>());
+      } catch (const std::exception& e) {
+        return self->fail(error_of(fmt::format("a node descriptor in round {} is corrupt: {}", r,
+                                               e.what())));
+      }
+      auto ranks = assign_ranks(nodes);
+      std::vector<int> nproc(nodes.size());
+      std::vector<std::string> addrs(nodes.size());
+      for (std::size_t i = 0; i < nodes.size(); ++i) {
+        nproc[ranks[i]] = nodes[i].nproc;
+        addrs[ranks[i]] = nodes[i].addr;
+      }
+      json table{{"ranks", ranks}, {"nproc", nproc}, {"addrs", addrs}};
+      self->ops_->set(self->round_key(r, "ranks"), table.dump(), [](store_result) {});
+    });
+  }
+
+  void await_close(std::int64_t r) {
+    auto self = shared_from_this();
+    waits_->get(round_key(r, "closed"), options_.join_timeout, [self, r](store_result c) {
+      if (c.error) {
+        return self->fail(error_of(fmt::format(
+            "round {} did not gather {} node(s) within the join timeout ({} s); start the "
+            "missing nodes or lower --nnodes",
+            r, self->options_.min_nodes, self->options_.join_timeout.count() / 1000)));
+      }
+      int members = std::stoi(c.value);
+      if (self->arrival_ > members) {
+        // We came in after the round closed: wait for the next one.
+        return self->wait_for_next_round(r, members);
+      }
+      self->waits_->get(self->round_key(r, "ranks"), self->options_.close_timeout,
+                        [self, r, members](store_result t) {
+                          if (t.error) return self->fail(t.error);
+                          self->complete_round(r, members, t.value);
+                        });
+    });
+  }
+
+  void complete_round(std::int64_t r, int members, const std::string& table_text) {
+    rendezvous_info info;
+    try {
+      auto table = json::parse(table_text);
+      info.round = r;
+      info.group_rank = table.at("ranks").at(arrival_ - 1).get<int>();
+      info.group_world_size = members;
+      info.local_world_sizes = table.at("nproc").get<std::vector<int>>();
+    } catch (const std::exception& e) {
+      return fail(error_of(fmt::format("the rank table of round {} is corrupt: {}", r,
+                                       e.what())));
+    }
+    // Workers bootstrap from the agents' store (TORCHELASTIC_USE_AGENT_STORE):
+    // no second port to reserve, so no bind-then-release race.
+    info.store_host = options_.endpoint_host;
+    info.store_port = server_ ? server_->port() : options_.endpoint_port;
+    info.master_addr = info.store_host;
+    info.master_port = info.store_port;
+    group_rank_ = info.group_rank;
+    members_ = members;
+    last_round_ = r;
+    deadline_timer_.cancel();
+    // If this node dies, its connection closes and the server ends the
+    // round for everyone at once.
+    ops_->set(will_key(), fmt::format("/{}\nnode {} ({}) was lost", round_key(r, "over"),
+                                      group_rank_, advertised_addr_),
+              [](store_result) {});
+    watch_over(r);
+    start_heartbeats(r);
+    if (auto done = std::exchange(done_, nullptr)) done(nullptr, std::move(info));
+  }
+
+  std::string will_key() const { return fmt::format("dtrun/will/{}/{}", options_.run_id, round_); }
+
+  // --- while the round runs ---------------------------------------------
+
+  void watch_over(std::int64_t r) {
+    auto self = shared_from_this();
+    waits_->get(round_key(r, "over"), no_timeout, [self, r](store_result o) {
+      if (self->round_ != r || self->round_over_) return;
+      self->round_over_ = true;
+      self->heartbeat_timer_.cancel();
+      std::string reason = o.error ? "the connection to the rendezvous store was lost" : o.value;
+      if (auto cb = std::exchange(self->on_over_, nullptr)) {
+        cb(reason);
+      } else {
+        self->pending_over_ = reason;
+      }
+      if (auto f = std::exchange(self->finish_done_, nullptr)) {
+        f(error_of(fmt::format("round {} ended before every node finished: {}", r, reason)));
+      }
+    });
+  }
+
+  // Each node bumps its own counter and checks its successor's: O(1) per
+  // node per interval. A node whose counter stands still for
+  // keep_alive_max_attempt intervals is declared lost (a hung host whose
+  // connection the network has not closed yet).
+  void start_heartbeats(std::int64_t r) {
+    last_seen_ = -1;
+    misses_ = 0;
+    schedule_heartbeat(r);
+  }
+
+  void schedule_heartbeat(std::int64_t r) {
+    heartbeat_timer_.expires_after(options_.keep_alive_interval);
+    heartbeat_timer_.async_wait([self = shared_from_this(), r](const boost::system::error_code& ec) {
+      if (ec || self->round_ != r || self->round_over_) return;
+      self->ops_->add(self->round_key(r, fmt::format("hb/{}", self->group_rank_)), 1,
+                      [](store_result) {});
+      if (self->members_ > 1) {
+        int next = (self->group_rank_ + 1) % self->members_;
+        self->ops_->add(self->round_key(r, fmt::format("hb/{}", next)), 0,
+                        [self, r, next](store_result h) {
+                          if (h.error || self->round_ != r || self->round_over_) return;
+                          if (h.number == self->last_seen_) {
+                            if (++self->misses_ >= self->options_.keep_alive_max_attempt) {
+                              self->ops_->set(
+                                  self->round_key(r, "over"),
+                                  fmt::format("node {} stopped sending heartbeats", next),
+                                  [](store_result) {});
+                              return;
+                            }
+                          } else {
+                            self->misses_ = 0;
+                            self->last_seen_ = h.number;
+                          }
+                        });
+      }
+      self->schedule_heartbeat(r);
+    });
+  }
+
+  void watch_round(std::function<void(std::string)> on_over) {
+    if (!pending_over_.empty()) {
+      auto reason = std::exchange(pending_over_, std::string());
+      asio::post(io_, [on_over, reason] { on_over(reason); });
+      return;
+    }
+    on_over_ = std::move(on_over);
+  }
+
+  void report_failure(std::string reason, restart_completion done) {
+    auto self = shared_from_this();
+    round_over_ = true;  // our own doing: no on_over callback
+    heartbeat_timer_.cancel();
+    ops_->add(key("restarts"), 1, [self, reason, done](store_result n) {
+      if (n.error) return done(n.error, 0);
+      self->ops_->set(self->round_key(self->round_, "over"),
+                      fmt::format("node {}: {}", self->group_rank_, reason), [](store_result) {});
+      done(nullptr, static_cast<int>(n.number));
+    });
+  }
+
+  // Exit barrier: count ourselves done; the last node releases everyone.
+  void finish(std::function<void(std::exception_ptr)> done) {
+    finish_done_ = std::move(done);
+    heartbeat_timer_.cancel();
+    auto self = shared_from_this();
+    auto r = round_;
+    // Leaving on purpose is not a loss: withdraw the will first.
+    ops_->delete_key(will_key(), [](store_result) {});
+    ops_->add(round_key(r, "done"), 1, [self, r](store_result n) {
+      if (n.error) return self->finish_with(n.error);
+      if (n.number >= self->members_) {
+        self->ops_->set(self->round_key(r, "all_done"), "1", [](store_result) {});
+      }
+      self->ops_->wait({self->round_key(r, "all_done")}, self->options_.exit_barrier_timeout,
+                       [self](store_result w) {
+                         if (w.error) {
+                           self->options_.log(
+                               "exit barrier: not every node finished within the timeout; "
+                               "leaving anyway");
+                         }
+                         self->finish_with(nullptr);
+                       });
+    });
+  }
+
+  void finish_with(std::exception_ptr error) {
+    if (auto f = std::exchange(finish_done_, nullptr)) f(error);
+  }
+
+  void fail(std::exception_ptr error) {
+    deadline_timer_.cancel();
+    warning_timer_.cancel();
+    if (auto done = std::exchange(done_, nullptr)) done(error, {});
+  }
+
+  void shutdown() {
+    heartbeat_timer_.cancel();
+    deadline_timer_.cancel();
+    warning_timer_.cancel();
+    round_over_ = true;
+    if (ops_) ops_->close();
+    if (waits_) waits_->close();
+    if (server_) server_->stop();
+  }
+
+  asio::io_context& io_;
+  dynamic_rendezvous_options options_;
+  std::unique_ptr<store_server> server_;
+  std::shared_ptr<async_store_client> ops_, waits_;
+  asio::steady_timer heartbeat_timer_, deadline_timer_, warning_timer_;
+  completion done_;
+  std::function<void(std::string)> on_over_;
+  std::function<void(std::exception_ptr)> finish_done_;
+  std::string pending_over_;
+  std::string advertised_addr_;
+  std::int64_t round_ = -1, last_round_ = -1;
+  int arrival_ = 0, group_rank_ = -1, members_ = 0;
+  bool round_over_ = false;
+  std::int64_t last_seen_ = -1;
+  int misses_ = 0;
+};
+
+dynamic_rendezvous::dynamic_rendezvous(asio::io_context& io, dynamic_rendezvous_options options)
+    : impl_(std::make_shared<impl>(io, std::move(options))) {}
+
+dynamic_rendezvous::~dynamic_rendezvous() { impl_->shutdown(); }
+
+void dynamic_rendezvous::next_round(completion done) { impl_->next_round(std::move(done)); }
+const std::string& dynamic_rendezvous::run_id() const { return impl_->options_.run_id; }
+void dynamic_rendezvous::shutdown() { impl_->shutdown(); }
+void dynamic_rendezvous::watch_round(std::function<void(std::string)> on_over) {
+  impl_->watch_round(std::move(on_over));
+}
+void dynamic_rendezvous::report_failure(std::string reason, restart_completion done) {
+  impl_->report_failure(std::move(reason), std::move(done));
+}
+void dynamic_rendezvous::finish(std::function<void(std::exception_ptr)> done) {
+  impl_->finish(std::move(done));
+}
+std::uint16_t dynamic_rendezvous::store_port() const {
+  return impl_->server_ ? impl_->server_->port() : 0;
+}
+
+}  // namespace dtrun::rendezvous

@@ -1,0 +1,77 @@
+// The multi-node rendezvous (torchrun's c10d backend, redone): nodes meet
+// in a store that one of them hosts, agree on a round, get deterministic
+// group ranks, and learn at once when the round is over because a node
+// failed, died or wants to join.
+//
+// Every store operation is O(1) per node per round (ADD, SET, WAIT, GET of
+// one key); only the node that closes a round reads all N descriptors. The
+// protocol and its keys are described in docs/rendezvous.md.
+//
+// Everything runs on the agent's event loop through async_store_client; a
+// node that hosts the store runs the server on the same loop.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <boost/asio/io_context.hpp>
+
+#include "rendezvous/rendezvous_handler.h"
+
+namespace dtrun::rendezvous {
+
+struct dynamic_rendezvous_options {
+  std::string run_id = "none";
+  std::string endpoint_host;
+  std::uint16_t endpoint_port = 29400;
+  // Host the store on this node: from is_host in --rdzv-conf, else decided
+  // by matching endpoint_host against this machine's names and addresses.
+  bool host_store = false;
+  int min_nodes = 1;
+  int max_nodes = 1;
+  int local_world_size = 1;
+  // The address others reach this node at (--local-addr). Empty: the local
+  // address of our connection to the store, which is reachable by
+  // construction, unlike the hostname in many clusters.
+  std::string local_addr;
+  std::chrono::milliseconds join_timeout = std::chrono::seconds(600);
+  std::chrono::milliseconds last_call_timeout = std::chrono::seconds(30);
+  std::chrono::milliseconds close_timeout = std::chrono::seconds(30);
+  std::chrono::milliseconds keep_alive_interval = std::chrono::seconds(5);
+  int keep_alive_max_attempt = 3;
+  std::chrono::milliseconds exit_barrier_timeout = std::chrono::seconds(300);
+  // How long to wait for the store before saying that nobody hosts it.
+  std::chrono::milliseconds no_host_warning = std::chrono::seconds(5);
+  std::function<void(const std::string&)> log;
+};
+
+class dynamic_rendezvous final : public rendezvous_handler {
+ public:
+  // Hosting nodes bind the store at once (store_error when they cannot).
+  dynamic_rendezvous(boost::asio::io_context& io, dynamic_rendezvous_options options);
+  ~dynamic_rendezvous() override;
+
+  void next_round(completion done) override;
+  const std::string& run_id() const override;
+  void shutdown() override;
+  void watch_round(std::function<void(std::string)> on_over) override;
+  void report_failure(std::string reason, restart_completion done) override;
+  void finish(std::function<void(std::exception_ptr)> done) override;
+
+  // The store's port when this node hosts it (0 otherwise).
+  std::uint16_t store_port() const;
+
+  class impl;
+
+ private:
+  std::shared_ptr<impl> impl_;
+};
+
+// True when `host` names this machine: localhost, a loopback or local
+// interface address, the hostname or its canonical name.
+bool is_this_machine(const std::string& host);
+
+}  // namespace dtrun::rendezvous

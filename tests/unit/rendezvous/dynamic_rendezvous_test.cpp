@@ -1,0 +1,285 @@
+// Several agents' rendezvous handlers in one process, on one event loop,
+// meeting in a store the first of them hosts: the multi-node protocol
+// without the network namespaces (those are in tests/e2e).
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <set>
+#include <optional>
+
+#include <boost/asio/io_context.hpp>
+
+#include "rendezvous/dynamic_rendezvous.h"
+#include "rendezvous/store_server.h"
+#include <boost/asio/ip/host_name.hpp>
+
+using namespace dtrun::rendezvous;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct cluster {
+  boost::asio::io_context io;
+  std::vector<std::unique_ptr<dynamic_rendezvous>> nodes;
+  std::vector<std::string> log;
+  std::uint16_t port = 0;
+
+  dynamic_rendezvous_options options(int min_nodes, int max_nodes, int nproc) {
+    dynamic_rendezvous_options o;
+    o.run_id = "job1";
+    o.endpoint_host = "127.0.0.1";
+    o.endpoint_port = port;
+    o.host_store = nodes.empty();
+    o.min_nodes = min_nodes;
+    o.max_nodes = max_nodes;
+    o.local_world_size = nproc;
+    o.join_timeout = 10s;
+    o.last_call_timeout = 200ms;
+    o.close_timeout = 5s;
+    o.keep_alive_interval = 100ms;
+    o.log = [this](const std::string& line) { log.push_back(line); };
+    return o;
+  }
+
+  dynamic_rendezvous& add(int min_nodes, int max_nodes, int nproc = 1) {
+    nodes.push_back(
+        std::make_unique<dynamic_rendezvous>(io, options(min_nodes, max_nodes, nproc)));
+    if (port == 0) port = nodes.back()->store_port();
+    return *nodes.back();
+  }
+
+  void shutdown_all() {
+    for (auto& n : nodes) n->shutdown();
+  }
+};
+
+struct round_result {
+  std::exception_ptr error;
+  rendezvous_info info;
+  bool done = false;
+};
+
+// Starts a round on `node`, recording the outcome; `then` runs once every
+// recorded round of `expected` results has completed.
+void join(dynamic_rendezvous& node, round_result& out, std::function<void()> then = {}) {
+  node.next_round([&out, then](std::exception_ptr e, rendezvous_info info) {
+    out = {e, std::move(info), true};
+    if (then) then();
+  });
+}
+
+std::string message_of(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& ex) {
+    return ex.what();
+  }
+}
+
+}  // namespace
+
+TEST_CASE("three nodes get distinct ranks and every node's worker count") {
+  cluster c;
+  std::vector<round_result> results(3);
+  int completed = 0;
+  auto after = [&] {
+    if (++completed == 3) c.shutdown_all();
+  };
+  for (int i = 0; i < 3; ++i) c.add(3, 3, i + 1);
+  for (int i = 0; i < 3; ++i) join(*c.nodes[i], results[i], after);
+  c.io.run();
+
+  std::set<int> ranks;
+  for (auto& r : results) {
+    REQUIRE(r.done);
+    REQUIRE_FALSE(r.error);
+    ranks.insert(r.info.group_rank);
+    CHECK(r.info.round == 0);
+    CHECK(r.info.group_world_size == 3);
+    CHECK(r.info.master_addr == "127.0.0.1");
+    CHECK(r.info.master_port == c.port);
+  }
+  CHECK(ranks == std::set<int>{0, 1, 2});
+  // local_world_sizes is indexed by group rank and holds each node's nproc.
+  for (int i = 0; i < 3; ++i) {
+    auto& info = results[i].info;
+    CHECK(info.local_world_sizes.size() == 3);
+    CHECK(info.local_world_sizes.at(info.group_rank) == i + 1);
+    CHECK(info.local_world_sizes == results[0].info.local_world_sizes);
+  }
+}
+
+TEST_CASE("with MIN:MAX the round closes after the last call with the nodes present") {
+  cluster c;
+  std::vector<round_result> results(2);
+  int completed = 0;
+  c.add(2, 4);
+  c.add(2, 4);
+  for (int i = 0; i < 2; ++i) {
+    join(*c.nodes[i], results[i], [&] {
+      if (++completed == 2) c.shutdown_all();
+    });
+  }
+  c.io.run();
+  for (auto& r : results) {
+    REQUIRE_FALSE(r.error);
+    CHECK(r.info.group_world_size == 2);
+  }
+}
+
+TEST_CASE("a failure on one node ends the round everywhere; ranks survive the restart") {
+  cluster c;
+  for (int i = 0; i < 3; ++i) c.add(3, 3);
+  std::vector<round_result> first(3), second(3);
+  std::vector<std::string> reasons(3);
+  int restarts = 0;
+  int first_done = 0, second_done = 0;
+
+  auto start_second = [&](int i) {
+    join(*c.nodes[i], second[i], [&] {
+      if (++second_done == 3) c.shutdown_all();
+    });
+  };
+  for (int i = 0; i < 3; ++i) {
+    join(*c.nodes[i], first[i], [&, i] {
+      c.nodes[i]->watch_round([&, i](std::string reason) {
+        reasons[i] = reason;
+        start_second(i);
+      });
+      if (++first_done < 3) return;
+      // Every node runs round 0; now node 1's workers fail.
+      c.nodes[1]->report_failure("worker 3 exited with 1", [&](std::exception_ptr e, int n) {
+        REQUIRE_FALSE(e);
+        restarts = n;
+        start_second(1);
+      });
+    });
+  }
+  c.io.run();
+  CHECK(restarts == 1);
+  CHECK_THAT(reasons[0], Catch::Contains("worker 3 exited with 1"));
+  CHECK_THAT(reasons[2], Catch::Contains("worker 3 exited with 1"));
+  CHECK(reasons[1].empty());  // the failing node is not told about itself
+  for (int i = 0; i < 3; ++i) {
+    REQUIRE_FALSE(second[i].error);
+    CHECK(second[i].info.round == 1);
+    CHECK(second[i].info.group_rank == first[i].info.group_rank);
+  }
+}
+
+TEST_CASE("a node whose connection dies ends the round at once (last will)") {
+  cluster c;
+  for (int i = 0; i < 3; ++i) c.add(2, 3);
+  std::vector<round_result> first(3), second(2);
+  std::string reason;
+  int first_done = 0, second_done = 0;
+  c.log.clear();
+  for (int i = 0; i < 3; ++i) {
+    join(*c.nodes[i], first[i], [&, i] {
+      if (i < 2) {
+        c.nodes[i]->watch_round([&, i](std::string why) {
+          reason = why;
+          join(*c.nodes[i], second[i], [&] {
+            if (++second_done == 2) c.shutdown_all();
+          });
+        });
+      }
+      // Node 2 "dies": its connections close without a goodbye.
+      if (++first_done == 3) c.nodes[2]->shutdown();
+    });
+  }
+  c.io.run();
+  CHECK_THAT(reason, Catch::Contains("was lost"));
+  for (auto& r : second) {
+    REQUIRE_FALSE(r.error);
+    CHECK(r.info.group_world_size == 2);
+    CHECK(r.info.round == 1);
+  }
+}
+
+TEST_CASE("a node arriving at a running round below MAX is let in") {
+  cluster c;
+  c.add(2, 3);
+  c.add(2, 3);
+  std::vector<round_result> first(2), second(3);
+  std::vector<std::string> reasons(2);
+  int first_done = 0, second_done = 0;
+  auto all_second = [&] {
+    if (++second_done == 3) c.shutdown_all();
+  };
+  for (int i = 0; i < 2; ++i) {
+    join(*c.nodes[i], first[i], [&, i] {
+      c.nodes[i]->watch_round([&, i](std::string why) {
+        reasons[i] = why;
+        join(*c.nodes[i], second[i], all_second);
+      });
+      if (++first_done == 2) {
+        // Round 0 runs with two nodes; a third arrives.
+        join(c.add(2, 3), second[2], all_second);
+      }
+    });
+  }
+  c.io.run();
+  CHECK_THAT(reasons[0], Catch::Contains("waiting to join"));
+  for (auto& r : second) {
+    REQUIRE_FALSE(r.error);
+    CHECK(r.info.round == 1);
+    CHECK(r.info.group_world_size == 3);
+  }
+  // The first two kept their ranks; the newcomer took the free one.
+  CHECK(second[0].info.group_rank == first[0].info.group_rank);
+  CHECK(second[1].info.group_rank == first[1].info.group_rank);
+  CHECK(second[2].info.group_rank == 2);
+}
+
+TEST_CASE("the exit barrier releases every node when the last one finishes") {
+  cluster c;
+  for (int i = 0; i < 3; ++i) c.add(3, 3);
+  std::vector<round_result> results(3);
+  int joined = 0, finished = 0;
+  for (int i = 0; i < 3; ++i) {
+    join(*c.nodes[i], results[i], [&] {
+      if (++joined < 3) return;
+      for (auto& n : c.nodes) {
+        n->finish([&](std::exception_ptr e) {
+          CHECK_FALSE(e);
+          if (++finished == 3) c.shutdown_all();
+        });
+      }
+    });
+  }
+  c.io.run();
+  CHECK(finished == 3);
+}
+
+TEST_CASE("nobody hosting the store is reported clearly, then times out") {
+  boost::asio::io_context io;
+  std::uint16_t port;
+  {
+    store_server probe(io, {.host = "127.0.0.1"});
+    port = probe.port();
+  }
+  std::vector<std::string> log;
+  dynamic_rendezvous_options o;
+  o.endpoint_host = "127.0.0.1";
+  o.endpoint_port = port;
+  o.join_timeout = 600ms;
+  o.no_host_warning = 100ms;
+  o.log = [&](const std::string& line) { log.push_back(line); };
+  dynamic_rendezvous node(io, o);
+  round_result r;
+  join(node, r);
+  io.run();
+  REQUIRE(r.error);
+  CHECK_THAT(message_of(r.error), Catch::Contains("could not reach the store"));
+  REQUIRE_FALSE(log.empty());
+  CHECK_THAT(log.front(), Catch::Contains("no store answers") && Catch::Contains("is_host"));
+}
+
+TEST_CASE("endpoint hosts that name this machine are recognised") {
+  CHECK(is_this_machine("localhost"));
+  CHECK(is_this_machine("127.0.0.1"));
+  CHECK(is_this_machine("::1"));
+  CHECK(is_this_machine(boost::asio::ip::host_name()));
+  CHECK_FALSE(is_this_machine("192.0.2.1"));  // TEST-NET-1, never local
+}
