@@ -149,7 +149,6 @@ class load_connection : public std::enable_shared_from_this<load_connection> {
  public:
   load_connection(tcp::socket socket, run_state& state, int id)
       : socket_(std::move(socket)), state_(state) {
-    socket_.non_blocking(true);
     const std::string key = fmt::format("/bench/{}/k{}", state_.run_id, id);
     value_ = fmt::format("v{}-", id);
     value_.resize(state_.opts.value_bytes, 'x');
@@ -169,18 +168,20 @@ class load_connection : public std::enable_shared_from_this<load_connection> {
 
   void start() {
     ++state_.running;
-    next_op();
+    next_op(clock_type::now());
   }
 
  private:
   enum class step { wait_reply, get_reply, add_reply };
 
-  void next_op() {
+  // `now` doubles as the start of this op: reading the clock is a system
+  // call on some virtual machines, so each op reads it once.
+  void next_op(clock_type::time_point now) {
     if (state_.stopping) {
       finish();
       return;
     }
-    op_start_ = clock_type::now();
+    op_start_ = now;
     if (state_.opts.op == "add") {
       request(add_, step::add_reply);
     } else {
@@ -199,25 +200,14 @@ class load_connection : public std::enable_shared_from_this<load_connection> {
                       });
   }
 
-  // Waits for readability, then drains with non-blocking reads: the reply
-  // is never there right after the request, so Asio's speculative read
-  // would only cost an EAGAIN syscall per round trip.
   void read() {
-    socket_.async_wait(tcp::socket::wait_read,
-                       [self = shared_from_this()](const boost::system::error_code& ec) {
-                         if (ec) return self->fail("wait: " + ec.message());
-                         self->drain();
-                       });
-  }
-
-  void drain() {
-    boost::system::error_code ec;
-    std::size_t n = socket_.read_some(
-        asio::buffer(buffer_.data() + have_, buffer_.size() - have_), ec);
-    if (ec == asio::error::would_block) return read();
-    if (ec) return fail("read: " + ec.message());
-    have_ += n;
-    on_bytes();
+    socket_.async_read_some(
+        asio::buffer(buffer_.data() + have_, buffer_.size() - have_),
+        [self = shared_from_this()](const boost::system::error_code& ec, std::size_t n) {
+          if (ec) return self->fail("read: " + ec.message());
+          self->have_ += n;
+          self->on_bytes();
+        });
   }
 
   // How many reply bytes the current step needs, given what arrived.
@@ -238,7 +228,7 @@ class load_connection : public std::enable_shared_from_this<load_connection> {
   void on_bytes() {
     const std::size_t need = reply_size();
     if (need > buffer_.size()) return fail(fmt::format("reply of {} bytes is too large", need));
-    if (have_ < need) return drain();
+    if (have_ < need) return read();
     if (have_ > need) return fail("more reply bytes than requested");
     switch (expect_) {
       case step::wait_reply:
@@ -262,8 +252,12 @@ class load_connection : public std::enable_shared_from_this<load_connection> {
     state_.latencies_ns.push_back(
         static_cast<std::uint32_t>(std::min<long long>(ns, UINT32_MAX)));
     ++state_.ops_total;
-    if (now <= state_.deadline) ++state_.ops_in_window;
-    next_op();
+    if (now <= state_.deadline) {
+      ++state_.ops_in_window;
+    } else {
+      state_.stopping = true;  // every connection stops after its current op
+    }
+    next_op(now);
   }
 
   void fail(const std::string& what) {
@@ -338,16 +332,24 @@ nlohmann::json run_load(run_state& state) {
           io.stop();
           return;
         }
-        for (auto& c : conns) c->start();
-        timer.expires_at(state.deadline);
-        timer.async_wait([&](const boost::system::error_code&) {
-          // Let every in-flight op finish; each connection then stops.
-          state.stopping = true;
+        // The first op to end after the deadline stops them all (see
+        // op_done); this timer only gives up on connections that hang.
+        timer.expires_at(state.deadline +
+                         std::chrono::microseconds(static_cast<long>(state.opts.timeout_s * 1e6)));
+        timer.async_wait([&](const boost::system::error_code& ec) {
+          if (!ec) io.stop();
         });
+        for (auto& c : conns) c->start();
       });
+  // Until then, the same limit on connecting.
+  timer.expires_after(std::chrono::microseconds(static_cast<long>(state.opts.timeout_s * 1e6)));
+  timer.async_wait([&](const boost::system::error_code& ec) {
+    if (!ec) io.stop();
+  });
   conn->start();
-  io.run_for(std::chrono::microseconds(
-      static_cast<long>((state.opts.duration_s + state.opts.timeout_s) * 1e6)));
+  // run(), not run_for(): run_for reads the clock around every handler.
+  io.run();
+  timer.cancel();
   if (state.running > 0) state.error(fmt::format("{} connections never finished", state.running));
 
   auto elapsed = std::chrono::duration<double>(state.deadline - state.start).count();
@@ -419,7 +421,12 @@ nlohmann::json run_idle(run_state& state) {
     }
   });
   conn->start();
-  io.run_for(std::chrono::microseconds(static_cast<long>(state.opts.timeout_s * 1e6)));
+  asio::steady_timer give_up(io, std::chrono::microseconds(
+                                     static_cast<long>(state.opts.timeout_s * 1e6)));
+  give_up.async_wait([&](const boost::system::error_code& ec) {
+    if (!ec) io.stop();
+  });
+  io.run();
   if (state.running > 0) state.error(fmt::format("{} idle connections never answered",
                                                  state.running));
   return nlohmann::json{
