@@ -44,7 +44,7 @@ TEST_CASE("torchrun's flags are all accepted") {
   CHECK(o.script == "x.py");
 }
 
-TEST_CASE("--shutdown-timeout is an alias of --stop-timeout") {
+TEST_CASE("shutdown-timeout is an alias of stop-timeout") {
   CHECK(parse({"--shutdown-timeout=3", "x.py"}).stop_timeout == 3.0);
   CHECK(parse({"--shutdown_timeout", "4", "x.py"}).stop_timeout == 4.0);
   CHECK(parse({"x.py"}).stop_timeout == 30.0);
@@ -66,7 +66,7 @@ TEST_CASE("a flag's value is not mistaken for the script") {
   CHECK(o.script_args == std::vector<std::string>{"a"});
 }
 
-TEST_CASE("-- separates dtrun's flags from the program") {
+TEST_CASE("a double dash separates dtrun's flags from the program") {
   launch_options o = parse({"--standalone", "--", "--weird-name", "-x", "--", "y"});
   CHECK(o.script == "--weird-name");
   CHECK(o.script_args == std::vector<std::string>{"-x", "--", "y"});
@@ -135,7 +135,7 @@ TEST_CASE("usage errors are one line") {
   CHECK(error_of({"--start-method=thread", "x.py"}) != "");
 }
 
-TEST_CASE("--help is reported, with flags grouped") {
+TEST_CASE("help is reported, with flags grouped") {
   parse_result r = parse_command_line({"--help"});
   CHECK(r.help);
   CHECK(r.help_text.find("Rendezvous:") != std::string::npos);

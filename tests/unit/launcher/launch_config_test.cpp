@@ -68,7 +68,7 @@ TEST_CASE("the interpreter comes from --python, then DTRUN_PYTHON") {
   CHECK(resolve_launch_config(o, {{"DTRUN_PYTHON", "/opt/py"}}).program == "/usr/bin/python3");
 }
 
-TEST_CASE("-m runs a module and --no-python runs a program") {
+TEST_CASE("module mode runs python -m and no-python runs a program") {
   launch_options m = standalone_options("pkg.main");
   m.module = true;
   CHECK(resolve_launch_config(m, {}).args == std::vector<std::string>{"-u", "-m", "pkg.main"});
@@ -93,7 +93,7 @@ TEST_CASE("standalone gets a fresh uuid run id and a free loopback port") {
   CHECK(a.store_port == 0);
 }
 
-TEST_CASE("--nnodes=1 without an endpoint behaves like standalone") {
+TEST_CASE("nnodes=1 without an endpoint behaves like standalone") {
   launch_options o = standalone_options();
   o.standalone = false;
   o.rdzv_id = "myjob";
@@ -142,7 +142,7 @@ TEST_CASE("the dry-run JSON has the per-rank environment") {
   CHECK(j["argv"][0] == "python3");
 }
 
-TEST_CASE("--redirects and --tee are refused until implemented") {
+TEST_CASE("redirects and tee are refused until implemented") {
   launch_options o = standalone_options();
   o.tee = "3";
   CHECK_THROWS_AS(resolve_launch_config(o, {}), usage_error);
