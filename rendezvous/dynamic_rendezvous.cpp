@@ -268,7 +268,8 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
                          .hostname = asio::ip::host_name(),
                          .pid = static_cast<long>(::getpid()),
                          .nproc = self->options_.local_world_size,
-                         .prev_rank = self->group_rank_};
+                         .prev_rank = self->options_.fixed_rank >= 0 ? self->options_.fixed_rank
+                                                                     : self->group_rank_};
       self->ops_->set(self->round_key(r, fmt::format("node/{}", index)), json(me).dump(),
                       [](store_result) {});
       if (index == self->options_.max_nodes) {
@@ -360,6 +361,12 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
     } catch (const std::exception& e) {
       return fail(error_of(fmt::format("the rank table of round {} is corrupt: {}", r,
                                        e.what())));
+    }
+    if (options_.fixed_rank >= 0 && info.group_rank != options_.fixed_rank) {
+      return fail(error_of(fmt::format(
+          "--node-rank={} is out of range or taken by another node; give every node a "
+          "distinct --node-rank from 0 to {}",
+          options_.fixed_rank, members - 1)));
     }
     // Workers bootstrap from the agents' store (TORCHELASTIC_USE_AGENT_STORE):
     // no second port to reserve, so no bind-then-release race.

@@ -33,6 +33,9 @@ struct dynamic_rendezvous_options {
   int min_nodes = 1;
   int max_nodes = 1;
   int local_world_size = 1;
+  // Static rendezvous (--node-rank with --master-addr/--master-port): this
+  // node's group rank, the same in every round. -1: assigned.
+  int fixed_rank = -1;
   // The address others reach this node at (--local-addr). Empty: the local
   // address of our connection to the store, which is reachable by
   // construction, unlike the hostname in many clusters.
