@@ -549,6 +549,10 @@ void dynamic_rendezvous::report_failure(std::string reason, restart_completion d
 void dynamic_rendezvous::finish(std::function<void(std::exception_ptr)> done) {
   impl_->finish(std::move(done));
 }
+std::uint64_t dynamic_rendezvous::store_requests() const {
+  return impl_->server_ ? impl_->server_->stats().requests : 0;
+}
+
 std::uint16_t dynamic_rendezvous::store_port() const {
   return impl_->server_ ? impl_->server_->port() : 0;
 }

@@ -66,6 +66,8 @@ class dynamic_rendezvous final : public rendezvous_handler {
 
   // The store's port when this node hosts it (0 otherwise).
   std::uint16_t store_port() const;
+  // Requests the hosted store has served so far (0 when not hosting).
+  std::uint64_t store_requests() const;
 
   class impl;
 
