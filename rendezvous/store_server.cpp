@@ -168,6 +168,9 @@ class session : public std::enable_shared_from_this<session> {
 
   void process() {
     while (!closed_) {
+      // A client that pipelines requests without reading the replies gets
+      // no more answers until its output drains (flush resumes here).
+      if (queued_output() > output_high_water) return;
       std::span<const std::uint8_t> pending(buffer_.data() + begin_, end_ - begin_);
       if (!dialect_) {
         dialect_ = wire::detect_dialect(pending);
@@ -368,6 +371,7 @@ class session : public std::enable_shared_from_this<session> {
                           return;
                         }
                         self->flush();
+                        self->process();  // requests held back by the high-water mark
                         self->read_more();
                       });
   }
