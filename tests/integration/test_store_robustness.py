@@ -175,21 +175,24 @@ def test_fragmented_and_pipelined_requests(server):
         assert [conn.recv_i64() for _ in range(500)] == list(range(1, 501))
 
 
-def test_client_that_never_reads_its_replies(server, health):
-    # 64 GETs of a 4 MiB value, replies never read: the server must stop
-    # reading from that client instead of buffering without bound, and keep
-    # serving the others.
+def server_rss_mib(server):
+    status = open(f"/proc/{server.proc.pid}/status").read()
+    return int(status.split("VmRSS:")[1].split()[0]) // 1024
+
+
+def test_client_that_does_not_read_its_replies(server, health):
+    # 64 pipelined GETs of a 4 MiB value (256 MiB of replies) while not
+    # reading: the server must hold back instead of buffering them all, keep
+    # serving the others, and answer every GET once the client reads.
     big = b"B" * (4 << 20)
     health.long_lived.set("big_unread", big)
-    with sh.RawConnection(server.port) as hog:
-        hog.sock.setblocking(False)
-        request = u8(V1["GET"]) + string("/big_unread")
-        try:
-            for _ in range(64):
-                hog.sock.send(request)
-        except BlockingIOError:
-            pass
+    assert health.long_lived.get("big_unread") == big  # applied before the GETs below
+    with sh.RawConnection(server.port, timeout_s=60) as hog:
+        hog.send((u8(V1["GET"]) + string("/big_unread")) * 64)
         health.check()
+        assert server_rss_mib(server) < 160, "replies to a client that does not read pile up"
+        for i in range(64):
+            assert hog.recv_bytes() == big, f"reply {i}"
     health.check()
 
 
@@ -370,5 +373,6 @@ def test_v2_dialect_byte_for_byte():
         assert t.get("m2") == b""
         assert t.num_keys() == 7
         t.set("from_torch", "t")
+        assert t.get("from_torch") == b"t"  # applied before c asks for it
         c.send(bytes.fromhex("03") + string("/from_torch"))
         assert c.recv_bytes() == b"t"

@@ -42,6 +42,13 @@ def ours(endpoint, *args, **kw):
     return sh.cli(endpoint, *args, dialect=DIALECT, **kw)
 
 
+def set_and_sync(store, key, value):
+    """SET has no reply, so another connection may overtake it; a GET on
+    the same connection proves the server has applied it."""
+    store.set(key, value)
+    assert store.get(key) == (value.encode() if isinstance(value, str) else value)
+
+
 def test_set_and_get_both_ways(master, endpoint, peer):
     r = ours(endpoint, "set", "from_dtrun", "caf\u00e9 \u2603")
     assert r.returncode == 0, r
@@ -76,7 +83,7 @@ def test_add_interleaved_with_torch(endpoint, peer):
 
 
 def test_check_ready_and_not_ready(endpoint, peer):
-    peer.set("chk_a", "1")
+    set_and_sync(peer, "chk_a", "1")
     r = ours(endpoint, "check", "chk_a")
     assert (r.returncode, r.stdout) == (0, b"ready\n")
     r = ours(endpoint, "check", "chk_a", "chk_missing")
@@ -84,7 +91,7 @@ def test_check_ready_and_not_ready(endpoint, peer):
 
 
 def test_delete_and_num_keys_agree_with_torch(master, endpoint, peer):
-    peer.set("del_me", "x")
+    set_and_sync(peer, "del_me", "x")
     before = master.num_keys()
     r = ours(endpoint, "num-keys")
     assert (r.returncode, r.stdout) == (0, f"{before}\n".encode())
