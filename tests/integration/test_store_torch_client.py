@@ -169,6 +169,43 @@ def test_cli_and_torch_see_each_others_writes(server, store):
     assert store.compare_set("k2", "", "recreated") == b"recreated"
 
 
+def test_torch_1_13_client_bytes_on_the_wire(server):
+    # Every byte the real 1.13 client sends and our server answers, through
+    # a recording proxy: this pins the 1.13 dialect to what torch does.
+    with sh.RecordingProxy(server.port) as proxy:
+        t = sh.torch_client(proxy.port)
+        t.set("wk", b"v\x00")
+        assert t.get("wk") == b"v\x00"
+        assert t.add("wc", 5) == 5
+        assert t.compare_set("wk", b"v\x00", "w") == b"w"
+        assert t.delete_key("wc") is True
+        t.num_keys()
+        # A 1.13 TCPStore has a second connection (for watch callbacks) that
+        # stays idle: exactly one connection carries traffic.
+        recorded = [r for r in proxy.recorded() if r != (b"", b"")]
+        assert len(recorded) == 1, recorded
+
+    assert recorded[0][0] == b"".join([
+        bytes.fromhex("00 0300000000000000") + b"/wk" + bytes.fromhex("0200000000000000")
+        + b"v\x00",                                              # SET /wk
+        sh.u8(5) + sh.keys_field(["/wk"]),                       # get = WAIT /wk
+        sh.u8(2) + sh.string("/wk"),                             #       + GET /wk
+        sh.u8(3) + sh.string("/wc") + sh.i64(5),                 # ADD /wc 5
+        sh.u8(1) + sh.string("/wk") + sh.string(b"v\x00") + sh.string("w"),  # COMPARE_SET
+        sh.u8(8) + sh.string("/wc"),                             # DELETE_KEY /wc
+        sh.u8(6),                                                # GETNUMKEYS
+    ])
+    replies = recorded[0][1]
+    assert replies[:-8] == b"".join([
+        b"\x00",                 # STOP_WAITING
+        sh.string(b"v\x00"),      # GET
+        sh.i64(5),                # ADD
+        sh.string("w"),           # COMPARE_SET
+        sh.i64(1),                # DELETE_KEY: deleted
+    ])
+    assert len(replies) == len(b"\x00") + 8 + 2 + 8 + 8 + 1 + 8 + 8  # + GETNUMKEYS
+
+
 def test_gloo_process_group_through_our_store(server):
     world = 4
     procs = [

@@ -281,3 +281,69 @@ def v2_connection(port: int, nonce: int = 0x1234, timeout_s: float = 10) -> RawC
     echoed = conn.recv_exact(4)
     assert echoed == u32(nonce), f"PING echoed {echoed.hex()} for nonce {nonce:#x}"
     return conn
+
+
+class RecordingProxy:
+    """A TCP proxy on 127.0.0.1 that records every byte both ways.
+
+    connections[i] = (client_to_server: bytearray, server_to_client:
+    bytearray), in accept order. Used to pin the bytes a real client sends.
+    """
+
+    def __init__(self, target_port: int):
+        self.target_port = target_port
+        self.listener = socket.create_server((HOST, 0))
+        self.port = self.listener.getsockname()[1]
+        self.connections: list[tuple[bytearray, bytearray]] = []
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self._accept_thread = threading.Thread(target=self._accept_loop, daemon=True)
+        self._accept_thread.start()
+
+    def _accept_loop(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return  # listener closed
+            upstream = socket.create_connection((HOST, self.target_port))
+            for s in (client, upstream):
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            record = (bytearray(), bytearray())
+            with self._lock:
+                self.connections.append(record)
+            for src, dst, log in ((client, upstream, record[0]), (upstream, client, record[1])):
+                t = threading.Thread(target=self._pump, args=(src, dst, log), daemon=True)
+                t.start()
+                self._threads.append(t)
+
+    def _pump(self, src: socket.socket, dst: socket.socket, log: bytearray) -> None:
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                with self._lock:
+                    log.extend(data)
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def recorded(self) -> list[tuple[bytes, bytes]]:
+        with self._lock:
+            return [(bytes(a), bytes(b)) for a, b in self.connections]
+
+    def close(self) -> None:
+        self.listener.close()
+
+    def __enter__(self) -> "RecordingProxy":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
