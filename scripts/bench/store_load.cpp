@@ -291,6 +291,14 @@ void raise_open_file_limit() {
   }
 }
 
+// CPU time (user + system) this process has used so far.
+double cpu_seconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  auto seconds = [](const timeval& tv) { return static_cast<double>(tv.tv_sec) + tv.tv_usec / 1e6; };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
+
 std::uint64_t percentile(std::vector<std::uint32_t>& sorted, double p) {
   if (sorted.empty()) return 0;
   auto i = static_cast<std::size_t>(p * static_cast<double>(sorted.size() - 1) + 0.5);
@@ -318,9 +326,11 @@ nlohmann::json run_load(run_state& state) {
   std::vector<std::shared_ptr<load_connection>> conns;
   auto connect_start = clock_type::now();
   double connect_s = 0;
+  double cpu_at_start = 0;
   auto conn = std::make_shared<connector>(
       state, state.opts.connections, [&](std::vector<tcp::socket>& sockets) {
         connect_s = std::chrono::duration<double>(clock_type::now() - connect_start).count();
+        cpu_at_start = cpu_seconds();
         state.start = clock_type::now();
         state.deadline =
             state.start + std::chrono::microseconds(static_cast<long>(state.opts.duration_s * 1e6));
@@ -350,6 +360,7 @@ nlohmann::json run_load(run_state& state) {
   // run(), not run_for(): run_for reads the clock around every handler.
   io.run();
   timer.cancel();
+  const double load_cpu_s = cpu_seconds() - cpu_at_start;
   if (state.running > 0) state.error(fmt::format("{} connections never finished", state.running));
 
   auto elapsed = std::chrono::duration<double>(state.deadline - state.start).count();
@@ -365,6 +376,7 @@ nlohmann::json run_load(run_state& state) {
       {"ops_per_s", elapsed > 0 ? static_cast<double>(state.ops_in_window) / elapsed : 0.0},
       {"p50_us", static_cast<double>(percentile(state.latencies_ns, 0.50)) / 1000.0},
       {"p99_us", static_cast<double>(percentile(state.latencies_ns, 0.99)) / 1000.0},
+      {"cpu_s", load_cpu_s},
   };
   if (state.opts.op == "add" && state.adds > 0) {
     try {

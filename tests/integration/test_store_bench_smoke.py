@@ -34,10 +34,11 @@ def test_quick_benchmark_prints_a_complete_table(tmp_path):
     assert len(load_rows) == 12, r.stdout
     for row in load_rows:
         cells = [c.strip() for c in row.strip("|").split("|")]
-        server, workload, conns, ops, p50, p99, cpu, errors = cells
+        server, workload, conns, ops, p50, p99, server_cpu, client_cpu, errors = cells
         assert errors == "0", row
         assert float(ops.replace(",", "")) > 0, row
         assert 0 < float(p50.replace(",", "")) <= float(p99.replace(",", "")), row
+        assert float(server_cpu) > 0 and float(client_cpu) > 0, row
     idle_rows = [row for row in rows if "idle" in row or "answered" in row]
     assert len(idle_rows) == 2 and all("ok (all 300 answered" in row for row in idle_rows), \
         r.stdout
