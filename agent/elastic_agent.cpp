@@ -253,7 +253,7 @@ class elastic_agent::impl {
 
   void signal_workers(int sig) {
     for (const auto& w : workers_) {
-      if (w.running) signal_group(w.pid, sig);
+      if (w.running) signal_worker(w.pid, sig);
     }
   }
 

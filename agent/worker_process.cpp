@@ -10,12 +10,14 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <system_error>
 
 #include <boost/process/args.hpp>
 #include <boost/process/child.hpp>
+#include <boost/process/error.hpp>
 #include <boost/process/exe.hpp>
 #include <boost/process/extend.hpp>
 #include <fmt/format.h>
@@ -27,11 +29,43 @@ namespace bp = boost::process;
 namespace dtrun::agent {
 namespace {
 
-// Boost.Process extension: runs in the child between fork and exec, so it
-// may only make async-signal-safe calls.
+// Why exec failed, without strerror (not async-signal-safe).
+const char* exec_reason(int error_number) {
+  switch (error_number) {
+    case ENOENT: return "No such file or directory";
+    case ENOTDIR: return "Not a directory";
+    case EACCES: return "Permission denied";
+    case ENOEXEC: return "Exec format error";
+    case EISDIR: return "Is a directory";
+    case E2BIG: return "Argument list too long";
+    case ENOMEM: return "Out of memory";
+    default: return "exec failed";
+  }
+}
+
+void write_all(int fd, const char* text) {
+  std::size_t left = std::strlen(text);
+  while (left > 0) {
+    ssize_t n = ::write(fd, text, left);
+    if (n <= 0) return;
+    text += n;
+    left -= static_cast<std::size_t>(n);
+  }
+}
+
+// Boost.Process extension. on_exec_setup and on_exec_error run in the
+// child between fork and exec, so they make async-signal-safe calls only.
+//
+// Boost's own error reporting is off (bp::ignore_error): it would make
+// every spawn wait for the child's exec, serialising the workers' start.
+// Instead the child reports a failed exec the way a shell does: one line on
+// stderr and exit code 127 or 126. The agent checks the program before the
+// first spawn, so this only happens when it changes during the run.
 struct worker_setup : bp::extend::handler {
   pid_t agent_pid;
   char** envp;
+  const char* failure_prefix;  // "dtrun: cannot run <program>: "
+  int* fork_errno;
 
   template <typename Executor>
   void on_setup(Executor& exec) const {
@@ -39,7 +73,23 @@ struct worker_setup : bp::extend::handler {
   }
 
   template <typename Executor>
+  void on_fork_error(Executor& /*exec*/, const std::error_code& ec) const {
+    *fork_errno = ec.value();
+  }
+
+  template <typename Executor>
   void on_exec_setup(Executor& /*exec*/) const {
+    // Every signal is blocked here (spawn_worker blocked them around the
+    // fork): a signal sent to the new worker before it execs must not run
+    // the agent's handlers, which would report it as the agent's own. So
+    // reset the caught ones to their default first, then unblock (last).
+    for (int sig = 1; sig < NSIG; ++sig) {
+      struct sigaction current {};
+      if (sig == SIGKILL || sig == SIGSTOP || ::sigaction(sig, nullptr, &current) != 0) continue;
+      // Ignored signals stay ignored across exec (nohup), except SIGPIPE,
+      // which the agent ignores for itself (as Python's subprocess does).
+      if (current.sa_handler != SIG_IGN || sig == SIGPIPE) ::signal(sig, SIG_DFL);
+    }
     // A session of its own, as torchrun's start_new_session: its own
     // process group (signalled as a whole), and no controlling terminal, so
     // a worker touching the tty is never stopped by SIGTTIN/SIGTTOU.
@@ -48,16 +98,22 @@ struct worker_setup : bp::extend::handler {
     // The death signal is only armed from now on: if the agent died before
     // prctl, nobody would kill us, so give up.
     if (::getppid() != agent_pid) ::_exit(1);
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    ::signal(SIGPIPE, SIG_DFL);
     // Only stdio is inherited (as Python's close_fds=True): the store's
-    // sockets must not outlive the agent in a worker. CLOEXEC rather than
-    // close, so Boost's exec-error pipe (already CLOEXEC) keeps working.
+    // sockets must not outlive the agent in a worker.
     if (::syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {
       for (int fd = 3; fd < 4096; ++fd) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
     }
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  }
+
+  template <typename Executor>
+  void on_exec_error(Executor& /*exec*/, const std::error_code& ec) const {
+    write_all(2, failure_prefix);
+    write_all(2, exec_reason(ec.value()));
+    write_all(2, "\n");
+    ::_exit(exec_failure_code(ec.value()));
   }
 };
 
@@ -81,20 +137,45 @@ spawn_result spawn_worker(const spawn_request& request) {
   envp.reserve(entries.size() + 1);
   for (auto& entry : entries) envp.push_back(entry.data());
   envp.push_back(nullptr);
+  std::string failure_prefix = fmt::format("dtrun: cannot run {}: ", request.program);
 
-  std::error_code ec;
-  bp::child child(bp::exe = request.program, bp::args = request.args,
-                  worker_setup{{}, ::getpid(), envp.data()}, ec);
+  int fork_errno = 0;
+  sigset_t all;
+  sigset_t previous;
+  sigfillset(&all);
+  ::sigprocmask(SIG_SETMASK, &all, &previous);
+  bp::child child(bp::exe = request.program, bp::args = request.args, bp::ignore_error,
+                  worker_setup{{}, ::getpid(), envp.data(), failure_prefix.c_str(), &fork_errno});
+  ::sigprocmask(SIG_SETMASK, &previous, nullptr);
   spawn_result result;
-  if (ec) {
-    result.exit_code = exec_failure_code(ec.value());
-    result.error = fmt::format("cannot run {}: {}", request.program, ec.message());
+  if (child.id() <= 0) {
+    result.exit_code = 1;
+    result.error = fmt::format("cannot start a worker for {}: fork failed: {}", request.program,
+                               std::generic_category().message(fork_errno));
     return result;
   }
   result.pid = child.id();
   // The agent reaps with waitpid(-1); boost must neither wait nor kill.
   child.detach();
   return result;
+}
+
+std::optional<spawn_result> check_program(const std::string& path) {
+  struct stat st {};
+  int error_number = 0;
+  if (::stat(path.c_str(), &st) != 0) {
+    error_number = errno;
+  } else if (S_ISDIR(st.st_mode)) {
+    error_number = EISDIR;
+  } else if (!S_ISREG(st.st_mode) || ::access(path.c_str(), X_OK) != 0) {
+    error_number = EACCES;
+  } else {
+    return std::nullopt;
+  }
+  spawn_result failure;
+  failure.exit_code = exec_failure_code(error_number);
+  failure.error = fmt::format("cannot run {}: {}", path, exec_reason(error_number));
+  return failure;
 }
 
 std::optional<std::string> resolve_program(const std::string& name, const std::string& path_list) {
@@ -113,6 +194,13 @@ std::optional<std::string> resolve_program(const std::string& name, const std::s
 
 void signal_group(pid_t pgid, int sig) {
   if (pgid > 0) ::kill(-pgid, sig);
+}
+
+void signal_worker(pid_t pid, int sig) {
+  if (pid <= 0) return;
+  // No such group yet: the worker has not reached setsid(). Its signals
+  // are blocked until after that, so the signal waits for it there.
+  if (::kill(-pid, sig) != 0 && errno == ESRCH) ::kill(pid, sig);
 }
 
 bool become_subreaper() { return ::prctl(PR_SET_CHILD_SUBREAPER, 1) == 0; }

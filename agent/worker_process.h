@@ -29,16 +29,24 @@ struct spawn_request {
 
 struct spawn_result {
   pid_t pid = -1;           // the worker, also its process group id; -1 on failure
-  int exit_code = 0;        // 127 not found, 126 not executable (failures only)
+  int exit_code = 0;        // failures only: 127 not found, 126 not executable, 1 other
   std::string error;        // one line naming the program and the reason
 
   bool ok() const { return pid > 0; }
 };
 
-// Forks and execs. Returns once exec() has succeeded or failed, so a
-// failure is reported here with the reason (never as a mystery exit 1).
-// Call only from the agent's single thread.
+// Forks; the child execs. Returns at once, without waiting for the exec, so
+// a group's workers start in parallel. If the exec fails, the child writes
+// "dtrun: cannot run <program>: <reason>" to stderr and exits 127 (not
+// found) or 126 (not executable), as a shell would; check_program() before
+// the first spawn catches that case up front. Fails here only when fork()
+// does. Call only from the agent's single thread.
 spawn_result spawn_worker(const spawn_request& request);
+
+// Whether `path` can be executed: nullopt when it can, else the failure
+// exec() would give (127 missing, 126 not executable or a directory) with
+// a one-line reason.
+std::optional<spawn_result> check_program(const std::string& path);
 
 // Finds `name` the way a shell does: names with a '/' are taken as they
 // are; others are looked up in `path_list` (colon-separated). Returns the
@@ -48,6 +56,10 @@ std::optional<std::string> resolve_program(const std::string& name, const std::s
 
 // kill(-pgid, sig), ignoring a group that is already gone.
 void signal_group(pid_t pgid, int sig);
+
+// Signals a running (not yet reaped) worker's process group, or the worker
+// alone when it has only just been forked and has no group yet.
+void signal_worker(pid_t pid, int sig);
 
 // Makes this process the reaper of orphaned descendants, so grandchildren
 // left behind by a dead worker are reparented to the agent, which can kill

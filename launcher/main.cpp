@@ -36,6 +36,9 @@ int launch(const launcher::launch_config& config, const agent::env_map& env) {
                                   config.program)
                     : fmt::format("program '{}' not found on PATH", config.program));
   }
+  // Checked once here, so a missing or non-executable program is one clear
+  // line and exit 127/126, not one failing worker per rank.
+  if (auto failure = agent::check_program(*program)) return fail(failure->exit_code, failure->error);
   for (const auto& warning : config.warnings) fmt::print(stderr, "dtrun: warning: {}\n", warning);
 
   boost::asio::io_context io(1);
