@@ -16,7 +16,8 @@
 //           ADDs done.
 // --idle N instead opens N connections (at most --connect-concurrency
 // connecting at a time), holds them all, then proves each is served by a
-// GETNUMKEYS round trip on every one.
+// GETNUMKEYS round trip on every one. --background-idle N holds N idle
+// connections open while a workload runs.
 //
 // Prints one JSON object on stdout.
 #include <sys/resource.h>
@@ -73,6 +74,7 @@ struct options {
   std::string op = "setget";
   std::size_t value_bytes = 64;
   int idle = 0;
+  int background_idle = 0;
   int connect_concurrency = 256;
   double timeout_s = 120;
 };
@@ -356,7 +358,15 @@ nlohmann::json run_load(run_state& state) {
   timer.async_wait([&](const boost::system::error_code& ec) {
     if (!ec) io.stop();
   });
-  conn->start();
+  // With --background-idle, those connections are opened (and held) first.
+  std::vector<tcp::socket> background;
+  auto idle_conn = std::make_shared<connector>(
+      state, state.opts.background_idle, [&](std::vector<tcp::socket>& sockets) {
+        background = std::move(sockets);
+        connect_start = clock_type::now();
+        conn->start();
+      });
+  idle_conn->start();
   // run(), not run_for(): run_for reads the clock around every handler.
   io.run();
   timer.cancel();
@@ -377,6 +387,7 @@ nlohmann::json run_load(run_state& state) {
       {"p50_us", static_cast<double>(percentile(state.latencies_ns, 0.50)) / 1000.0},
       {"p99_us", static_cast<double>(percentile(state.latencies_ns, 0.99)) / 1000.0},
       {"cpu_s", load_cpu_s},
+      {"background_idle", background.size()},
   };
   if (state.opts.op == "add" && state.adds > 0) {
     try {
@@ -467,6 +478,8 @@ int main(int argc, char** argv) {
   app.add_option("--value-bytes", opts.value_bytes, "value size for setget")
       ->capture_default_str();
   app.add_option("--idle", opts.idle, "instead of load: hold this many idle connections");
+  app.add_option("--background-idle", opts.background_idle,
+                 "with a load: hold this many idle connections open during it");
   app.add_option("--connect-concurrency", opts.connect_concurrency,
                  "connects in flight at once")
       ->capture_default_str();
