@@ -64,9 +64,8 @@ void write_all(int fd, const char* text) {
 // Boost.Process extension. on_exec_setup and on_exec_error run in the
 // child between fork and exec, so they make async-signal-safe calls only.
 //
-// Boost's own error reporting is off (bp::ignore_error): it would make
-// every spawn wait for the child's exec, serialising the workers' start.
-// Instead the child reports a failed exec the way a shell does: one line on
+// Boost's own error reporting is off (bp::ignore_error; its vfork path has
+// none that survives exec). Instead the child reports a failed exec the way a shell does: one line on
 // stderr and exit code 127 or 126. The agent checks the program before the
 // first spawn, so this only happens when it changes during the run.
 struct worker_setup : bp::extend::handler {

@@ -35,8 +35,8 @@ struct spawn_result {
   bool ok() const { return pid > 0; }
 };
 
-// Forks; the child execs. Returns at once, without waiting for the exec, so
-// a group's workers start in parallel. If the exec fails, the child writes
+// vforks; the child execs; returns as soon as the child has exec'd (or
+// failed to). If the exec fails, the child writes
 // "dtrun: cannot run <program>: <reason>" to stderr and exits 127 (not
 // found) or 126 (not executable), as a shell would; check_program() before
 // the first spawn catches that case up front. Fails here only when fork()
