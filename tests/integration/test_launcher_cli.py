@@ -111,3 +111,23 @@ def test_python_comes_from_dtrun_python(tmp_path):
     r = dh.run(["--standalone", str(script)], env=dh.job_env(DTRUN_PYTHON=dh.PYTHON))
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "exe").read_text() == dh.PYTHON
+
+
+def test_nnodes_1_without_endpoint_runs_like_standalone(tmp_path):
+    out = tmp_path / "env"
+    r = dh.run(["--nnodes=1", "--rdzv-id=myjob", "--nproc-per-node=2", "--no-python",
+                "/bin/sh", "-c", f'echo "$TORCHELASTIC_RUN_ID $WORLD_SIZE" > {out}$RANK'])
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "env0").read_text().split() == ["myjob", "2"]
+
+
+def test_error_file_message_is_reported_and_kept_in_log_dir(tmp_path):
+    worker = ('[ "$RANK" = 1 ] || exit 0; '
+              'echo \'{"message": {"message": "RuntimeError: boom", "extraInfo": {}}}\' '
+              '> "$TORCHELASTIC_ERROR_FILE"; exit 1')
+    r = dh.run(["--standalone", "--nproc-per-node=2", f"--log-dir={tmp_path}", "--no-python",
+                "/bin/sh", "-c", worker])
+    assert r.returncode == 1
+    assert "worker error: RuntimeError: boom" in r.stderr
+    error_files = list(tmp_path.glob("*/attempt_0/1/error.json"))
+    assert len(error_files) == 1
