@@ -75,6 +75,7 @@ struct options {
   std::size_t value_bytes = 64;
   int idle = 0;
   int background_idle = 0;
+  bool sync = false;
   int connect_concurrency = 256;
   double timeout_s = 120;
 };
@@ -293,6 +294,17 @@ void raise_open_file_limit() {
   }
 }
 
+// With --sync: tells the driver (on stdout) that the load is about to
+// start or has just finished, and waits for its go-ahead (a line on
+// stdin), so it can sample the server's CPU time exactly around the load,
+// excluding connection setup and teardown.
+void handshake(const run_state& state, const char* event) {
+  if (!state.opts.sync) return;
+  std::cout << nlohmann::json{{"event", event}}.dump() << std::endl;
+  std::string ignored;
+  std::getline(std::cin, ignored);
+}
+
 // CPU time (user + system) this process has used so far.
 double cpu_seconds() {
   rusage usage{};
@@ -332,6 +344,7 @@ nlohmann::json run_load(run_state& state) {
   auto conn = std::make_shared<connector>(
       state, state.opts.connections, [&](std::vector<tcp::socket>& sockets) {
         connect_s = std::chrono::duration<double>(clock_type::now() - connect_start).count();
+        handshake(state, "connected");
         cpu_at_start = cpu_seconds();
         state.start = clock_type::now();
         state.deadline =
@@ -371,6 +384,7 @@ nlohmann::json run_load(run_state& state) {
   io.run();
   timer.cancel();
   const double load_cpu_s = cpu_seconds() - cpu_at_start;
+  handshake(state, "finished");
   if (state.running > 0) state.error(fmt::format("{} connections never finished", state.running));
 
   auto elapsed = std::chrono::duration<double>(state.deadline - state.start).count();
@@ -480,6 +494,8 @@ int main(int argc, char** argv) {
   app.add_option("--idle", opts.idle, "instead of load: hold this many idle connections");
   app.add_option("--background-idle", opts.background_idle,
                  "with a load: hold this many idle connections open during it");
+  app.add_flag("--sync", opts.sync,
+               "print connected/finished events and wait for a stdin line after each");
   app.add_option("--connect-concurrency", opts.connect_concurrency,
                  "connects in flight at once")
       ->capture_default_str();
