@@ -5,7 +5,6 @@ process on a daemon thread); the client is `dtrun-store --dialect v1.13`,
 interleaved with torch clients on the same server.
 """
 
-import datetime
 import os
 import sys
 import threading
