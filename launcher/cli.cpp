@@ -194,6 +194,7 @@ parse_result parse_command_line(const std::vector<std::string>& args) {
     throw usage_error(fmt::format("{} (run 'dtrun --help')", first_line(e.what())));
   }
   o.master_port_given = app.get_option("--master-port")->count() > 0;
+  o.rdzv_backend_given = app.get_option("--rdzv-backend")->count() > 0;
   if (app.get_option("--stop-timeout")->count() == 0 &&
       app.get_option("--shutdown-timeout")->count() == 0) {
     // torchrun's newer name for the same setting, from the environment.

@@ -28,6 +28,7 @@ struct launch_options {
   std::string nproc_per_node = "1";
   bool standalone = false;
   std::string rdzv_backend = "static";
+  bool rdzv_backend_given = false;  // else c10d when an endpoint is given
   std::string rdzv_endpoint;
   std::string rdzv_id = "none";
   std::string rdzv_conf;

@@ -125,7 +125,15 @@ launch_config resolve_launch_config(const launch_options& o, const agent::env_ma
   if (o.standalone) {
     // As torchrun: a fresh run id; any --rdzv-* values are ignored.
     c.spec.run_id = random_run_id();
-  } else if (c.nnodes.max == 1 && o.rdzv_endpoint.empty()) {
+  } else if (auto multi_node = resolve_multi_node(o, c.nnodes.min, c.nnodes.max,
+                                                  c.nproc_per_node)) {
+    c.standalone = false;
+    c.spec.run_id = o.rdzv_id;
+    multi_node->rendezvous.max_restarts = o.max_restarts;
+    c.store_host = multi_node->rendezvous.endpoint_host;
+    c.store_port = multi_node->rendezvous.endpoint_port;
+    c.multi_node = std::move(multi_node);
+  } else {
     // One node and nobody to meet: the same as --standalone, but the run id
     // is the given one and an explicit --master-port is honoured.
     c.spec.run_id = o.rdzv_id;
@@ -135,10 +143,6 @@ launch_config resolve_launch_config(const launch_options& o, const agent::env_ma
       }
       c.store_port = static_cast<std::uint16_t>(o.master_port);
     }
-  } else {
-    throw usage_error(fmt::format(
-        "multi-node runs (--nnodes={}{}) are not supported yet; on one machine use --standalone",
-        o.nnodes, o.rdzv_endpoint.empty() ? "" : ", --rdzv-endpoint=" + o.rdzv_endpoint));
   }
   c.spec.role = o.role;
   c.spec.local_world_size = c.nproc_per_node;
@@ -181,7 +185,7 @@ nlohmann::json to_json(const launch_config& c, const agent::env_map& env) {
   for (int sig : c.signals) signals.push_back(agent::signal_name(sig));
   nlohmann::json argv = nlohmann::json::array({c.program});
   for (const auto& a : c.args) argv.push_back(a);
-  return {
+  nlohmann::json out = {
       {"nnodes", {{"min", c.nnodes.min}, {"max", c.nnodes.max}}},
       {"nproc_per_node", c.nproc_per_node},
       {"standalone", c.standalone},
@@ -196,6 +200,8 @@ nlohmann::json to_json(const launch_config& c, const agent::env_map& env) {
       {"argv", argv},
       {"workers", workers},
   };
+  if (c.multi_node) out["rendezvous"] = to_json(*c.multi_node);
+  return out;
 }
 
 }  // namespace dtrun::launcher

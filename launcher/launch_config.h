@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,7 @@
 
 #include "agent/worker_env.h"
 #include "launcher/cli.h"
+#include "launcher/rendezvous_config.h"
 
 namespace dtrun::launcher {
 
@@ -25,6 +27,8 @@ struct launch_config {
   // Single node on loopback (--standalone, or --nnodes=1 without an
   // endpoint).
   bool standalone = true;
+  // Several nodes: how they meet (nullopt for single-node runs).
+  std::optional<multi_node_config> multi_node;
   std::string store_host = "127.0.0.1";
   std::uint16_t store_port = 0;  // 0: a free port
   agent::worker_group_spec spec;
@@ -54,8 +58,7 @@ std::vector<int> parse_signals(const std::string& list);
 int gpu_count();
 
 // Validates and interprets the flags. `env` is the agent's environment
-// (for OMP_NUM_THREADS and the NCCL defaults). Throws usage_error,
-// including for multi-node runs, which dtrun does not support yet.
+// (for OMP_NUM_THREADS and the NCCL defaults). Throws usage_error.
 launch_config resolve_launch_config(const launch_options& options, const agent::env_map& env);
 
 // The configuration as JSON, with each local rank's environment as far as

@@ -3,6 +3,7 @@
 // the failing worker's code, 128+n after signal n (see docs/agent.md).
 #include <cstdio>
 #include <exception>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "agent/worker_process.h"
 #include "launcher/cli.h"
 #include "launcher/launch_config.h"
+#include "rendezvous/dynamic_rendezvous.h"
 #include "rendezvous/standalone_rendezvous.h"
 
 namespace {
@@ -42,8 +44,14 @@ int launch(const launcher::launch_config& config, const agent::env_map& env) {
   for (const auto& warning : config.warnings) fmt::print(stderr, "dtrun: warning: {}\n", warning);
 
   boost::asio::io_context io(1);
-  rendezvous::standalone_rendezvous rendezvous(
-      io, {config.spec.run_id, config.nproc_per_node, config.store_host, config.store_port});
+  std::unique_ptr<rendezvous::rendezvous_handler> rendezvous;
+  if (config.multi_node) {
+    rendezvous = std::make_unique<rendezvous::dynamic_rendezvous>(io, config.multi_node->rendezvous);
+  } else {
+    rendezvous = std::make_unique<rendezvous::standalone_rendezvous>(
+        io, rendezvous::standalone_rendezvous_options{config.spec.run_id, config.nproc_per_node,
+                                                      config.store_host, config.store_port});
+  }
 
   agent::agent_options options;
   options.spec = config.spec;
@@ -52,7 +60,7 @@ int launch(const launcher::launch_config& config, const agent::env_map& env) {
   options.stop_timeout = config.stop_timeout;
   options.signals = config.signals;
   options.log_dir = config.log_dir;
-  agent::elastic_agent agent(io, std::move(options), rendezvous);
+  agent::elastic_agent agent(io, std::move(options), *rendezvous);
   return agent.run();
 }
 

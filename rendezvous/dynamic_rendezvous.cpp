@@ -218,10 +218,23 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
     auto self = shared_from_this();
     reconnect([self](std::exception_ptr error) {
       if (error) return self->fail(error);
-      // The newest round anyone started; 0 when we are first.
-      self->ops_->add(self->key("round"), 0, [self](store_result r) {
-        if (r.error) return self->fail(r.error);
-        self->look_at_round(std::max<std::int64_t>(r.number, self->last_round_ + 1));
+      // A job that failed on another node is over for us too.
+      self->ops_->check({self->key("failed")}, [self](store_result f) {
+        if (f.error) return self->fail(f.error);
+        if (f.flag) {
+          return self->ops_->get(self->key("failed"), self->options_.close_timeout,
+                                 [self](store_result why) {
+                                   self->fail(error_of(fmt::format(
+                                       "the job failed on another node ({}); its restarts "
+                                       "(--max-restarts={}) are used up",
+                                       why.value, self->options_.max_restarts)));
+                                 });
+        }
+        // The newest round anyone started; 0 when we are first.
+        self->ops_->add(self->key("round"), 0, [self](store_result r) {
+          if (r.error) return self->fail(r.error);
+          self->look_at_round(std::max<std::int64_t>(r.number, self->last_round_ + 1));
+        });
       });
     });
   }
@@ -464,6 +477,12 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
     heartbeat_timer_.cancel();
     ops_->add(key("restarts"), 1, [self, reason, done](store_result n) {
       if (n.error) return done(n.error, 0);
+      if (n.number > self->options_.max_restarts) {
+        // Out of restarts: the job is over for every node, not just us.
+        self->ops_->set(self->key("failed"),
+                        fmt::format("node {}: {}", self->group_rank_, reason),
+                        [](store_result) {});
+      }
       self->ops_->set(self->round_key(self->round_, "over"),
                       fmt::format("node {}: {}", self->group_rank_, reason), [](store_result) {});
       done(nullptr, static_cast<int>(n.number));

@@ -46,6 +46,9 @@ struct dynamic_rendezvous_options {
   std::chrono::milliseconds keep_alive_interval = std::chrono::seconds(5);
   int keep_alive_max_attempt = 3;
   std::chrono::milliseconds exit_barrier_timeout = std::chrono::seconds(300);
+  // Job-wide: a failure beyond this many restarts fails the job on every
+  // node (the others learn it when they try to rejoin).
+  int max_restarts = 0;
   // How long to wait for the store before saying that nobody hosts it.
   std::chrono::milliseconds no_host_warning = std::chrono::seconds(5);
   std::function<void(const std::string&)> log;

@@ -40,10 +40,21 @@ def test_bad_values_are_usage_errors():
         assert len(r.stderr.strip().splitlines()) == 1, r.stderr
 
 
-def test_multi_node_is_refused_for_now():
-    r = dh.run(["--nnodes=2", "--rdzv-endpoint=h:29400", "x.py"])
+def test_multi_node_dry_run_shows_how_the_nodes_meet():
+    r = dh.run(["--nnodes=2:3", "--rdzv-endpoint=192.0.2.1", "--rdzv-id=job9", "--dry-run",
+                "x.py"])
+    assert r.returncode == 0, r.stderr
+    config = json.loads(r.stdout)
+    assert config["run_id"] == "job9"
+    assert config["rendezvous"]["backend"] == "c10d"
+    assert config["rendezvous"]["endpoint"] == "192.0.2.1:29400"
+    assert config["rendezvous"]["hosts_store"] is False
+
+
+def test_etcd_backend_is_refused_with_what_to_use():
+    r = dh.run(["--nnodes=2", "--rdzv-backend=etcd", "--rdzv-endpoint=h:2379", "x.py"])
     assert r.returncode == 2
-    assert "not supported yet" in r.stderr
+    assert "use --rdzv-backend=c10d" in r.stderr
 
 
 def test_dry_run_prints_the_resolved_configuration():

@@ -3,6 +3,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <chrono>
+
 #include "launcher/launch_config.h"
 
 using namespace dtrun::launcher;
@@ -106,14 +108,75 @@ TEST_CASE("nnodes=1 without an endpoint behaves like standalone") {
   CHECK(resolve_launch_config(o, {}).store_port == 29555);
 }
 
-TEST_CASE("multi-node runs are refused for now, with a one-line reason") {
+TEST_CASE("an endpoint means c10d rendezvous; the endpoint's node hosts the store") {
+  launch_options o = standalone_options();
+  o.standalone = false;
+  o.nnodes = "2:4";
+  o.rdzv_endpoint = "127.0.0.1";
+  o.rdzv_id = "job7";
+  o.rdzv_conf = "join_timeout=12, last_call_timeout=3,keep_alive_interval=0.5";
+  auto c = resolve_launch_config(o, {});
+  REQUIRE(c.multi_node);
+  CHECK_FALSE(c.standalone);
+  CHECK(c.spec.run_id == "job7");
+  const auto& r = c.multi_node->rendezvous;
+  CHECK(c.multi_node->backend == "c10d");
+  CHECK(r.endpoint_port == 29400);  // c10d's default port
+  CHECK(r.min_nodes == 2);
+  CHECK(r.max_nodes == 4);
+  CHECK(r.host_store);  // 127.0.0.1 is this machine
+  CHECK(r.join_timeout == std::chrono::seconds(12));
+  CHECK(r.last_call_timeout == std::chrono::seconds(3));
+  CHECK(r.keep_alive_interval == std::chrono::milliseconds(500));
+  CHECK(r.fixed_rank == -1);
+
+  o.rdzv_endpoint = "192.0.2.1:1234";  // TEST-NET: never this machine
+  auto other = resolve_launch_config(o, {});
+  CHECK_FALSE(other.multi_node->rendezvous.host_store);
+  CHECK(other.multi_node->rendezvous.endpoint_port == 1234);
+  o.rdzv_conf = "is_host=1";
+  CHECK(resolve_launch_config(o, {}).multi_node->rendezvous.host_store);
+}
+
+TEST_CASE("without an endpoint, several nodes use the static backend") {
+  launch_options o = standalone_options();
+  o.standalone = false;
+  o.nnodes = "3";
+  o.node_rank = 2;
+  o.master_addr = "10.0.0.1";
+  o.master_port = 29555;
+  auto c = resolve_launch_config(o, {});
+  REQUIRE(c.multi_node);
+  const auto& r = c.multi_node->rendezvous;
+  CHECK(c.multi_node->backend == "static");
+  CHECK(r.fixed_rank == 2);
+  CHECK(r.endpoint_host == "10.0.0.1");
+  CHECK(r.endpoint_port == 29555);
+  CHECK_FALSE(r.host_store);  // node rank 0 hosts
+  o.node_rank = 0;
+  CHECK(resolve_launch_config(o, {}).multi_node->rendezvous.host_store);
+}
+
+TEST_CASE("multi-node mistakes get one-line usage errors") {
   launch_options o = standalone_options();
   o.standalone = false;
   o.nnodes = "2";
-  CHECK_THROWS_WITH(resolve_launch_config(o, {}), Catch::Contains("not supported yet"));
-  o.nnodes = "1";
-  o.rdzv_endpoint = "host:29400";
-  CHECK_THROWS_AS(resolve_launch_config(o, {}), usage_error);
+  o.node_rank = 2;
+  CHECK_THROWS_WITH(resolve_launch_config(o, {}), Catch::Contains("--node-rank=2 is not in 0..1"));
+  o.node_rank = 0;
+  o.nnodes = "1:2";
+  CHECK_THROWS_WITH(resolve_launch_config(o, {}), Catch::Contains("needs --rdzv-backend=c10d"));
+  o.rdzv_backend = "c10d";
+  o.rdzv_backend_given = true;
+  CHECK_THROWS_WITH(resolve_launch_config(o, {}), Catch::Contains("needs --rdzv-endpoint"));
+  o.rdzv_endpoint = "h:29400";
+  o.rdzv_conf = "bogus=1";
+  CHECK_THROWS_WITH(resolve_launch_config(o, {}), Catch::Contains("unknown key 'bogus'"));
+  o.rdzv_conf = "join_timeout=soon";
+  CHECK_THROWS_WITH(resolve_launch_config(o, {}), Catch::Contains("join_timeout=soon"));
+  o.rdzv_conf = "";
+  o.rdzv_backend = "etcd";
+  CHECK_THROWS_WITH(resolve_launch_config(o, {}), Catch::Contains("use --rdzv-backend=c10d"));
 }
 
 TEST_CASE("OMP_NUM_THREADS: a warning when it is unset and there are several workers") {

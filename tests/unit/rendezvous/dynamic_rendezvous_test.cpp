@@ -37,6 +37,7 @@ struct cluster {
     o.last_call_timeout = 200ms;
     o.close_timeout = 5s;
     o.keep_alive_interval = 100ms;
+    o.max_restarts = 10;
     o.log = [this](const std::string& line) { log.push_back(line); };
     return o;
   }

@@ -1,0 +1,180 @@
+#include "launcher/rendezvous_config.h"
+
+#include <algorithm>
+#include <cctype>
+
+#include <fmt/format.h>
+
+#include "rendezvous/endpoint.h"
+
+namespace dtrun::launcher {
+namespace {
+
+constexpr std::uint16_t c10d_default_port = 29400;
+
+std::string trim(std::string s) {
+  auto blank = [](unsigned char c) { return std::isspace(c) != 0; };
+  s.erase(s.begin(), std::find_if_not(s.begin(), s.end(), blank));
+  s.erase(std::find_if_not(s.rbegin(), s.rend(), blank).base(), s.end());
+  return s;
+}
+
+double seconds(const std::map<std::string, std::string>& conf, const std::string& key,
+               double fallback) {
+  auto it = conf.find(key);
+  if (it == conf.end()) return fallback;
+  try {
+    std::size_t used = 0;
+    double v = std::stod(it->second, &used);
+    if (used == it->second.size() && v >= 0) return v;
+  } catch (const std::exception&) {
+  }
+  throw usage_error(fmt::format("--rdzv-conf {}={} is not a number of seconds", key, it->second));
+}
+
+std::chrono::milliseconds ms(double s) {
+  return std::chrono::milliseconds(static_cast<long long>(s * 1000.0));
+}
+
+std::optional<bool> boolean(const std::map<std::string, std::string>& conf,
+                            const std::string& key) {
+  auto it = conf.find(key);
+  if (it == conf.end()) return std::nullopt;
+  std::string v = it->second;
+  std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (v == "1" || v == "true" || v == "yes") return true;
+  if (v == "0" || v == "false" || v == "no") return false;
+  throw usage_error(fmt::format("--rdzv-conf {}={} is not true or false", key, it->second));
+}
+
+const std::vector<std::string> known_keys = {
+    "join_timeout", "last_call_timeout", "close_timeout",  "read_timeout",
+    "keep_alive_interval", "keep_alive_max_attempt", "heartbeat_timeout", "is_host",
+    "timeout", "store_type", "use_libuv", "exit_barrier_timeout"};
+
+}  // namespace
+
+std::map<std::string, std::string> parse_rdzv_conf(const std::string& text) {
+  std::map<std::string, std::string> conf;
+  std::size_t start = 0;
+  while (start < text.size()) {
+    auto comma = std::min(text.find(',', start), text.size());
+    auto pair = trim(text.substr(start, comma - start));
+    start = comma + 1;
+    if (pair.empty()) continue;
+    auto eq = pair.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      throw usage_error(fmt::format("--rdzv-conf: '{}' is not key=value", pair));
+    }
+    auto key = trim(pair.substr(0, eq));
+    if (std::find(known_keys.begin(), known_keys.end(), key) == known_keys.end()) {
+      throw usage_error(fmt::format("--rdzv-conf: unknown key '{}' (known: {})", key,
+                                    fmt::join(known_keys, ", ")));
+    }
+    conf[key] = trim(pair.substr(eq + 1));
+  }
+  return conf;
+}
+
+std::optional<multi_node_config> resolve_multi_node(const launch_options& o, int min_nodes,
+                                                    int max_nodes, int nproc_per_node) {
+  std::string backend = o.rdzv_backend;
+  if (!o.rdzv_backend_given && !o.rdzv_endpoint.empty()) backend = "c10d";
+  if (backend == "etcd" || backend == "etcd-v2") {
+    throw usage_error(fmt::format(
+        "--rdzv-backend={} is not supported yet; use --rdzv-backend=c10d (the store is hosted "
+        "by the endpoint's node, no etcd needed)",
+        backend));
+  }
+  if (backend != "c10d" && backend != "static") {
+    throw usage_error(fmt::format("--rdzv-backend={} is not one of c10d, static", backend));
+  }
+  // One node and nobody to meet: single-node (the caller's standalone path).
+  if (max_nodes == 1 && o.rdzv_endpoint.empty()) return std::nullopt;
+
+  auto conf = parse_rdzv_conf(o.rdzv_conf);
+  multi_node_config c;
+  c.backend = backend;
+  auto& r = c.rendezvous;
+  r.run_id = o.rdzv_id;
+  r.min_nodes = min_nodes;
+  r.max_nodes = max_nodes;
+  r.local_world_size = nproc_per_node;
+  r.local_addr = o.local_addr;
+  r.join_timeout = ms(seconds(conf, "join_timeout", seconds(conf, "timeout", 600)));
+  r.last_call_timeout = ms(seconds(conf, "last_call_timeout", 30));
+  r.close_timeout = ms(seconds(conf, "close_timeout", 30));
+  r.keep_alive_interval = ms(seconds(conf, "keep_alive_interval", 5));
+  r.exit_barrier_timeout = ms(seconds(conf, "exit_barrier_timeout", 300));
+  auto attempts = seconds(conf, "keep_alive_max_attempt", 3);
+  if (attempts < 1) throw usage_error("--rdzv-conf keep_alive_max_attempt must be at least 1");
+  r.keep_alive_max_attempt = static_cast<int>(attempts);
+  // Say that nobody hosts the store well before giving up.
+  r.no_host_warning = std::min<std::chrono::milliseconds>(std::chrono::seconds(5),
+                                                           r.join_timeout / 2);
+
+  std::string where;
+  std::uint16_t default_port = c10d_default_port;
+  if (backend == "static") {
+    if (min_nodes != max_nodes) {
+      throw usage_error(fmt::format(
+          "--nnodes={}:{} needs --rdzv-backend=c10d; the static backend takes a fixed --nnodes=N",
+          min_nodes, max_nodes));
+    }
+    if (o.node_rank < 0 || o.node_rank >= max_nodes) {
+      throw usage_error(fmt::format("--node-rank={} is not in 0..{} (--nnodes={})", o.node_rank,
+                                    max_nodes - 1, max_nodes));
+    }
+    if (o.master_port < 0 || o.master_port > 65535) {
+      throw usage_error(fmt::format("--master-port={} is not a port number", o.master_port));
+    }
+    r.fixed_rank = o.node_rank;
+    where = o.rdzv_endpoint.empty() ? fmt::format("{}:{}", o.master_addr, o.master_port)
+                                    : o.rdzv_endpoint;
+    default_port = static_cast<std::uint16_t>(o.master_port);
+  } else {
+    if (o.rdzv_endpoint.empty()) {
+      throw usage_error(
+          "--rdzv-backend=c10d needs --rdzv-endpoint=HOST[:PORT], the address of the node that "
+          "hosts the rendezvous store (usually the first node)");
+    }
+    where = o.rdzv_endpoint;
+  }
+  auto ep = rendezvous::parse_endpoint(where, default_port);
+  if (!ep) {
+    throw usage_error(fmt::format("rendezvous endpoint '{}' is not HOST[:PORT] (IPv6 as [addr]:port)",
+                                  where));
+  }
+  r.endpoint_host = ep->host;
+  r.endpoint_port = ep->port;
+  if (auto is_host = boolean(conf, "is_host")) {
+    r.host_store = *is_host;
+    c.host_decided_by = "--rdzv-conf is_host";
+  } else if (backend == "static") {
+    r.host_store = o.node_rank == 0;
+    c.host_decided_by = "--node-rank=0 hosts the store";
+  } else {
+    r.host_store = rendezvous::is_this_machine(ep->host);
+    c.host_decided_by = "the endpoint host is this machine";
+    if (!r.host_store) c.host_decided_by = "the endpoint host is another machine";
+  }
+  return c;
+}
+
+nlohmann::json to_json(const multi_node_config& c) {
+  const auto& r = c.rendezvous;
+  return {
+      {"backend", c.backend},
+      {"endpoint", rendezvous::to_string({r.endpoint_host, r.endpoint_port})},
+      {"hosts_store", r.host_store},
+      {"hosts_store_because", c.host_decided_by},
+      {"node_rank", r.fixed_rank >= 0 ? nlohmann::json(r.fixed_rank) : nlohmann::json(nullptr)},
+      {"local_addr", r.local_addr},
+      {"join_timeout_s", r.join_timeout.count() / 1000.0},
+      {"last_call_timeout_s", r.last_call_timeout.count() / 1000.0},
+      {"keep_alive_interval_s", r.keep_alive_interval.count() / 1000.0},
+      {"keep_alive_max_attempt", r.keep_alive_max_attempt},
+  };
+}
+
+}  // namespace dtrun::launcher

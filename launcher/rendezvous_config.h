@@ -1,0 +1,43 @@
+// How a multi-node run meets: torchrun's --rdzv-* and static flags turned
+// into the settings of dtrun's rendezvous handler.
+//
+//   c10d (default when --rdzv-endpoint is given): --nnodes=MIN:MAX, the store
+//     on the endpoint, hosted by the node the endpoint names (or is_host=1).
+//   static (torchrun's default without an endpoint): --nnodes=N,
+//     --node-rank=R, the store on --master-addr:--master-port, hosted by
+//     node rank 0; ranks are pinned.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "launcher/cli.h"
+#include "rendezvous/dynamic_rendezvous.h"
+
+namespace dtrun::launcher {
+
+struct node_range;
+
+struct multi_node_config {
+  std::string backend;  // "c10d" or "static"
+  rendezvous::dynamic_rendezvous_options rendezvous;
+  // Which setting decided that this node hosts the store, for --dry-run.
+  std::string host_decided_by;
+};
+
+// "k=v,k=v" -> map. Throws usage_error on a malformed pair.
+std::map<std::string, std::string> parse_rdzv_conf(const std::string& text);
+
+// The multi-node settings for these flags, or nullopt for a single-node
+// run. Throws usage_error with what to change.
+std::optional<multi_node_config> resolve_multi_node(const launch_options& options, int min_nodes,
+                                                    int max_nodes, int nproc_per_node);
+
+nlohmann::json to_json(const multi_node_config& config);
+
+}  // namespace dtrun::launcher
