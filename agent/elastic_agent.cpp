@@ -43,7 +43,9 @@ struct failure {
   bool spawn_failed = false;  // exec() failed: restarting would not help
 };
 
-enum class phase { starting, rendezvous, running, stopping, done };
+// exiting: our workers all succeeded; waiting in the exit barrier for the
+// other nodes.
+enum class phase { starting, rendezvous, running, stopping, exiting, done };
 
 std::string safe_file_name(const std::string& text) {
   std::string out;
@@ -145,8 +147,14 @@ class elastic_agent::impl {
     phase_ = phase::running;
     workers_.clear();
     failure_.reset();
+    job_restarts_.reset();
+    round_over_ = false;
+    // TORCHELASTIC_RESTART_COUNT is the round: the same on every node, and
+    // new for every restart of the group, whatever its cause, so workers
+    // that bootstrap from the agent store never meet a previous round's keys.
+    round_ = static_cast<int>(info.round);
     const auto& spec = options_.spec;
-    fs::path attempt_dir = fs::path(run_dir_) / fmt::format("attempt_{}", restart_count_);
+    fs::path attempt_dir = fs::path(run_dir_) / fmt::format("attempt_{}", round_);
     for (int local_rank = 0; local_rank < spec.local_world_size; ++local_rank) {
       fs::path rank_dir = attempt_dir / std::to_string(local_rank);
       fs::create_directories(rank_dir);
@@ -154,7 +162,7 @@ class elastic_agent::impl {
 
       spawn_request request{options_.program, options_.args, inherited_};
       for (auto& [k, v] : static_worker_env(spec, local_rank, inherited_)) request.env[k] = v;
-      for (auto& [k, v] : round_worker_env(spec, info, local_rank, restart_count_)) {
+      for (auto& [k, v] : round_worker_env(spec, info, local_rank, round_)) {
         request.env[k] = v;
       }
       request.env["TORCHELASTIC_ERROR_FILE"] = error_file;
@@ -164,12 +172,24 @@ class elastic_agent::impl {
       if (!spawned.ok()) {
         log(spawned.error);
         failure_ = failure{local_rank, rank, -1, {spawned.exit_code, 0}, {}, true};
+        count_restart(spawned.error);
         begin_stop(SIGTERM);
         return;
       }
       guard_->watch(spawned.pid);
       workers_.push_back({local_rank, rank, spawned.pid, true, error_file});
     }
+    // Another node failed, died or wants in: stop ours and meet again.
+    rendezvous_.watch_round([this](std::string reason) {
+      if (phase_ != phase::running && phase_ != phase::exiting) return;
+      log(fmt::format("the group must restart: {}; stopping the workers to rejoin", reason));
+      round_over_ = true;
+      if (phase_ == phase::exiting) {
+        start_round();
+        return;
+      }
+      begin_stop(SIGTERM);
+    });
   }
 
   // waitpid(-1) in a loop: SIGCHLDs coalesce, and adopted orphans are
@@ -194,10 +214,11 @@ class elastic_agent::impl {
         log(fmt::format("worker local_rank={} (rank {}, pid {}) {}; stopping the other workers",
                         w.local_rank, w.rank, w.pid, describe(status)));
         failure_ = failure{w.local_rank, w.rank, w.pid, status, w.error_file, false};
+        count_restart(fmt::format("worker rank {} {}", w.rank, describe(status)));
         begin_stop(SIGTERM);
       } else if (running_count() == 0) {
         end_round();
-        finish(0);
+        exit_barrier();
       }
     } else if (phase_ == phase::stopping && running_count() == 0) {
       group_stopped();
@@ -224,6 +245,7 @@ class elastic_agent::impl {
         break;
       case phase::starting:
       case phase::rendezvous:
+      case phase::exiting:
         log(fmt::format("received {}; exiting", signal_name(sig)));
         finish(128 + sig);
         break;
@@ -270,19 +292,62 @@ class elastic_agent::impl {
       finish(128 + stop_signal_);
       return;
     }
-    if (!failure_) {  // cannot happen: a stop has a signal or a failure
+    if (!failure_ && round_over_) {
+      // Membership changed (or another node failed): not our restart.
+      start_round();
+      return;
+    }
+    if (!failure_) {  // cannot happen: a stop has a signal, a failure or a new round
       finish(1);
       return;
     }
-    if (!failure_->spawn_failed && restart_count_ < options_.spec.max_restarts) {
-      ++restart_count_;
-      log(fmt::format("restarting the workers (restart {} of {})", restart_count_,
+    if (!job_restarts_) {
+      awaiting_restart_count_ = true;  // decide_restart() runs when it comes
+      return;
+    }
+    decide_restart();
+  }
+
+  // A failure ends the round on every node at once and counts one restart
+  // for the whole job (the rendezvous keeps the count), so every node
+  // honours --max-restarts alike.
+  void count_restart(const std::string& reason) {
+    awaiting_restart_count_ = false;
+    rendezvous_.report_failure(reason, [this](std::exception_ptr error, int restarts) {
+      if (error) {
+        log("could not reach the rendezvous to report the failure; not restarting");
+        restarts = options_.spec.max_restarts + 1;
+      }
+      job_restarts_ = restarts;
+      if (awaiting_restart_count_) {
+        awaiting_restart_count_ = false;
+        decide_restart();
+      }
+    });
+  }
+
+  void decide_restart() {
+    int restarts = *job_restarts_;
+    if (!failure_->spawn_failed && restarts <= options_.spec.max_restarts) {
+      log(fmt::format("restarting the workers (restart {} of {})", restarts,
                       options_.spec.max_restarts));
       start_round();
       return;
     }
     report_failure();
     finish(failure_->status.code);
+  }
+
+  // Our workers all succeeded. Nodes that host the store must not leave
+  // the others without it, so everyone waits (bounded) for everyone; a
+  // failure elsewhere meanwhile brings us back for the next round.
+  void exit_barrier() {
+    phase_ = phase::exiting;
+    rendezvous_.finish([this](std::exception_ptr error) {
+      if (phase_ != phase::exiting) return;
+      if (error) return;  // the round is over: watch_round's callback rejoins
+      finish(0);
+    });
   }
 
   // Leaves nothing of the round behind: grandchildren still in a worker's
@@ -333,7 +398,10 @@ class elastic_agent::impl {
   std::vector<worker> workers_;
   std::optional<failure> failure_;
   int stop_signal_ = 0;
-  int restart_count_ = 0;
+  int round_ = 0;
+  bool round_over_ = false;
+  std::optional<int> job_restarts_;
+  bool awaiting_restart_count_ = false;
   int exit_code_ = 1;
 };
 
