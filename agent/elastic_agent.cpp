@@ -154,6 +154,12 @@ class elastic_agent::impl {
     // that bootstrap from the agent store never meet a previous round's keys.
     round_ = static_cast<int>(info.round);
     const auto& spec = options_.spec;
+    if (info.group_world_size > 1) {
+      int first = global_rank(info, 0);
+      log(fmt::format("round {}: node {} of {}, starting {} worker(s) as ranks {}..{}",
+                      info.round, info.group_rank, info.group_world_size,
+                      spec.local_world_size, first, first + spec.local_world_size - 1));
+    }
     fs::path attempt_dir = fs::path(run_dir_) / fmt::format("attempt_{}", round_);
     for (int local_rank = 0; local_rank < spec.local_world_size; ++local_rank) {
       fs::path rank_dir = attempt_dir / std::to_string(local_rank);

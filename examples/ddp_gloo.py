@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -40,6 +41,11 @@ def parse_args():
                    help="shorthand: checkpoint DIR/checkpoint.pt, results in DIR")
     p.add_argument("--resume", action="store_true", help="start from --checkpoint if present")
     p.add_argument("--out", default="", help="folder for the per-rank result files")
+    p.add_argument("--step-sleep", type=float, default=0.0,
+                   help="seconds each step takes on top (stands in for a bigger model)")
+    p.add_argument("--progress", default="",
+                   help="rank 0 appends 'epoch N round R' here after each checkpoint "
+                        "(a file or a FIFO a test reads)")
     p.add_argument("--crash-at-step", type=int, default=-1)
     p.add_argument("--crash-rank", type=int, default=1)
     args = p.parse_args()
@@ -96,8 +102,13 @@ def main() -> int:
             optimizer.zero_grad()
             loss_fn(ddp(x), y).backward()
             optimizer.step()
+            if args.step_sleep:
+                time.sleep(args.step_sleep)
         if rank == 0 and args.checkpoint:
             save_checkpoint(args.checkpoint, model, optimizer, epoch)
+        if rank == 0 and args.progress:
+            with open(args.progress, "a") as f:
+                f.write(f"epoch {epoch} round {restart_count} world {world}\n")
         # Nobody runs ahead of the checkpoint it might resume from.
         dist.barrier()
 

@@ -492,7 +492,8 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   // Exit barrier: count ourselves done; the last node releases everyone.
   void finish(std::function<void(std::exception_ptr)> done) {
     finish_done_ = std::move(done);
-    heartbeat_timer_.cancel();
+    // Heartbeats go on: a node waiting here is alive, and its ring
+    // predecessor, maybe still training, must not declare it lost.
     auto self = shared_from_this();
     auto r = round_;
     // Leaving on purpose is not a loss: withdraw the will first.
@@ -504,11 +505,17 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
       }
       self->ops_->wait({self->round_key(r, "all_done")}, self->options_.exit_barrier_timeout,
                        [self](store_result w) {
-                         if (w.error) {
-                           self->options_.log(
-                               "exit barrier: not every node finished within the timeout; "
-                               "leaving anyway");
+                         try {
+                           if (w.error) std::rethrow_exception(w.error);
+                         } catch (const store_timeout&) {
+                           self->options_.log(fmt::format(
+                               "exit barrier: not every node finished within {} s; leaving "
+                               "anyway",
+                               self->options_.exit_barrier_timeout.count() / 1000));
+                         } catch (const std::exception& e) {
+                           self->options_.log(fmt::format("exit barrier: {}; leaving", e.what()));
                          }
+                         self->heartbeat_timer_.cancel();
                          self->finish_with(nullptr);
                        });
     });

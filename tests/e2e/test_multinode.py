@@ -1,0 +1,173 @@
+"""dtrun across real hosts: network namespaces joined by a bridge, each with
+its own address and hostname, running real PyTorch DDP (gloo) workers.
+
+Dynamic (c10d-style) and static rendezvous, a node killed mid-training, a
+node added mid-training, a worker crash on one node restarting the others,
+and an endpoint nobody hosts."""
+
+import json
+import os
+import signal
+import sys
+import time
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.environ["DTRUN_SOURCE_DIR"], "tests", "pyhelpers"))
+import dtrun_helpers as dh  # noqa: E402
+import netns_hosts  # noqa: E402
+
+REASON = netns_hosts.unavailable_reason()
+if REASON:
+    print(f"skipping the multi-node tests: {REASON}")
+pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
+
+EXAMPLE = dh.EXAMPLES / "ddp_gloo.py"
+NPROC = 2
+PORT = 29400
+FAST_RDZV = "join_timeout=60,last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=3"
+
+
+def env():
+    # Gloo must use the namespace's own interface, named eth0 on every host.
+    return dh.job_env(GLOO_SOCKET_IFNAME="eth0")
+
+
+def dynamic_args(nnodes, *extra):
+    return [str(dh.DTRUN), f"--nnodes={nnodes}", f"--nproc-per-node={NPROC}",
+            "--rdzv-backend=c10d", f"--rdzv-endpoint={netns_hosts.Hosts.addr(1)}:{PORT}",
+            "--rdzv-id=job1", f"--rdzv-conf={FAST_RDZV}", *extra]
+
+
+def train_args(out, *extra):
+    return ["--python", dh.PYTHON, str(EXAMPLE), "--checkpoint-dir", str(out), *extra]
+
+
+def finish(procs, timeout=240):
+    outs = []
+    for p in procs:
+        stdout, stderr = p.communicate(timeout=timeout)
+        outs.append((p.returncode, stdout, stderr))
+    return outs
+
+
+def results(out, world):
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(world)]
+
+
+def check_trained(out, world):
+    rs = results(out, world)
+    assert sorted(r["rank"] for r in rs) == list(range(world))
+    for r in rs:
+        assert r["world_size"] == world
+        assert r["allreduce_sum"] == world * (world + 1) / 2
+    assert len({r["param_checksum"] for r in rs}) == 1
+    return rs
+
+
+def test_dynamic_rendezvous_trains_across_two_hosts(tmp_path):
+    with netns_hosts.Hosts(2) as hosts:
+        e = env()
+        procs = [hosts.start(i, dynamic_args(2, *train_args(tmp_path, "--epochs", "2")), e)
+                 for i in (1, 2)]
+        for code, _, stderr in finish(procs):
+            assert code == 0, stderr
+    check_trained(tmp_path, 2 * NPROC)
+
+
+def test_static_rendezvous_trains_across_two_hosts(tmp_path):
+    with netns_hosts.Hosts(2) as hosts:
+        e = env()
+        procs = []
+        for i in (1, 2):
+            args = [str(dh.DTRUN), "--nnodes=2", f"--nproc-per-node={NPROC}",
+                    f"--node-rank={i - 1}", f"--master-addr={hosts.addr(1)}",
+                    "--master-port=29500", *train_args(tmp_path, "--epochs", "2")]
+            procs.append(hosts.start(i, args, e))
+        for code, _, stderr in finish(procs):
+            assert code == 0, stderr
+    rs = check_trained(tmp_path, 2 * NPROC)
+    # Static ranks: node rank 0 holds global ranks 0..NPROC-1.
+    assert all(r["rank"] // NPROC == (0 if r["rank"] < NPROC else 1) for r in rs)
+
+
+def test_worker_crash_on_one_node_restarts_every_node(tmp_path):
+    with netns_hosts.Hosts(2) as hosts:
+        e = env()
+        # Global rank 3 lives on the second node of the rendezvous.
+        extra = ["--max-restarts=1"]
+        procs = [hosts.start(i, dynamic_args(2, *extra, *train_args(
+            tmp_path, "--epochs", "2", "--crash-at-step=2", "--crash-rank=3")), e)
+            for i in (1, 2)]
+        outs = finish(procs)
+        for code, _, stderr in outs:
+            assert code == 0, stderr
+    rs = check_trained(tmp_path, 2 * NPROC)
+    # Every worker on both nodes ran again, under the same job-wide count.
+    assert {r["restart_count"] for r in rs} == {1}
+
+
+def test_max_restarts_is_counted_for_the_whole_job(tmp_path):
+    with netns_hosts.Hosts(2) as hosts:
+        e = env()
+        procs = [hosts.start(i, dynamic_args(2, "--max-restarts=0", *train_args(
+            tmp_path, "--epochs", "2", "--crash-at-step=2", "--crash-rank=3")), e)
+            for i in (1, 2)]
+        outs = finish(procs)
+    codes = sorted(code for code, _, _ in outs)
+    assert all(c != 0 for c in codes), outs
+    assert 13 in codes  # the crashing worker's own code on its node
+
+
+def test_node_killed_mid_training_survivors_finish_from_checkpoint(tmp_path):
+    with netns_hosts.Hosts(3) as hosts:
+        e = env()
+        fifo = dh.Fifo(tmp_path)
+        args = dynamic_args("2:3", "--max-restarts=3", *train_args(
+            tmp_path, "--resume", "--epochs", "6", "--step-sleep", "0.05",
+            "--progress", str(fifo.path)))
+        procs = [hosts.start(i, args, e) for i in (1, 2, 3)]
+        fifo.lines(1, timeout=120)  # epoch 0 is checkpointed
+        killed_at = time.monotonic()
+        os.kill(procs[2].pid, signal.SIGKILL)
+        outs = finish(procs[:2])
+        for code, _, stderr in outs:
+            assert code == 0, stderr
+        # Whichever noticed first (the lost node's last will, or a worker
+        # whose peer vanished), the survivors met again in round 1 of 2 nodes.
+        for _, _, stderr in outs:
+            assert "round 1: node" in stderr and "of 2" in stderr, stderr
+    rs = check_trained(tmp_path, 2 * NPROC)
+    assert all(r["start_epoch"] >= 1 for r in rs)
+    print(f"node loss: survivors finished {time.monotonic() - killed_at:.2f}s after the kill")
+
+
+def test_node_added_mid_training_joins_the_group(tmp_path):
+    with netns_hosts.Hosts(3) as hosts:
+        e = env()
+        fifo = dh.Fifo(tmp_path)
+        args = dynamic_args("2:3", *train_args(
+            tmp_path, "--resume", "--epochs", "6", "--step-sleep", "0.05",
+            "--progress", str(fifo.path)))
+        procs = [hosts.start(i, args, e) for i in (1, 2)]
+        fifo.lines(1, timeout=120)  # two nodes are training
+        procs.append(hosts.start(3, args, e))
+        for code, _, stderr in finish(procs):
+            assert code == 0, stderr
+    check_trained(tmp_path, 3 * NPROC)
+
+
+def test_unreachable_endpoint_fails_cleanly(tmp_path):
+    with netns_hosts.Hosts(2) as hosts:
+        e = env()
+        start = time.monotonic()
+        # Nobody runs on host 1, so nobody hosts the store.
+        p = hosts.start(2, [str(dh.DTRUN), "--nnodes=2", "--nproc-per-node=1",
+                            f"--rdzv-endpoint={hosts.addr(1)}:{PORT}",
+                            "--rdzv-conf=join_timeout=2", "--no-python", "/bin/true"], e)
+        (code, _, stderr), = finish([p], timeout=60)
+        elapsed = time.monotonic() - start
+    assert code != 0
+    assert "could not reach the store" in stderr
+    assert elapsed < 30
+    assert dh.gone_within(e["DTRUN_TEST_MARK"]) == []
