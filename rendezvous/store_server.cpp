@@ -218,19 +218,30 @@ class session : public std::enable_shared_from_this<session> {
         wire::put_bytes(out, table.compare_set(r.keys[0], r.values[0], r.values[1]));
         break;
       case op::get:
-        // The client WAITs first, so a missing key means it was deleted in
-        // between; answer empty like the libuv server rather than dropping
-        // the connection like the classic one.
         if (auto* v = table.find(r.keys[0])) {
           wire::put_bytes(out, *v);
+        } else if (*dialect_ == wire::dialect::v1_13) {
+          // A 1.13 client WAITs before every GET, so a missing key means it
+          // is out of step: a wait it timed out on was answered late, and it
+          // took that stray reply for this wait's. Dropping the connection
+          // (as torch's own 1.13 server does) makes it raise instead of
+          // reading an empty value as the key's.
+          close(fmt::format("GET of missing key '{}' from a 1.13 client (out of step after a "
+                            "timed-out wait?)",
+                            r.keys[0]));
+          return;
         } else {
+          // 2.x clients cancel timed-out waits; a key deleted between WAIT
+          // and GET reads empty, as on PyTorch's libuv server.
           wire::put_bytes(out, {});
         }
         break;
       case op::add: {
         auto sum = table.add(r.keys[0], r.number);
         if (!sum) {
-          close(fmt::format("ADD on key '{}' whose value is not a number", r.keys[0]));
+          close(fmt::format("ADD on key '{}': its value is not a number, or the sum overflows "
+                            "64 bits",
+                            r.keys[0]));
           return;
         }
         wire::put_i64(out, *sum);

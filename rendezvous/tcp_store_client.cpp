@@ -45,6 +45,7 @@ class tcp_store_client::impl {
         connect_once(deadline);
         return;
       } catch (const store_error& e) {  // refused, unreachable, timed out
+        if (handshake_rejected_) throw;
         last_error = e.what();
       }
       // Exponential backoff with jitter, so a thousand agents started at
@@ -85,7 +86,17 @@ class tcp_store_client::impl {
       // a store that answers.
       wire::request validate{.kind = op::validate, .nonce = wire::validation_magic};
       send(wire::encode_request(options_.dialect, validate), deadline);
-      if (!ping_until(deadline)) {
+      bool answered = false;
+      try {
+        answered = ping_until(deadline);
+      } catch (const store_connection_error&) {
+        // Retrying will not help: the server does not speak 2.x.
+        handshake_rejected_ = true;
+        throw store_connection_error(
+            "the server closed the connection after the PyTorch 2.x handshake; if it is a "
+            "PyTorch 1.13 TCPStore, use the 1.13 dialect (dtrun-store --dialect v1.13)");
+      }
+      if (!answered) {
         close();
         throw store_connection_error("the server did not answer the ping; is it a TCPStore?");
       }
@@ -266,6 +277,7 @@ class tcp_store_client::impl {
   tcp::socket socket_{io_};
   bool connected_ = false;
   bool keep_connection_on_timeout_ = false;
+  bool handshake_rejected_ = false;
   std::vector<std::uint8_t> read_buffer_;
   std::size_t read_pos_ = 0, read_end_ = 0;
 };

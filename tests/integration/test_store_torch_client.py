@@ -82,11 +82,11 @@ def test_wait_times_out_within_its_timeout(server):
     assert 0.45 <= elapsed < 3, elapsed
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known hazard, reported: a 1.13 client cannot cancel a timed-out WAIT, so a later SET "
-    "of that key leaves a stray STOP_WAITING on its connection; its next get() of a missing "
-    "key then reads that byte as the WAIT reply and our server answers the GET with an empty "
-    "value, where torch's classic server drops the connection and the client raises"))
+# A 1.13 client cannot cancel a timed-out WAIT, so a later SET of that key
+# leaves a stray STOP_WAITING on its connection; its next get() of a missing
+# key reads that byte as the WAIT reply. The server drops such a 1.13
+# connection (as torch's own server does), so the client raises instead of
+# returning an empty value as the key's.
 def test_stale_wait_reply_does_not_turn_into_a_silent_empty_get(server):
     timed_out, writer = sh.torch_client(server.port), sh.torch_client(server.port)
     with pytest.raises(RuntimeError, match="[Tt]imeout"):

@@ -138,3 +138,11 @@ def test_v2_dialect_against_a_1_13_server_fails_cleanly(master, endpoint):
     assert r.returncode in (sh.EXIT_UNREACHABLE, sh.EXIT_TIMEOUT), r
     master.set("still_alive", "yes")
     assert ours(endpoint, "get", "still_alive").stdout == b"yes\n"
+
+
+def test_the_2x_dialect_against_a_113_server_says_which_dialect_to_use(endpoint):
+    start = time.monotonic()
+    r = sh.cli(endpoint, "get", "anything", dialect="v2")
+    assert r.returncode == 3, r  # connection refused by the protocol, not a timeout
+    assert b"--dialect v1.13" in r.stderr, r
+    assert time.monotonic() - start < 5  # no point retrying until the connect timeout
