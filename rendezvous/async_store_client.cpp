@@ -218,13 +218,19 @@ class async_store_client::impl : public std::enable_shared_from_this<async_store
   void pump() {
     if (!connected_ || in_flight_ || queue_.empty() || closed_) return;
     in_flight_ = true;
-    sent_ = false;
     auto& head = queue_.front();
-    asio::async_write(socket_, asio::buffer(head.request),
-                      [self = shared_from_this(), id = head.id](
-                          const boost::system::error_code& ec, std::size_t) {
+    send_for_head(head.request, head.id, "sending a request");
+  }
+
+  // Writes bytes on behalf of the head operation `id`; once written, its
+  // timer runs and its reply may be read.
+  void send_for_head(const std::string& bytes, std::uint64_t id, const char* what) {
+    sent_ = false;
+    asio::async_write(socket_, asio::buffer(bytes),
+                      [self = shared_from_this(), id, what](const boost::system::error_code& ec,
+                                                            std::size_t) {
                         if (self->closed_) return;
-                        if (ec) return self->lost("sending a request", ec);
+                        if (ec) return self->lost(what, ec);
                         if (self->queue_.empty() || self->queue_.front().id != id) return;
                         self->sent_ = true;
                         self->arm_timer();
@@ -257,19 +263,9 @@ class async_store_client::impl : public std::enable_shared_from_this<async_store
         r.error = std::make_exception_ptr(store_timeout(""));  // message added below
         return true;
       };
-      cancel_request_ = encode({.kind = op::cancel_wait});
       // The wait's replies are read only after the cancel is written.
-      sent_ = false;
-      asio::async_write(socket_, asio::buffer(cancel_request_),
-                        [self = shared_from_this(), id = head.id](
-                            const boost::system::error_code& ec, std::size_t) {
-                          if (self->closed_) return;
-                          if (ec) return self->lost("cancelling a wait", ec);
-                          if (self->queue_.empty() || self->queue_.front().id != id) return;
-                          self->sent_ = true;
-                          self->arm_timer();
-                          self->try_complete();
-                        });
+      cancel_request_ = encode({.kind = op::cancel_wait});
+      send_for_head(cancel_request_, head.id, "cancelling a wait");
       return;
     }
     if (head.wait_timeout) {

@@ -289,31 +289,28 @@ TEST_CASE("static rendezvous pins each node's rank and rejects a duplicate") {
   cluster c;
   std::vector<round_result> results(3);
   int completed = 0;
-  auto after = [&] {
-    if (++completed == 3) c.shutdown_all();
-  };
-  SECTION("distinct node ranks are kept whatever the arrival order") {
-    for (int rank : {2, 0, 1}) {
+  auto run_with_node_ranks = [&](std::vector<int> node_ranks) {
+    for (int rank : node_ranks) {
       auto o = c.options(3, 3, 1);
       o.fixed_rank = rank;
       c.nodes.push_back(std::make_unique<dynamic_rendezvous>(c.io, o));
       if (c.port == 0) c.port = c.nodes.back()->store_port();
     }
-    for (int i = 0; i < 3; ++i) join(*c.nodes[i], results[i], after);
+    for (int i = 0; i < 3; ++i) {
+      join(*c.nodes[i], results[i], [&] {
+        if (++completed == 3) c.shutdown_all();
+      });
+    }
     c.io.run();
+  };
+  SECTION("distinct node ranks are kept whatever the arrival order") {
+    run_with_node_ranks({2, 0, 1});
     CHECK(results[0].info.group_rank == 2);
     CHECK(results[1].info.group_rank == 0);
     CHECK(results[2].info.group_rank == 1);
   }
   SECTION("two nodes with the same --node-rank fail with a clear message") {
-    for (int rank : {0, 1, 1}) {
-      auto o = c.options(3, 3, 1);
-      o.fixed_rank = rank;
-      c.nodes.push_back(std::make_unique<dynamic_rendezvous>(c.io, o));
-      if (c.port == 0) c.port = c.nodes.back()->store_port();
-    }
-    for (int i = 0; i < 3; ++i) join(*c.nodes[i], results[i], after);
-    c.io.run();
+    run_with_node_ranks({0, 1, 1});
     int failed = 0;
     for (auto& r : results) {
       if (!r.error) continue;
