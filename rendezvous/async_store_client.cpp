@@ -294,7 +294,9 @@ class async_store_client::impl : public std::enable_shared_from_this<async_store
   // One read is always outstanding while connected, so a closed connection
   // is noticed when it happens, even with nothing in flight.
   void read_loop() {
-    if (buffer_.size() - end_ < 4096) buffer_.resize(std::max<std::size_t>(end_ + 65536, 65536));
+    // Start small (thousands of agents each hold clients) and double as
+    // large replies need it.
+    if (buffer_.size() - end_ < 1024) buffer_.resize(std::max<std::size_t>(4096, 2 * buffer_.size()));
     socket_.async_read_some(
         asio::buffer(buffer_.data() + end_, buffer_.size() - end_),
         [self = shared_from_this()](const boost::system::error_code& ec, std::size_t n) {

@@ -167,6 +167,7 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   void reconnect(std::function<void(std::exception_ptr)> then) {
     if (ops_) ops_->close();
     if (waits_) waits_->close();
+    if (barrier_) barrier_->close();
     ops_ = make_client(options_.join_timeout);
     waits_ = make_client(options_.join_timeout);
     auto pending = std::make_shared<int>(2);
@@ -214,6 +215,7 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
     done_ = std::move(done);
     on_over_ = nullptr;
     round_over_ = false;
+    all_done_ = false;
     heartbeat_timer_.cancel();
     auto self = shared_from_this();
     reconnect([self](std::exception_ptr error) {
@@ -409,6 +411,9 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
     auto self = shared_from_this();
     waits_->get(round_key(r, "over"), no_timeout, [self, r](store_result o) {
       if (self->round_ != r || self->round_over_) return;
+      // Once every node is done the host leaves and its store with it: a
+      // lost connection then is the end of the job, not of the round.
+      if (o.error && self->all_done_) return;
       self->round_over_ = true;
       self->heartbeat_timer_.cancel();
       std::string reason = o.error ? "the connection to the rendezvous store was lost" : o.value;
@@ -503,21 +508,45 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
       if (n.number >= self->members_) {
         self->ops_->set(self->round_key(r, "all_done"), "1", [](store_result) {});
       }
-      self->ops_->wait({self->round_key(r, "all_done")}, self->options_.exit_barrier_timeout,
-                       [self](store_result w) {
-                         try {
-                           if (w.error) std::rethrow_exception(w.error);
-                         } catch (const store_timeout&) {
-                           self->options_.log(fmt::format(
-                               "exit barrier: not every node finished within {} s; leaving "
-                               "anyway",
-                               self->options_.exit_barrier_timeout.count() / 1000));
-                         } catch (const std::exception& e) {
-                           self->options_.log(fmt::format("exit barrier: {}; leaving", e.what()));
-                         }
-                         self->heartbeat_timer_.cancel();
-                         self->finish_with(nullptr);
-                       });
+      // The barrier waits on a connection of its own: behind a long WAIT on
+      // ops_, our heartbeats would stall and the ring would declare us lost.
+      self->barrier_ = self->make_client(self->options_.close_timeout);
+      self->barrier_->connect([](store_result) {});
+      self->barrier_->wait({self->round_key(r, "all_done")}, self->options_.exit_barrier_timeout,
+                           [self, r](store_result w) {
+                             try {
+                               if (w.error) std::rethrow_exception(w.error);
+                             } catch (const store_timeout&) {
+                               self->options_.log(fmt::format(
+                                   "exit barrier: not every node finished within {} s; leaving "
+                                   "anyway",
+                                   self->options_.exit_barrier_timeout.count() / 1000));
+                             } catch (const std::exception& e) {
+                               self->options_.log(
+                                   fmt::format("exit barrier: {}; leaving", e.what()));
+                             }
+                             self->leave(r, w.error == nullptr);
+                           });
+    });
+  }
+
+  // After the barrier: every node says it saw the end before the host,
+  // whose exit takes the store away, may go. Without this, a node whose
+  // connection closed before it read all_done would think the round had
+  // ended badly and try to rejoin a store that is gone.
+  void leave(std::int64_t r, bool everyone_done) {
+    all_done_ = everyone_done;
+    heartbeat_timer_.cancel();
+    if (!everyone_done) return finish_with(nullptr);
+    auto self = shared_from_this();
+    ops_->add(round_key(r, "left"), 1, [self, r](store_result n) {
+      if (n.error) return self->finish_with(nullptr);
+      bool last = n.number >= self->members_;
+      // The last to leave releases the host.
+      if (last) self->ops_->set(self->round_key(r, "all_left"), "1", [](store_result) {});
+      if (!self->server_ || last) return self->finish_with(nullptr);
+      self->barrier_->wait({self->round_key(r, "all_left")}, self->options_.close_timeout,
+                           [self](store_result) { self->finish_with(nullptr); });
     });
   }
 
@@ -538,13 +567,14 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
     round_over_ = true;
     if (ops_) ops_->close();
     if (waits_) waits_->close();
+    if (barrier_) barrier_->close();
     if (server_) server_->stop();
   }
 
   asio::io_context& io_;
   dynamic_rendezvous_options options_;
   std::unique_ptr<store_server> server_;
-  std::shared_ptr<async_store_client> ops_, waits_;
+  std::shared_ptr<async_store_client> ops_, waits_, barrier_;
   asio::steady_timer heartbeat_timer_, deadline_timer_, warning_timer_;
   completion done_;
   std::function<void(std::string)> on_over_;
@@ -554,6 +584,7 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   std::int64_t round_ = -1, last_round_ = -1;
   int arrival_ = 0, group_rank_ = -1, members_ = 0;
   bool round_over_ = false;
+  bool all_done_ = false;  // the exit barrier released every node
   std::int64_t last_seen_ = -1;
   int misses_ = 0;
 };

@@ -45,7 +45,7 @@ TEST_CASE("nnodes accepts N and MIN:MAX") {
   CHECK_THROWS_AS(parse_nnodes(":"), usage_error);
 }
 
-TEST_CASE("the four terminating signals are always handled; others are added") {
+TEST_CASE("the four terminating signals are always handled, and others are added") {
   auto defaults = parse_signals("");
   CHECK(defaults == std::vector<int>{SIGTERM, SIGINT, SIGHUP, SIGQUIT});
   auto more = parse_signals("SIGTERM,SIGUSR1, USR2");
@@ -108,7 +108,7 @@ TEST_CASE("nnodes=1 without an endpoint behaves like standalone") {
   CHECK(resolve_launch_config(o, {}).store_port == 29555);
 }
 
-TEST_CASE("an endpoint means c10d rendezvous; the endpoint's node hosts the store") {
+TEST_CASE("an endpoint means c10d rendezvous, and the endpoint's node hosts the store") {
   launch_options o = standalone_options();
   o.standalone = false;
   o.nnodes = "2:4";

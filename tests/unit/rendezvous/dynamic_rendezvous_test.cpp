@@ -128,7 +128,7 @@ TEST_CASE("with MIN:MAX the round closes after the last call with the nodes pres
   }
 }
 
-TEST_CASE("a failure on one node ends the round everywhere; ranks survive the restart") {
+TEST_CASE("a failure on one node ends the round everywhere, and ranks survive the restart") {
   cluster c;
   for (int i = 0; i < 3; ++i) c.add(3, 3);
   std::vector<round_result> first(3), second(3);

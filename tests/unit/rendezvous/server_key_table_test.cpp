@@ -44,7 +44,7 @@ TEST_CASE("many waiters on one key all wake, and compare_set wakes them") {
   CHECK(fired == 100);
 }
 
-TEST_CASE("delete does not wake waiters; append and multi-step writes do") {
+TEST_CASE("delete does not wake waiters, and append and multi-step writes do") {
   key_table table;
   int fired = 0;
   table.set("k", "v");

@@ -159,7 +159,7 @@ TEST_CASE("2.x ping, cancel_wait and queues") {
   CHECK(c.read_bytes() == "never");
 }
 
-TEST_CASE("a client that vanishes mid-wait is forgotten; others are still woken") {
+TEST_CASE("a client that vanishes mid-wait is forgotten, and others are still woken") {
   testing::server_thread server;
   {
     raw_client quitter(server.port());
