@@ -147,7 +147,7 @@ launch_config resolve_launch_config(const launch_options& o, const agent::env_ma
   c.spec.role = o.role;
   c.spec.local_world_size = c.nproc_per_node;
   c.spec.max_restarts = o.max_restarts;
-  c.spec.use_agent_store = true;
+  c.spec.use_agent_store = !c.multi_node || c.multi_node->rendezvous.workers_use_agent_store;
   c.stop_timeout = std::chrono::milliseconds(static_cast<long long>(o.stop_timeout * 1000.0));
   c.signals = parse_signals(o.signals_to_handle);
   c.log_dir = o.log_dir;

@@ -50,7 +50,7 @@ std::optional<bool> boolean(const std::map<std::string, std::string>& conf,
 const std::vector<std::string> known_keys = {
     "join_timeout", "last_call_timeout", "close_timeout",  "read_timeout",
     "keep_alive_interval", "keep_alive_max_attempt", "heartbeat_timeout", "is_host",
-    "timeout", "store_type", "use_libuv", "exit_barrier_timeout"};
+    "timeout", "store_type", "use_libuv", "exit_barrier_timeout", "worker_store"};
 
 }  // namespace
 
@@ -113,6 +113,16 @@ std::optional<multi_node_config> resolve_multi_node(const launch_options& o, int
   r.no_host_warning = std::min<std::chrono::milliseconds>(std::chrono::seconds(5),
                                                            r.join_timeout / 2);
 
+  if (auto ws = conf.find("worker_store"); ws != conf.end()) {
+    if (ws->second != "agent" && ws->second != "rank0") {
+      throw usage_error(fmt::format(
+          "--rdzv-conf worker_store={} is not 'agent' (workers use the agents' store) or "
+          "'rank0' (rank 0's worker hosts one, as torchrun 1.13)",
+          ws->second));
+    }
+    r.workers_use_agent_store = ws->second == "agent";
+  }
+
   std::string where;
   std::uint16_t default_port = c10d_default_port;
   if (backend == "static") {
@@ -174,6 +184,7 @@ nlohmann::json to_json(const multi_node_config& c) {
       {"last_call_timeout_s", r.last_call_timeout.count() / 1000.0},
       {"keep_alive_interval_s", r.keep_alive_interval.count() / 1000.0},
       {"keep_alive_max_attempt", r.keep_alive_max_attempt},
+      {"worker_store", r.workers_use_agent_store ? "agent" : "rank0"},
   };
 }
 

@@ -53,11 +53,12 @@ struct node_descriptor {
   long pid = 0;
   int nproc = 1;
   int prev_rank = -1;  // its group rank in the round before, if any
+  int master_port = 0;  // a port it reserved, for workers that host their own store
 };
 
 void to_json(json& j, const node_descriptor& d) {
   j = json{{"addr", d.addr}, {"host", d.hostname}, {"pid", d.pid}, {"nproc", d.nproc},
-           {"prev_rank", d.prev_rank}};
+           {"prev_rank", d.prev_rank}, {"master_port", d.master_port}};
 }
 
 void from_json(const json& j, node_descriptor& d) {
@@ -66,6 +67,7 @@ void from_json(const json& j, node_descriptor& d) {
   j.at("pid").get_to(d.pid);
   j.at("nproc").get_to(d.nproc);
   j.at("prev_rank").get_to(d.prev_rank);
+  d.master_port = j.value("master_port", 0);
 }
 
 // Group ranks for the arrivals of a round: a node keeps its previous rank
@@ -103,6 +105,22 @@ std::exception_ptr error_of(const std::string& message) {
 }
 
 }  // namespace
+
+// A free port on `addr`, found by binding port 0 and letting it go again.
+// Another process may take it before the worker binds it (torchrun has the
+// same race); that is why workers use the agents' store by default.
+int reserve_port(const std::string& addr) {
+  asio::io_context io;
+  asio::ip::tcp::acceptor probe(io);
+  boost::system::error_code ec;
+  auto address = asio::ip::make_address(addr, ec);
+  if (ec) address = asio::ip::address_v4::any();
+  asio::ip::tcp::endpoint ep(address, 0);
+  probe.open(ep.protocol(), ec);
+  if (!ec) probe.bind(ep, ec);
+  if (ec) return 0;
+  return probe.local_endpoint(ec).port();
+}
 
 bool is_this_machine(const std::string& host) {
   if (host == "localhost" || host.empty()) return true;
@@ -284,7 +302,10 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
                          .pid = static_cast<long>(::getpid()),
                          .nproc = self->options_.local_world_size,
                          .prev_rank = self->options_.fixed_rank >= 0 ? self->options_.fixed_rank
-                                                                     : self->group_rank_};
+                                                                     : self->group_rank_,
+                         .master_port = self->options_.workers_use_agent_store
+                                            ? 0
+                                            : reserve_port(self->advertised_addr_)};
       self->ops_->set(self->round_key(r, fmt::format("node/{}", index)), json(me).dump(),
                       [](store_result) {});
       if (index == self->options_.max_nodes) {
@@ -334,11 +355,13 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
       auto ranks = assign_ranks(nodes);
       std::vector<int> nproc(nodes.size());
       std::vector<std::string> addrs(nodes.size());
+      std::vector<int> ports(nodes.size());
       for (std::size_t i = 0; i < nodes.size(); ++i) {
         nproc[ranks[i]] = nodes[i].nproc;
         addrs[ranks[i]] = nodes[i].addr;
+        ports[ranks[i]] = nodes[i].master_port;
       }
-      json table{{"ranks", ranks}, {"nproc", nproc}, {"addrs", addrs}};
+      json table{{"ranks", ranks}, {"nproc", nproc}, {"addrs", addrs}, {"ports", ports}};
       self->ops_->set(self->round_key(r, "ranks"), table.dump(), [](store_result) {});
     });
   }
@@ -367,12 +390,16 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
 
   void complete_round(std::int64_t r, int members, const std::string& table_text) {
     rendezvous_info info;
+    std::string rank0_addr;
+    int rank0_port = 0;
     try {
       auto table = json::parse(table_text);
       info.round = r;
       info.group_rank = table.at("ranks").at(arrival_ - 1).get<int>();
       info.group_world_size = members;
       info.local_world_sizes = table.at("nproc").get<std::vector<int>>();
+      rank0_addr = table.at("addrs").at(0).get<std::string>();
+      rank0_port = table.at("ports").at(0).get<int>();
     } catch (const std::exception& e) {
       return fail(error_of(fmt::format("the rank table of round {} is corrupt: {}", r,
                                        e.what())));
@@ -383,12 +410,19 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
           "distinct --node-rank from 0 to {}",
           options_.fixed_rank, members - 1)));
     }
-    // Workers bootstrap from the agents' store (TORCHELASTIC_USE_AGENT_STORE):
-    // no second port to reserve, so no bind-then-release race.
     info.store_host = options_.endpoint_host;
     info.store_port = server_ ? server_->port() : options_.endpoint_port;
-    info.master_addr = info.store_host;
-    info.master_port = info.store_port;
+    if (options_.workers_use_agent_store) {
+      // Workers bootstrap from the agents' store: no second port to reserve,
+      // so no bind-then-release race.
+      info.master_addr = info.store_host;
+      info.master_port = info.store_port;
+    } else {
+      // torchrun 1.13's way: group rank 0's worker hosts a store on the
+      // port its agent reserved.
+      info.master_addr = rank0_addr;
+      info.master_port = static_cast<std::uint16_t>(rank0_port);
+    }
     group_rank_ = info.group_rank;
     members_ = members;
     last_round_ = r;

@@ -33,6 +33,10 @@ struct dynamic_rendezvous_options {
   int min_nodes = 1;
   int max_nodes = 1;
   int local_world_size = 1;
+  // True: workers bootstrap from the agents' store (MASTER_ADDR:MASTER_PORT
+  // = the endpoint). False: group rank 0's worker hosts its own store on a
+  // port its agent reserved, as torchrun 1.13 does.
+  bool workers_use_agent_store = true;
   // Static rendezvous (--node-rank with --master-addr/--master-port): this
   // node's group rank, the same in every round. -1: assigned.
   int fixed_rank = -1;

@@ -320,3 +320,29 @@ TEST_CASE("static rendezvous pins each node's rank and rejects a duplicate") {
     CHECK(failed == 1);
   }
 }
+
+TEST_CASE("with worker_store=rank0, MASTER_ADDR:PORT is rank 0's reserved port") {
+  cluster c;
+  std::vector<round_result> results(2);
+  int completed = 0;
+  for (int i = 0; i < 2; ++i) {
+    auto o = c.options(2, 2, 1);
+    o.workers_use_agent_store = false;
+    c.nodes.push_back(std::make_unique<dynamic_rendezvous>(c.io, o));
+    if (c.port == 0) c.port = c.nodes.back()->store_port();
+  }
+  for (int i = 0; i < 2; ++i) {
+    join(*c.nodes[i], results[i], [&] {
+      if (++completed == 2) c.shutdown_all();
+    });
+  }
+  c.io.run();
+  for (auto& r : results) {
+    REQUIRE_FALSE(r.error);
+    CHECK(r.info.master_port != 0);
+    CHECK(r.info.master_port != c.port);  // not the agents' store
+    CHECK(r.info.master_addr == "127.0.0.1");
+    CHECK(r.info.store_port == c.port);
+  }
+  CHECK(results[0].info.master_port == results[1].info.master_port);
+}
