@@ -341,7 +341,10 @@ class elastic_agent::impl {
       return;
     }
     report_failure();
-    finish(failure_->status.code);
+    // Tell the other nodes the job is over, so they do not wait for us.
+    int code = failure_->status.code;
+    rendezvous_.fail_job(fmt::format("worker rank {} {}", failure_->rank, describe(failure_->status)),
+                         [this, code] { finish(code); });
   }
 
   // Our workers all succeeded. Nodes that host the store must not leave

@@ -528,6 +528,17 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
     });
   }
 
+  void fail_job(std::string reason, std::function<void()> done) {
+    auto self = shared_from_this();
+    round_over_ = true;
+    heartbeat_timer_.cancel();
+    auto why = fmt::format("node {}: {}", group_rank_, reason);
+    ops_->set(key("failed"), why, [](store_result) {});
+    ops_->set(round_key(round_, "over"), why, [](store_result) {});
+    // A round trip, so both are applied before we leave (and close).
+    ops_->check({key("failed")}, [done](store_result) { done(); });
+  }
+
   // Exit barrier: count ourselves done; the last node releases everyone.
   void finish(std::function<void(std::exception_ptr)> done) {
     finish_done_ = std::move(done);
@@ -637,6 +648,10 @@ void dynamic_rendezvous::watch_round(std::function<void(std::string)> on_over) {
 void dynamic_rendezvous::report_failure(std::string reason, restart_completion done) {
   impl_->report_failure(std::move(reason), std::move(done));
 }
+void dynamic_rendezvous::fail_job(std::string reason, std::function<void()> done) {
+  impl_->fail_job(std::move(reason), std::move(done));
+}
+
 void dynamic_rendezvous::finish(std::function<void(std::exception_ptr)> done) {
   impl_->finish(std::move(done));
 }

@@ -69,6 +69,7 @@ class dynamic_rendezvous final : public rendezvous_handler {
   void shutdown() override;
   void watch_round(std::function<void(std::string)> on_over) override;
   void report_failure(std::string reason, restart_completion done) override;
+  void fail_job(std::string reason, std::function<void()> done) override;
   void finish(std::function<void(std::exception_ptr)> done) override;
 
   // The store's port when this node hosts it (0 otherwise).

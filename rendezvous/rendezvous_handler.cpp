@@ -9,6 +9,11 @@ void rendezvous_handler::report_failure(std::string reason, restart_completion d
   done(nullptr, ++local_restarts_);
 }
 
+void rendezvous_handler::fail_job(std::string reason, std::function<void()> done) {
+  (void)reason;
+  done();
+}
+
 void rendezvous_handler::finish(std::function<void(std::exception_ptr)> done) { done(nullptr); }
 
 }  // namespace dtrun::rendezvous

@@ -70,6 +70,10 @@ class rendezvous_handler {
   using restart_completion = std::function<void(std::exception_ptr error, int restarts)>;
   virtual void report_failure(std::string reason, restart_completion done);
 
+  // This node gives up (its restarts are used up, or its program cannot
+  // start): mark the job failed for every node, then call `done`.
+  virtual void fail_job(std::string reason, std::function<void()> done);
+
   // This node's workers all succeeded: waits, bounded, for the other
   // nodes to finish too (so the store host does not leave them without a
   // store). Completes with an error when the round ended meanwhile.
