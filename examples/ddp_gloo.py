@@ -20,6 +20,7 @@ N, on the first attempt only (TORCHELASTIC_RESTART_COUNT == 0).
 import argparse
 import json
 import os
+import socket
 import sys
 import time
 
@@ -119,7 +120,7 @@ def main() -> int:
     with open(os.path.join(args.out, f"rank{rank}.json"), "w") as f:
         json.dump({"rank": rank, "world_size": world, "allreduce_sum": total.item(),
                    "param_checksum": checksum, "start_epoch": start_epoch,
-                   "restart_count": restart_count,
+                   "restart_count": restart_count, "host": socket.gethostname(),
                    "local_rank": int(os.environ["LOCAL_RANK"])}, f)
     if rank == 0:
         print(f"rank 0 of {world}: epochs {start_epoch}..{args.epochs - 1} done "

@@ -65,43 +65,38 @@ def check_trained(out, world):
     return rs
 
 
-def test_dynamic_rendezvous_trains_across_two_hosts(tmp_path):
+def train_on_two_hosts(args_for_host):
+    """Runs dtrun on hosts 1 and 2 with args_for_host(i); both must exit 0."""
     with netns_hosts.Hosts(2) as hosts:
         e = env()
-        procs = [hosts.start(i, dynamic_args(2, *train_args(tmp_path, "--epochs", "2")), e)
-                 for i in (1, 2)]
+        procs = [hosts.start(i, args_for_host(i), e) for i in (1, 2)]
         for code, _, stderr in finish(procs):
             assert code == 0, stderr
+
+
+def test_dynamic_rendezvous_trains_across_two_hosts(tmp_path):
+    train_on_two_hosts(lambda i: dynamic_args(2, *train_args(tmp_path, "--epochs", "2")))
     check_trained(tmp_path, 2 * NPROC)
 
 
 def test_workers_can_host_their_own_store_as_with_torchrun(tmp_path):
     # worker_store=rank0: rank 0's worker hosts the TCPStore on a port its
     # agent reserved (TORCHELASTIC_USE_AGENT_STORE=False), torchrun 1.13's way.
-    with netns_hosts.Hosts(2) as hosts:
-        e = env()
-        args = [a.replace(f"--rdzv-conf={FAST_RDZV}", f"--rdzv-conf={FAST_RDZV},worker_store=rank0")
-                for a in dynamic_args(2, *train_args(tmp_path, "--epochs", "1"))]
-        procs = [hosts.start(i, args, e) for i in (1, 2)]
-        for code, _, stderr in finish(procs):
-            assert code == 0, stderr
+    args = [a.replace(f"--rdzv-conf={FAST_RDZV}", f"--rdzv-conf={FAST_RDZV},worker_store=rank0")
+            for a in dynamic_args(2, *train_args(tmp_path, "--epochs", "1"))]
+    train_on_two_hosts(lambda i: args)
     check_trained(tmp_path, 2 * NPROC)
 
 
 def test_static_rendezvous_trains_across_two_hosts(tmp_path):
-    with netns_hosts.Hosts(2) as hosts:
-        e = env()
-        procs = []
-        for i in (1, 2):
-            args = [str(dh.DTRUN), "--nnodes=2", f"--nproc-per-node={NPROC}",
-                    f"--node-rank={i - 1}", f"--master-addr={hosts.addr(1)}",
-                    "--master-port=29500", *train_args(tmp_path, "--epochs", "2")]
-            procs.append(hosts.start(i, args, e))
-        for code, _, stderr in finish(procs):
-            assert code == 0, stderr
+    # Host 2 is node rank 0, so its workers must be global ranks 0..NPROC-1.
+    train_on_two_hosts(lambda i: [
+        str(dh.DTRUN), "--nnodes=2", f"--nproc-per-node={NPROC}", f"--node-rank={2 - i}",
+        f"--master-addr={netns_hosts.Hosts.addr(2)}", "--master-port=29500",
+        *train_args(tmp_path, "--epochs", "2")])
     rs = check_trained(tmp_path, 2 * NPROC)
-    # Static ranks: node rank 0 holds global ranks 0..NPROC-1.
-    assert all(r["rank"] // NPROC == (0 if r["rank"] < NPROC else 1) for r in rs)
+    for r in rs:
+        assert r["host"] == ("h2" if r["rank"] < NPROC else "h1"), rs
 
 
 def test_worker_crash_on_one_node_restarts_every_node(tmp_path):

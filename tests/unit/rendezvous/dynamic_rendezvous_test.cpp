@@ -3,6 +3,7 @@
 // without the network namespaces (those are in tests/e2e).
 #include <catch2/catch.hpp>
 
+#include <functional>
 #include <map>
 #include <set>
 #include <optional>
@@ -52,6 +53,16 @@ struct cluster {
   void shutdown_all() {
     for (auto& n : nodes) n->shutdown();
   }
+
+  // Adds a node with options(min, max, 1) adjusted by `tweak`.
+  dynamic_rendezvous& add_with(int min_nodes, int max_nodes,
+                               const std::function<void(dynamic_rendezvous_options&)>& tweak) {
+    auto o = options(min_nodes, max_nodes, 1);
+    tweak(o);
+    nodes.push_back(std::make_unique<dynamic_rendezvous>(io, o));
+    if (port == 0) port = nodes.back()->store_port();
+    return *nodes.back();
+  }
 };
 
 struct round_result {
@@ -67,6 +78,19 @@ void join(dynamic_rendezvous& node, round_result& out, std::function<void()> the
     out = {e, std::move(info), true};
     if (then) then();
   });
+}
+
+// One round on every node of `c`; returns when all have completed.
+std::vector<round_result> run_round(cluster& c) {
+  std::vector<round_result> results(c.nodes.size());
+  std::size_t completed = 0;
+  for (std::size_t i = 0; i < c.nodes.size(); ++i) {
+    join(*c.nodes[i], results[i], [&] {
+      if (++completed == c.nodes.size()) c.shutdown_all();
+    });
+  }
+  c.io.run();
+  return results;
 }
 
 std::string message_of(const std::exception_ptr& e) {
@@ -287,21 +311,10 @@ TEST_CASE("endpoint hosts that name this machine are recognised") {
 
 TEST_CASE("static rendezvous pins each node's rank and rejects a duplicate") {
   cluster c;
-  std::vector<round_result> results(3);
-  int completed = 0;
+  std::vector<round_result> results;
   auto run_with_node_ranks = [&](std::vector<int> node_ranks) {
-    for (int rank : node_ranks) {
-      auto o = c.options(3, 3, 1);
-      o.fixed_rank = rank;
-      c.nodes.push_back(std::make_unique<dynamic_rendezvous>(c.io, o));
-      if (c.port == 0) c.port = c.nodes.back()->store_port();
-    }
-    for (int i = 0; i < 3; ++i) {
-      join(*c.nodes[i], results[i], [&] {
-        if (++completed == 3) c.shutdown_all();
-      });
-    }
-    c.io.run();
+    for (int rank : node_ranks) c.add_with(3, 3, [rank](auto& o) { o.fixed_rank = rank; });
+    results = run_round(c);
   };
   SECTION("distinct node ranks are kept whatever the arrival order") {
     run_with_node_ranks({2, 0, 1});
@@ -323,20 +336,8 @@ TEST_CASE("static rendezvous pins each node's rank and rejects a duplicate") {
 
 TEST_CASE("with worker_store=rank0, MASTER_ADDR:PORT is rank 0's reserved port") {
   cluster c;
-  std::vector<round_result> results(2);
-  int completed = 0;
-  for (int i = 0; i < 2; ++i) {
-    auto o = c.options(2, 2, 1);
-    o.workers_use_agent_store = false;
-    c.nodes.push_back(std::make_unique<dynamic_rendezvous>(c.io, o));
-    if (c.port == 0) c.port = c.nodes.back()->store_port();
-  }
-  for (int i = 0; i < 2; ++i) {
-    join(*c.nodes[i], results[i], [&] {
-      if (++completed == 2) c.shutdown_all();
-    });
-  }
-  c.io.run();
+  for (int i = 0; i < 2; ++i) c.add_with(2, 2, [](auto& o) { o.workers_use_agent_store = false; });
+  auto results = run_round(c);
   for (auto& r : results) {
     REQUIRE_FALSE(r.error);
     CHECK(r.info.master_port != 0);
