@@ -44,26 +44,20 @@ def launch(tmp_path, escape: bool):
 @pytest.mark.parametrize("escape", [False, True])
 def test_worker_crash_leaves_nothing(tmp_path, escape):
     proc, go, mark = launch(tmp_path, escape)
-    try:
+    with dh.cleaned_up(proc, mark):
         go.write("go\n" * NPROC)
         assert proc.wait(timeout=30) == 3
         assert dh.gone_within(mark) == []
-    finally:
-        proc.kill()
-        dh.kill_marked(mark)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 @pytest.mark.parametrize("escape", [False, True])
 def test_signal_to_agent_leaves_nothing(tmp_path, sig, escape):
     proc, _, mark = launch(tmp_path, escape)
-    try:
+    with dh.cleaned_up(proc, mark):
         proc.send_signal(sig)
         assert proc.wait(timeout=30) == 128 + sig
         assert dh.gone_within(mark) == []
-    finally:
-        proc.kill()
-        dh.kill_marked(mark)
 
 
 def test_sigkill_to_agent_leaves_nothing(tmp_path):

@@ -27,7 +27,7 @@ def test_each_handled_signal_is_forwarded_and_sets_the_exit_code(tmp_path):
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
         (tmp_path / sig.name).mkdir()
         proc, fifo, mark = start(tmp_path / sig.name, TRAPPING)
-        try:
+        with dh.cleaned_up(proc, mark):
             fifo.lines(2)
             proc.send_signal(sig)
             got = sorted(fifo.lines(2))
@@ -35,21 +35,15 @@ def test_each_handled_signal_is_forwarded_and_sets_the_exit_code(tmp_path):
             assert got == [f"got {short} 0", f"got {short} 1"]
             assert proc.wait(timeout=30) == 128 + sig
             assert dh.gone_within(mark) == []
-        finally:
-            proc.kill()
-            dh.kill_marked(mark)
 
 
 def test_usr1_is_forwarded_when_listed(tmp_path):
     proc, fifo, mark = start(tmp_path, TRAPPING, "--signals-to-handle=SIGTERM,SIGUSR1")
-    try:
+    with dh.cleaned_up(proc, mark):
         fifo.lines(2)
         proc.send_signal(signal.SIGUSR1)
         assert sorted(fifo.lines(2)) == ["got USR1 0", "got USR1 1"]
         assert proc.wait(timeout=30) == 128 + signal.SIGUSR1
-    finally:
-        proc.kill()
-        dh.kill_marked(mark)
 
 
 # Ignores the polite signals: only SIGKILL stops it.
@@ -58,21 +52,18 @@ STUBBORN = 'trap "" TERM INT; echo ready > $FIFO; while :; do sleep 1000 & wait 
 
 def test_grace_period_then_sigkill(tmp_path):
     proc, fifo, mark = start(tmp_path, STUBBORN, "--stop-timeout=0.5")
-    try:
+    with dh.cleaned_up(proc, mark):
         fifo.lines(2)
         proc.send_signal(signal.SIGTERM)
         dh.wait_for_stderr(proc, "received SIGTERM")
         dh.wait_for_stderr(proc, "sending SIGKILL")
         assert proc.wait(timeout=30) == 128 + signal.SIGTERM
         assert dh.gone_within(mark) == []
-    finally:
-        proc.kill()
-        dh.kill_marked(mark)
 
 
 def test_second_ctrl_c_kills_at_once(tmp_path):
     proc, fifo, mark = start(tmp_path, STUBBORN, "--stop-timeout=600")
-    try:
+    with dh.cleaned_up(proc, mark):
         fifo.lines(2)
         proc.send_signal(signal.SIGINT)
         dh.wait_for_stderr(proc, "received SIGINT")
@@ -81,6 +72,3 @@ def test_second_ctrl_c_kills_at_once(tmp_path):
         assert proc.wait(timeout=30) == 128 + signal.SIGINT
         assert time.monotonic() - started < 10  # far below the 600 s grace
         assert dh.gone_within(mark) == []
-    finally:
-        proc.kill()
-        dh.kill_marked(mark)

@@ -21,6 +21,7 @@ import signal
 import subprocess
 import time
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
 
 SOURCE_DIR = Path(os.environ.get("DTRUN_SOURCE_DIR", Path(__file__).resolve().parents[2]))
@@ -149,6 +150,17 @@ def kill_marked(mark: str) -> None:
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
+
+
+@contextmanager
+def cleaned_up(proc: subprocess.Popen, mark: str):
+    """Runs the body, then kills the agent and every process of its job
+    (found by `mark`), whether the body passed or failed."""
+    try:
+        yield
+    finally:
+        proc.kill()
+        kill_marked(mark)
 
 
 def read_json_lines(path: Path) -> list[dict]:
