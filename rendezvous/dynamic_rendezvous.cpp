@@ -232,6 +232,10 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   void next_round(completion done) {
     done_ = std::move(done);
     on_over_ = nullptr;
+    pending_over_.clear();
+    // Callbacks of the previous round (its WAIT on `over` fails when
+    // reconnect() closes its client) must not touch this round's state.
+    ++epoch_;
     round_over_ = false;
     all_done_ = false;
     heartbeat_timer_.cancel();
@@ -443,8 +447,8 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
 
   void watch_over(std::int64_t r) {
     auto self = shared_from_this();
-    waits_->get(round_key(r, "over"), no_timeout, [self, r](store_result o) {
-      if (self->round_ != r || self->round_over_) return;
+    waits_->get(round_key(r, "over"), no_timeout, [self, r, epoch = epoch_](store_result o) {
+      if (self->epoch_ != epoch || self->round_ != r || self->round_over_) return;
       // Once every node is done the host leaves and its store with it: a
       // lost connection then is the end of the job, not of the round.
       if (o.error && self->all_done_) return;
@@ -522,9 +526,14 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
                         fmt::format("node {}: {}", self->group_rank_, reason),
                         [](store_result) {});
       }
-      self->ops_->set(self->round_key(self->round_, "over"),
-                      fmt::format("node {}: {}", self->group_rank_, reason), [](store_result) {});
-      done(nullptr, static_cast<int>(n.number));
+      auto over = self->round_key(self->round_, "over");
+      self->ops_->set(over, fmt::format("node {}: {}", self->group_rank_, reason),
+                      [](store_result) {});
+      // A round trip before we answer: the caller may start the next round
+      // at once, which closes this client, and the others must be told.
+      self->ops_->check({over}, [done, restarts = static_cast<int>(n.number)](store_result) {
+        done(nullptr, restarts);
+      });
     });
   }
 
@@ -630,6 +639,7 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   int arrival_ = 0, group_rank_ = -1, members_ = 0;
   bool round_over_ = false;
   bool all_done_ = false;  // the exit barrier released every node
+  std::uint64_t epoch_ = 0;  // next_round() calls so far
   std::int64_t last_seen_ = -1;
   int misses_ = 0;
 };
