@@ -1,0 +1,116 @@
+"""The benchmark suite's smoke run (scripts/bench/all --quick) against the
+build under test: every benchmark runs once with tiny sizes, so none of them
+can rot. Not a measurement: no timing is asserted, only that each benchmark
+ran, produced a numeric result for dtrun (and for its anchor where --quick
+measures one), and that the table and the plot were written.
+
+Replaces the store and rendezvous benchmarks' own smoke tests: the store's
+load client reports no error (the store benchmark exits non-zero otherwise),
+every real agent of the rendezvous got its rank and exited 0, and the
+in-process round costs O(1) store requests per node.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+SOURCE_DIR = Path(os.environ.get("DTRUN_SOURCE_DIR", Path(__file__).resolve().parents[2]))
+BUILD_DIR = Path(os.environ.get("DTRUN_BUILD_DIR", SOURCE_DIR / "build"))
+sys.path.insert(0, str(SOURCE_DIR / "tests" / "pyhelpers"))
+import netns_hosts  # noqa: E402
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def table(text: str, heading: str) -> list[dict]:
+    """The first Markdown table under `## heading`, as dicts keyed by its header."""
+    section = text.split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    lines = [line for line in section.splitlines() if line.startswith("|")]
+    # The first table only: it ends at the first line that is not a row.
+    first = section[section.index("|"):].split("\n\n", 1)[0].splitlines()
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in first]
+    assert lines and len(rows) >= 2, section
+    header, _rule, *body = rows
+    return [dict(zip(header, r)) for r in body]
+
+
+def number(cell: str) -> float:
+    return float(cell.replace(",", ""))
+
+
+def find(rows: list[dict], benchmark: str, metric_start: str) -> dict:
+    hits = [r for r in rows if r["benchmark"] == benchmark and r["metric"].startswith(metric_start)]
+    assert hits, f"no '{benchmark}: {metric_start}...' row in {[r['metric'] for r in rows]}"
+    return hits[0]
+
+
+def test_quick_suite_writes_every_benchmarks_row_and_the_plot(tmp_path):
+    out = tmp_path / "results"
+    r = subprocess.run([str(SOURCE_DIR / "scripts" / "bench" / "all"), "--quick", "--no-build",
+                        "--build-dir", str(BUILD_DIR), "--out", str(out)],
+                       capture_output=True, text=True, timeout=400)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
+    md = (out / "bench-results.md").read_text()
+    assert md.strip() == r.stdout.strip()  # what it printed is what it wrote
+
+    # The header names the machine and the load.
+    for field in ("| CPU |", "| kernel |", "| g++ |", "| Boost |", "| torch |",
+                  "| load average"):
+        assert field in md, md[:2000]
+
+    # Every benchmark ran (node loss may only be skipped where namespaces cannot be made).
+    status = {row["benchmark"]: row["status"] for row in table(md, "Benchmarks run")}
+    no_netns = netns_hosts.unavailable_reason()
+    expected = {"launch", "store", "rendezvous", "realjob", "nodeloss"}
+    assert set(status) == expected, status
+    for name, text in status.items():
+        if name == "nodeloss" and no_netns:
+            print(f"node loss skipped: {no_netns}")
+            assert text.startswith("skipped"), status
+        else:
+            assert text == "ok", (name, status, (out / f"{name}.log").read_text()[-3000:])
+
+    rows = table(md, "Summary")
+    # (benchmark, metric prefix, anchor measured in --quick too)
+    wanted = [("launch", "4 x /bin/true, wall; vs torchrun", True),
+              ("launch", "same; vs fork/exec floor", True),
+              ("restart", "crash -> last replacement running", True),
+              ("agent memory", "agent peak RSS", True),
+              ("real job", "4-rank gloo DDP, wall; vs Python-import floor", True),
+              ("store", "set+get ops/s @ 1 conns", True),
+              ("store", "set+get p50 latency @ 8 conns", True),
+              ("store", "set+get p99 latency @ 8 conns", True),
+              ("store", "200 idle connections held", True),
+              ("rendezvous", "in-process round, N = 4", False),
+              ("rendezvous", "store requests per node, N = 4", False),
+              ("rendezvous", "4 real agents: last start -> all ranked", False)]
+    if not no_netns:
+        wanted += [("node loss", "node killed -> survivors training again", False),
+                   ("node loss", "node killed -> survivors' workers restarted", False)]
+    for bench, metric, anchored in wanted:
+        row = find(rows, bench, metric)
+        assert number(row["dtrun median"]) > 0, row
+        assert row["n"] == "1", row  # --quick: one measured run
+        if anchored:
+            assert number(row["anchor median"]) > 0, row
+            assert re.fullmatch(r"[\d.]+x (faster|slower|higher|lower|smaller|larger)",
+                                row["dtrun vs anchor"]), row
+        if row["target"] != "-":
+            assert row["met?"] in ("yes", "**no**") or row["met?"].startswith("- (N ="), row
+    # Rendezvous: O(1) store requests per node (about 15 today).
+    assert number(find(rows, "rendezvous", "store requests per node")["dtrun median"]) <= 20
+    # Store: every idle connection was answered by both servers.
+    idle = find(rows, "store", "200 idle connections held")
+    assert number(idle["dtrun median"]) == 200 and number(idle["anchor median"]) == 200, idle
+
+    # The raw repetitions are there, one JSON object per line.
+    raw = [json.loads(line) for line in (out / "raw.jsonl").read_text().splitlines()]
+    assert {s["bench"] for s in raw} >= {"launch", "restart", "rss", "store", "rendezvous",
+                                         "realjob"}
+    assert all(s["values"] for s in raw)
+
+    png = (out / "bench-results.png").read_bytes()
+    assert png[:8] == PNG_MAGIC and len(png) > 10_000, png[:16]
