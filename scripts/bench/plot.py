@@ -28,10 +28,11 @@ def draw(samples: list[dict], path: Path, title: str) -> None:
     xs = range(len(bars))
     medians = [s[0] for _, s in bars]
     errs = [[s[0] - s[1] for _, s in bars], [s[2] - s[0] for _, s in bars]]
-    left.bar(xs, medians, yerr=errs, capsize=6, color=["tab:blue", "tab:orange", "tab:red"][:len(bars)])
+    left.bar(xs, medians, yerr=errs, capsize=6,
+             color=["tab:blue", "tab:orange", "tab:red"][:len(bars)])
     left.set_xticks(list(xs), [label for label, _ in bars])
-    for x, m in zip(xs, medians):
-        left.annotate(f"{m:.1f} ms", (x, m), textcoords="offset points", xytext=(0, 4),
+    for x, (_, st) in zip(xs, bars):  # the median's value above the whisker
+        left.annotate(f"{st[0]:.1f} ms", (x, st[2]), textcoords="offset points", xytext=(0, 4),
                       ha="center", fontsize=9)
     left.set_yscale("log")
     if medians:
@@ -66,7 +67,7 @@ def draw(samples: list[dict], path: Path, title: str) -> None:
     right.set_xlabel("N (agents on loopback)")
     right.set_ylabel("seconds (median)")
     right.set_title("Rendezvous at scale")
-    right.legend(fontsize=7, loc="upper left")
+    right.legend(fontsize=7, loc="lower right")
     right.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=100)

@@ -58,12 +58,15 @@ def advantage(row: Row) -> float | None:
     """How many times better dtrun is than the anchor (> 1: better)."""
     d, a = stats(row.dtrun), stats(row.anchor)
     if not d or not a or d[0] == 0 or a[0] == 0:
-        return None
+        return None  # ratio_text says why
     return a[0] / d[0] if row.lower_is_better else d[0] / a[0]
 
 
 def ratio_text(row: Row) -> str:
     adv = advantage(row)
+    d, a = stats(row.dtrun), stats(row.anchor)
+    if adv is None and d and a and a[0] == 0 and d[0] > 0 and not row.lower_is_better:
+        return "anchor: 0"
     if adv is None:
         return "-"
     if row.lower_is_better and row.unit in ("ms", "s", "us"):
