@@ -211,6 +211,7 @@ parse_result parse_command_line(const std::vector<std::string>& args) {
 
   std::vector<std::string> own;
   split_args(app, args, own, o);
+  const std::vector<std::string> own_tokens = own;  // parse() consumes `own`
   std::reverse(own.begin(), own.end());  // CLI11 consumes from the back
   try {
     app.parse(own);
@@ -229,7 +230,7 @@ parse_result parse_command_line(const std::vector<std::string>& args) {
   } catch (const CLI::ParseError& e) {
     throw usage_error(fmt::format("{} (run 'dtrun --help')", first_line(e.what())));
   }
-  record_given(app, own, o.given);
+  record_given(app, own_tokens, o.given);
   o.master_port_given = app.get_option("--master-port")->count() > 0;
   o.rdzv_backend_given = app.get_option("--rdzv-backend")->count() > 0;
   if (app.get_option("--stop-timeout")->count() == 0 &&

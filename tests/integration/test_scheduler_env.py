@@ -7,6 +7,8 @@ argument parsed by a real PyTorch script."""
 import json
 import os
 import signal
+import socket
+import subprocess
 import sys
 from pathlib import Path
 
@@ -165,6 +167,40 @@ def test_node_env_inside_a_torchrun_worker_is_not_taken_for_a_pod():
     config = dry_run(env)
     assert config["scheduler"] is None
     assert config["standalone"] is True
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("ntasks_per_node", [1, 2])
+def test_both_slurm_styles_run_real_agents(tmp_path, ntasks_per_node):
+    """The tasks of a 2-node step, all on this machine (the node list names
+    localhost): one agent per node with 2 workers each, or one worker per
+    task; the workers must see the same ranks either way."""
+    port = str(free_port())
+    procs = []
+    for procid in range(2 * ntasks_per_node):
+        node, localid = divmod(procid, ntasks_per_node)
+        step = slurm_step(node, ntasks_per_node, procid=procid, localid=localid)
+        step.update(SLURM_STEP_NODELIST="localhost", SLURM_JOB_NODELIST="localhost")
+        env = clean_env(**step, MASTER_PORT=port, DTRUN_PYTHON=dh.PYTHON)
+        nproc = ["--nproc-per-node=2"] if ntasks_per_node == 1 else []
+        procs.append(subprocess.Popen(
+            [str(dh.DTRUN), *nproc, str(dh.SOURCE_DIR / "tests" / "pyhelpers" / "dump_env.py"),
+             str(tmp_path)], env=env, stderr=subprocess.PIPE, text=True))
+    for p in procs:
+        _, stderr = p.communicate(timeout=120)
+        assert p.returncode == 0, stderr
+    for rank in range(4):
+        e = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        assert e["WORLD_SIZE"] == "4"
+        assert (e["LOCAL_RANK"], e["LOCAL_WORLD_SIZE"]) == (str(rank % 2), "2")
+        assert e["GROUP_RANK"] == str(rank // 2)  # SLURM_NODEID, in both styles
+        assert e["TORCHELASTIC_RUN_ID"] == "2.0"
+        assert e["MASTER_PORT"] == port
 
 
 # Traps SIGUSR1/SIGUSR2 and goes on (a checkpoint would be written there);
