@@ -292,3 +292,10 @@ def test_legacy_launch_with_no_python_needs_use_env():
     r = dh.run(["--standalone", "--legacy-launch", "--no-python", "/bin/true"], env=clean_env())
     assert r.returncode == 2
     assert "--use-env" in r.stderr
+
+
+def test_dry_run_shows_each_workers_own_argv():
+    config = dry_run(clean_env(), "--standalone", "--nproc-per-node=2", "--legacy-launch",
+                     "--local-rank-arg=underscore")
+    assert [w["argv"][1:] for w in config["workers"]] == [
+        ["-u", "train.py", "--local_rank=0"], ["-u", "train.py", "--local_rank=1"]]
