@@ -161,7 +161,9 @@ void derive_slurm(launch_options& o, const env_map& env, scheduler_env& s) {
   } catch (const hostlist_error& e) {
     throw off_hint(fmt::format("{}: {}", nodelist.name, e.what()));
   }
-  int port = slurm_port_base + static_cast<int>(*as_number(job.value) % slurm_port_span);
+  auto job_number = as_number(job.value);
+  if (!job_number) throw off_hint(fmt::format("{}={} is not a number", job.name, job.value));
+  int port = slurm_port_base + static_cast<int>(*job_number % slurm_port_span);
   std::string port_source = fmt::format("{}: {} + job id % {}", job.name, slurm_port_base,
                                         slurm_port_span);
   if (auto master_port = first_of(env, {"MASTER_PORT"})) {

@@ -204,6 +204,10 @@ TEST_CASE("Slurm: a broken step environment says which variable") {
   env.erase("SLURM_NODEID");
   launch_options p = parse({});
   CHECK_THROWS_WITH(detect_scheduler_env(p, env), Catch::Contains("SLURM_NODEID"));
+  env = slurm_agent_per_node(0);
+  env["SLURM_JOB_ID"] = "12x";
+  launch_options q = parse({});
+  CHECK_THROWS_WITH(detect_scheduler_env(q, env), Catch::Contains("SLURM_JOB_ID=12x"));
 }
 
 namespace {
