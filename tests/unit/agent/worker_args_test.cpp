@@ -56,7 +56,7 @@ TEST_CASE("environment overrides come first and the arguments read them") {
   CHECK(args == std::vector<std::string>{"-u", "train.py", "--local-rank=0", "-u", "--index=0"});
 }
 
-TEST_CASE("without templating, braces in the script's arguments are untouched") {
+TEST_CASE("without templating the script's arguments keep their braces") {
   std::vector<std::string> args = {"-u", "{rank}.py", "{rank}"};
   env_map env = worker_env();
   worker_customization c;

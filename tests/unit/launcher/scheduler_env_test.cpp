@@ -173,7 +173,7 @@ TEST_CASE("Slurm: several workers per task with several tasks per node is refuse
                     Catch::Contains("--ntasks-per-node=1"));
 }
 
-TEST_CASE("Slurm: an sbatch script outside a step, and --no-scheduler-detect, derive nothing") {
+TEST_CASE("Slurm: an sbatch script outside a step and --no-scheduler-detect derive nothing") {
   env_map batch = slurm_agent_per_node(0);
   for (const char* step_var : {"SLURM_STEP_ID", "SLURM_STEP_NUM_NODES", "SLURM_STEP_NODELIST",
                                "SLURM_STEP_NUM_TASKS", "SLURM_STEP_TASKS_PER_NODE"}) {
@@ -245,7 +245,7 @@ TEST_CASE("Kubernetes: node-level MASTER_ADDR/WORLD_SIZE/RANK derive a static re
   }
 }
 
-TEST_CASE("Kubernetes: v1.7+ PET_* variables are flags, WORLD_SIZE is pods x nproc") {
+TEST_CASE("Kubernetes: from v1.7 the PET variables are flags and WORLD_SIZE is pods x nproc") {
   env_guard nnodes("PET_NNODES", "2");
   env_guard nproc("PET_NPROC_PER_NODE", "2");
   env_guard node_rank("PET_NODE_RANK", "1");
