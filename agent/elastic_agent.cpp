@@ -172,6 +172,7 @@ class elastic_agent::impl {
         request.env[k] = v;
       }
       request.env["TORCHELASTIC_ERROR_FILE"] = error_file;
+      customize_worker(options_.worker_args, request.args, request.env);
 
       int rank = global_rank(info, local_rank);
       spawn_result spawned = spawn_worker(request);
@@ -232,6 +233,11 @@ class elastic_agent::impl {
   }
 
   void on_signal(int sig) {
+    if (sig == SIGUSR1 || sig == SIGUSR2) {  // a notice for the workers, not a stop
+      log(fmt::format("received {}; forwarding it to the workers", signal_name(sig)));
+      signal_workers(sig);
+      return;
+    }
     switch (phase_) {
       case phase::running:
         stop_signal_ = sig;

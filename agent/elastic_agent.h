@@ -24,6 +24,7 @@
 
 #include <boost/asio/io_context.hpp>
 
+#include "agent/worker_args.h"
 #include "agent/worker_env.h"
 #include "rendezvous/rendezvous_handler.h"
 
@@ -34,9 +35,13 @@ struct agent_options {
   // The resolved program and its arguments (argv[1..]).
   std::string program;
   std::vector<std::string> args;
+  // Per-worker argument and environment edits (legacy launch, templates).
+  worker_customization worker_args;
   // Between the first (forwarded) signal and SIGKILL.
   std::chrono::milliseconds stop_timeout = std::chrono::seconds(30);
-  // Signals forwarded to the workers (SIGCHLD is always watched).
+  // Signals forwarded to the workers (SIGCHLD is always watched). SIGUSR1
+  // and SIGUSR2 are only forwarded (Slurm's preemption notice: the workers
+  // checkpoint and decide); the others also stop the workers.
   std::vector<int> signals;
   // Base folder for per-attempt error files; empty: a temporary folder,
   // removed when the agent ends.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <set>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -121,6 +122,24 @@ void define_flags(CLI::App& app, launch_options& o) {
 
   app.add_flag("--dry-run", o.dry_run, "Print the resolved launch configuration as JSON and exit")
       ->group("dtrun");
+
+  const std::string group_sched = "Schedulers and legacy launch (docs/schedulers.md)";
+  app.add_flag("--no-scheduler-detect", o.no_scheduler_detect,
+               "Ignore Slurm's and Kubernetes' variables (by default they fill in unset flags)")
+      ->envname("DTRUN_NO_SCHEDULER_DETECT")
+      ->group(group_sched);
+  add_flag(app, "legacy-launch", o.legacy_launch,
+           "torch.distributed.launch's behaviour: pass --local-rank=N to each worker")
+      ->group(group_sched);
+  add_flag(app, "use-env", o.use_env, "With --legacy-launch: LOCAL_RANK only, no argument")
+      ->group(group_sched);
+  add_option(app, "local-rank-arg", o.local_rank_arg,
+             "--legacy-launch's argument: dash (--local-rank, torch 2) or underscore (torch 1)")
+      ->check(CLI::IsMember({"dash", "underscore"}))
+      ->group(group_sched);
+  add_flag(app, "template-args", o.template_args,
+           "Replace {rank}, {local_rank}, {world_size}... in the script's arguments per worker")
+      ->group(group_sched);
 }
 
 bool is_flag_token(const std::string& arg) { return arg.size() > 1 && arg[0] == '-'; }
@@ -158,6 +177,23 @@ void split_args(const CLI::App& app, const std::vector<std::string>& args,
 
 std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 
+// Which flags were given and where from: the command line, or the variable
+// CLI11 read (PET_*), so scheduler detection never overrides either.
+void record_given(const CLI::App& app, const std::vector<std::string>& own,
+                  std::map<std::string, std::string>& given) {
+  std::set<const CLI::Option*> on_command_line;
+  for (const auto& arg : own) {
+    if (!is_flag_token(arg)) continue;
+    std::string name = arg.rfind("--", 0) == 0 ? arg.substr(0, arg.find('=')) : arg.substr(0, 2);
+    if (const CLI::Option* opt = app.get_option_no_throw(name)) on_command_line.insert(opt);
+  }
+  for (const CLI::Option* opt : app.get_options()) {
+    if (opt->count() == 0 || opt->get_lnames().empty()) continue;
+    given[opt->get_lnames().front()] =
+        on_command_line.count(opt) > 0 ? "command line" : opt->get_envname();
+  }
+}
+
 }  // namespace
 
 parse_result parse_command_line(const std::vector<std::string>& args) {
@@ -175,6 +211,7 @@ parse_result parse_command_line(const std::vector<std::string>& args) {
 
   std::vector<std::string> own;
   split_args(app, args, own, o);
+  const std::vector<std::string> own_tokens = own;  // parse() consumes `own`
   std::reverse(own.begin(), own.end());  // CLI11 consumes from the back
   try {
     app.parse(own);
@@ -193,6 +230,7 @@ parse_result parse_command_line(const std::vector<std::string>& args) {
   } catch (const CLI::ParseError& e) {
     throw usage_error(fmt::format("{} (run 'dtrun --help')", first_line(e.what())));
   }
+  record_given(app, own_tokens, o.given);
   o.master_port_given = app.get_option("--master-port")->count() > 0;
   o.rdzv_backend_given = app.get_option("--rdzv-backend")->count() > 0;
   if (app.get_option("--stop-timeout")->count() == 0 &&

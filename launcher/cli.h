@@ -7,6 +7,7 @@
 // script.
 #pragma once
 
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -56,6 +57,17 @@ struct launch_options {
   std::string local_ranks_filter;
   // dtrun.
   bool dry_run = false;
+  // Schedulers and the legacy launcher (docs/schedulers.md).
+  bool no_scheduler_detect = false;
+  bool legacy_launch = false;       // torch.distributed.launch: --local-rank=N argument
+  bool use_env = false;             // with --legacy-launch: LOCAL_RANK only
+  std::string local_rank_arg = "dash";  // dash: --local-rank=N, underscore: --local_rank=N
+  bool template_args = false;       // {rank}, {local_rank}... in the script's arguments
+
+  // The flags given, by long name ("nproc-per-node"), and where from:
+  // "command line" or the variable read (e.g. "PET_NNODES"). Scheduler
+  // detection derives only what is not in here.
+  std::map<std::string, std::string> given;
 
   std::string script;
   std::vector<std::string> script_args;

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "agent/worker_args.h"
 #include "agent/worker_env.h"
 #include "launcher/cli.h"
 #include "launcher/rendezvous_config.h"
@@ -37,6 +38,8 @@ struct launch_config {
   std::string program;
   std::vector<std::string> args;
   bool program_is_python = true;
+  // Per-worker edits (legacy --local-rank, templates, scheduler variables).
+  agent::worker_customization worker_args;
   std::chrono::milliseconds stop_timeout{30000};
   std::vector<int> signals;
   std::string log_dir;

@@ -15,6 +15,8 @@
 #include "agent/worker_process.h"
 #include "launcher/cli.h"
 #include "launcher/launch_config.h"
+#include "launcher/legacy_launch.h"
+#include "launcher/scheduler_env.h"
 #include "rendezvous/dynamic_rendezvous.h"
 #include "rendezvous/standalone_rendezvous.h"
 
@@ -57,6 +59,7 @@ int launch(const launcher::launch_config& config, const agent::env_map& env) {
   options.spec = config.spec;
   options.program = *program;
   options.args = config.args;
+  options.worker_args = config.worker_args;
   options.stop_timeout = config.stop_timeout;
   options.signals = config.signals;
   options.log_dir = config.log_dir;
@@ -75,11 +78,17 @@ int main(int argc, char** argv) {
       return 0;
     }
     agent::env_map env = agent::current_environment();
+    launcher::scheduler_env scheduler = launcher::detect_scheduler_env(parsed.options, env);
     launcher::launch_config config = launcher::resolve_launch_config(parsed.options, env);
+    config.worker_args = launcher::resolve_worker_args(parsed.options);
+    launcher::apply_scheduler_env(scheduler, config);
     if (parsed.options.dry_run) {
-      fmt::print("{}\n", launcher::to_json(config, env).dump(2));
+      nlohmann::json out = launcher::to_json(config, env);
+      launcher::add_scheduler_json(out, scheduler, config);
+      fmt::print("{}\n", out.dump(2));
       return 0;
     }
+    for (const auto& line : launcher::describe(scheduler)) fmt::print(stderr, "dtrun: {}\n", line);
     return launch(config, env);
   } catch (const launcher::usage_error& e) {
     return fail(agent::exit_usage, e.what());

@@ -1,0 +1,63 @@
+#include "agent/worker_args.h"
+
+#include <algorithm>
+#include <string_view>
+#include <utility>
+
+namespace dtrun::agent {
+namespace {
+
+std::string get(const env_map& env, const char* key) {
+  auto it = env.find(key);
+  return it == env.end() ? std::string() : it->second;
+}
+
+}  // namespace
+
+std::string expand_placeholders(const std::string& text, const env_map& env) {
+  if (text.find('{') == std::string::npos) return text;
+  const std::pair<const char*, const char*> placeholders[] = {
+      {"{rank}", "RANK"},
+      {"{local_rank}", "LOCAL_RANK"},
+      {"{world_size}", "WORLD_SIZE"},
+      {"{local_world_size}", "LOCAL_WORLD_SIZE"},
+      {"{group_rank}", "GROUP_RANK"},
+      {"{node_rank}", "GROUP_RANK"},
+      {"{group_world_size}", "GROUP_WORLD_SIZE"},
+      {"{round}", "TORCHELASTIC_RESTART_COUNT"},
+      {"{restart_count}", "TORCHELASTIC_RESTART_COUNT"},
+  };
+  std::string out;
+  std::size_t i = 0;
+  while (i < text.size()) {
+    bool replaced = false;
+    if (text[i] == '{') {
+      for (const auto& [name, var] : placeholders) {
+        std::string_view n(name);
+        if (text.compare(i, n.size(), n) == 0) {
+          out += get(env, var);
+          i += n.size();
+          replaced = true;
+          break;
+        }
+      }
+    }
+    if (!replaced) out += text[i++];
+  }
+  return out;
+}
+
+void customize_worker(const worker_customization& c, std::vector<std::string>& args,
+                      env_map& env) {
+  for (const auto& [k, v] : c.env_overrides) env[k] = v;
+  std::size_t at = std::min(c.script_args_at, args.size());
+  if (c.template_args) {
+    for (std::size_t i = at; i < args.size(); ++i) args[i] = expand_placeholders(args[i], env);
+  }
+  if (c.local_rank != local_rank_arg::none) {
+    const char* flag = c.local_rank == local_rank_arg::dash ? "--local-rank=" : "--local_rank=";
+    args.insert(args.begin() + static_cast<std::ptrdiff_t>(at), flag + get(env, "LOCAL_RANK"));
+  }
+}
+
+}  // namespace dtrun::agent

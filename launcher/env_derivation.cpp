@@ -1,0 +1,98 @@
+#include "launcher/env_derivation.h"
+
+#include <algorithm>
+#include <cctype>
+
+#include <fmt/format.h>
+
+namespace dtrun::launcher::env_derivation {
+
+std::optional<variable> first_of(const env_map& env, std::initializer_list<const char*> names) {
+  for (const char* name : names) {
+    auto it = env.find(name);
+    if (it != env.end() && !it->second.empty()) return variable{name, it->second};
+  }
+  return std::nullopt;
+}
+
+bool has(const env_map& env, const char* name) { return first_of(env, {name}).has_value(); }
+
+std::optional<std::uint64_t> as_number(const std::string& text) {
+  if (text.empty() || text.size() > 12 ||
+      !std::all_of(text.begin(), text.end(), [](unsigned char c) { return std::isdigit(c); })) {
+    return std::nullopt;
+  }
+  return std::stoull(text);
+}
+
+usage_error off_hint(const std::string& what) {
+  return usage_error(fmt::format("{} (give the flags yourself, or --no-scheduler-detect)", what));
+}
+
+int number_of(const variable& v) {
+  auto n = as_number(v.value);
+  if (!n || *n > 10'000'000) throw off_hint(fmt::format("{}={} is not a number", v.name, v.value));
+  return static_cast<int>(*n);
+}
+
+variable required(const env_map& env, std::initializer_list<const char*> names,
+                  const std::string& scheduler) {
+  if (auto v = first_of(env, names)) return *v;
+  throw off_hint(fmt::format("inside a {} but {} is not set", scheduler, *names.begin()));
+}
+
+bool given(const launch_options& o, const char* flag) { return o.given.count(flag) > 0; }
+
+void deriver::nnodes(int n, const std::string& source) {
+  if (given(o_, "nnodes")) return;
+  o_.nnodes = std::to_string(n);
+  note("nnodes", o_.nnodes, source);
+}
+void deriver::node_rank(int rank, const std::string& source) {
+  if (given(o_, "node-rank")) return;
+  o_.node_rank = rank;
+  note("node-rank", std::to_string(rank), source);
+}
+void deriver::nproc(const std::string& n, const std::string& source) {
+  if (given(o_, "nproc-per-node")) return;
+  o_.nproc_per_node = n;
+  note("nproc-per-node", n, source);
+}
+void deriver::backend(const std::string& b, const std::string& source) {
+  if (given(o_, "rdzv-backend") || given(o_, "rdzv-endpoint")) return;
+  o_.rdzv_backend = b;
+  o_.rdzv_backend_given = true;
+  note("rdzv-backend", b, source);
+}
+bool deriver::endpoint(const std::string& e, const std::string& source) {
+  if (given(o_, "rdzv-endpoint")) return false;
+  o_.rdzv_endpoint = e;
+  note("rdzv-endpoint", e, source);
+  return true;
+}
+void deriver::run_id(const std::string& id, const std::string& source) {
+  if (given(o_, "rdzv-id")) return;
+  o_.rdzv_id = id;
+  note("rdzv-id", id, source);
+}
+void deriver::master_addr(const std::string& addr, const std::string& source) {
+  if (given(o_, "master-addr")) return;
+  o_.master_addr = addr;
+  note("master-addr", addr, source);
+}
+void deriver::master_port(int port, const std::string& source) {
+  if (given(o_, "master-port")) return;
+  if (port <= 0 || port > 65535) throw off_hint(fmt::format("{}={} is not a port", source, port));
+  o_.master_port = port;
+  o_.master_port_given = true;
+  note("master-port", std::to_string(port), source);
+}
+void deriver::worker_var(const std::string& name, const std::string& value, const std::string& source) {
+  s_.worker_env[name] = value;
+  note(name, value, source);
+}
+void deriver::note(const std::string& setting, const std::string& value, const std::string& source) {
+  s_.derived.push_back({setting, value, source});
+}
+
+}  // namespace dtrun::launcher::env_derivation

@@ -1,0 +1,16 @@
+// In a Kubernetes training pod (Kubeflow's PyTorchJob) or on a platform
+// that sets node-level MASTER_ADDR/MASTER_PORT/WORLD_SIZE/RANK: derive a
+// static rendezvous from them (docs/schedulers.md).
+#pragma once
+
+#include "agent/worker_env.h"
+#include "launcher/cli.h"
+#include "launcher/scheduler_env.h"
+
+namespace dtrun::launcher {
+
+// Does nothing when the four variables are not all set, or are a torchrun
+// worker's. Throws usage_error on contradictory values.
+void derive_node_env(launch_options& options, const agent::env_map& env, scheduler_env& sched);
+
+}  // namespace dtrun::launcher

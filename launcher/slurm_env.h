@@ -1,0 +1,19 @@
+// Inside a Slurm step (srun's tasks): derive the rendezvous from the
+// step's variables, one agent per node or one worker per task
+// (docs/schedulers.md).
+#pragma once
+
+#include "agent/worker_env.h"
+#include "launcher/cli.h"
+#include "launcher/scheduler_env.h"
+
+namespace dtrun::launcher {
+
+// A parallel step, not an sbatch/salloc shell outside one.
+bool in_slurm_step(const agent::env_map& env);
+
+// Fills in the flags not given; throws usage_error on contradictory
+// variables.
+void derive_slurm(launch_options& options, const agent::env_map& env, scheduler_env& sched);
+
+}  // namespace dtrun::launcher

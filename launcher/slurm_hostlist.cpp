@@ -1,0 +1,170 @@
+#include "launcher/slurm_hostlist.h"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cstdint>
+
+#include <fmt/format.h>
+
+namespace dtrun::launcher {
+namespace {
+
+constexpr std::size_t max_hosts = 1'000'000;
+
+hostlist_error bad(std::string_view text, std::string_view why) {
+  return hostlist_error(fmt::format("Slurm host list '{}': {}", text, why));
+}
+
+bool all_digits(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c); });
+}
+
+std::uint64_t number(std::string_view digits, std::string_view text) {
+  std::uint64_t n = 0;
+  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
+  if (ec != std::errc() || end != digits.data() + digits.size()) throw bad(text, "number too large");
+  return n;
+}
+
+// Splits on commas outside brackets.
+std::vector<std::string_view> split_top_level(std::string_view text) {
+  std::vector<std::string_view> parts;
+  int depth = 0;
+  std::size_t start = 0;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '[') ++depth;
+    if (text[i] == ']') --depth;
+    if (depth < 0 || depth > 1) throw bad(text, "unbalanced brackets");
+    if (text[i] == ',' && depth == 0) {
+      parts.push_back(text.substr(start, i - start));
+      start = i + 1;
+    }
+  }
+  if (depth != 0) throw bad(text, "unbalanced brackets");
+  parts.push_back(text.substr(start));
+  return parts;
+}
+
+// "01-03,7" -> {"01","02","03","7"}: a range keeps its low bound's width.
+std::vector<std::string> expand_bracket(std::string_view inside, std::string_view text) {
+  std::vector<std::string> values;
+  std::size_t start = 0;
+  while (start <= inside.size()) {
+    std::size_t comma = std::min(inside.find(',', start), inside.size());
+    std::string_view item = inside.substr(start, comma - start);
+    start = comma + 1;
+    auto dash = item.find('-');
+    std::string_view lo = item.substr(0, dash);
+    std::string_view hi = dash == std::string_view::npos ? lo : item.substr(dash + 1);
+    if (!all_digits(lo) || !all_digits(hi)) {
+      throw bad(text, fmt::format("'[{}]' is not a list of numbers and ranges", inside));
+    }
+    std::uint64_t a = number(lo, text);
+    std::uint64_t b = number(hi, text);
+    if (b < a) throw bad(text, fmt::format("range {} runs backwards", item));
+    if (b - a >= max_hosts) throw bad(text, "more than a million hosts");
+    for (std::uint64_t n = a; n <= b; ++n) {
+      values.push_back(fmt::format("{:0{}}", n, lo.size()));
+      if (values.size() > max_hosts) throw bad(text, "more than a million hosts");
+    }
+  }
+  return values;
+}
+
+// One expression: literal text and bracket groups, as a cartesian product.
+void expand_expression(std::string_view expr, std::string_view text,
+                       std::vector<std::string>& out) {
+  if (expr.empty()) throw bad(text, "empty host name");
+  std::vector<std::string> partial = {""};
+  std::size_t i = 0;
+  while (i < expr.size()) {
+    if (expr[i] == ']') throw bad(text, "unbalanced brackets");
+    if (expr[i] != '[') {
+      std::size_t next = std::min(expr.find('[', i), expr.size());
+      std::string_view literal = expr.substr(i, next - i);
+      if (literal.find(']') != std::string_view::npos) throw bad(text, "unbalanced brackets");
+      for (auto& p : partial) p.append(literal);
+      i = next;
+      continue;
+    }
+    std::size_t close = expr.find(']', i);
+    if (close == std::string_view::npos) throw bad(text, "unbalanced brackets");
+    auto values = expand_bracket(expr.substr(i + 1, close - i - 1), text);
+    if (partial.size() * values.size() > max_hosts) throw bad(text, "more than a million hosts");
+    std::vector<std::string> next;
+    next.reserve(partial.size() * values.size());
+    for (const auto& p : partial) {
+      for (const auto& v : values) next.push_back(p + v);
+    }
+    partial = std::move(next);
+    i = close + 1;
+  }
+  if (out.size() + partial.size() > max_hosts) throw bad(text, "more than a million hosts");
+  out.insert(out.end(), partial.begin(), partial.end());
+}
+
+}  // namespace
+
+std::vector<std::string> expand_hostlist(std::string_view text) {
+  std::vector<std::string> hosts;
+  if (text.empty()) throw bad(text, "empty");
+  for (auto expr : split_top_level(text)) expand_expression(expr, text, hosts);
+  return hosts;
+}
+
+std::string first_host(std::string_view text) {
+  auto parts = split_top_level(text);
+  // Only the first expression, and only the first value of each bracket.
+  std::string_view expr = parts.front();
+  std::string host;
+  std::size_t i = 0;
+  while (i < expr.size()) {
+    if (expr[i] != '[') {
+      std::size_t next = std::min(expr.find('[', i), expr.size());
+      host.append(expr.substr(i, next - i));
+      i = next;
+      continue;
+    }
+    std::size_t close = expr.find(']', i);
+    if (close == std::string_view::npos) throw bad(text, "unbalanced brackets");
+    std::string_view inside = expr.substr(i + 1, close - i - 1);
+    auto first_item = inside.substr(0, inside.find(','));
+    host += expand_bracket(first_item.substr(0, first_item.find('-')), text).front();
+    i = close + 1;
+  }
+  if (host.empty()) throw bad(text, "empty host name");
+  return host;
+}
+
+std::vector<int> expand_tasks_per_node(std::string_view text) {
+  auto fail = [&] {
+    return hostlist_error(fmt::format(
+        "Slurm tasks per node '{}' is not of the form 2(x3),1", text));
+  };
+  std::vector<int> counts;
+  std::size_t start = 0;
+  if (text.empty()) throw fail();
+  while (start <= text.size()) {
+    std::size_t comma = std::min(text.find(',', start), text.size());
+    std::string_view item = text.substr(start, comma - start);
+    start = comma + 1;
+    std::string_view count = item;
+    std::uint64_t repeat = 1;
+    if (auto paren = item.find('('); paren != std::string_view::npos) {
+      if (item.size() < paren + 4 || item.substr(paren, 2) != "(x" || item.back() != ')') throw fail();
+      std::string_view times = item.substr(paren + 2, item.size() - paren - 3);
+      if (!all_digits(times)) throw fail();
+      repeat = number(times, text);
+      count = item.substr(0, paren);
+    }
+    if (!all_digits(count) || count.size() > 6 || repeat > max_hosts ||
+        counts.size() + repeat > max_hosts) {
+      throw fail();
+    }
+    counts.insert(counts.end(), repeat, static_cast<int>(number(count, text)));
+  }
+  return counts;
+}
+
+}  // namespace dtrun::launcher

@@ -1,0 +1,37 @@
+// Slurm's compressed host lists and task counts, expanded by dtrun itself
+// (no scontrol: it is not on every compute node, and a process per step
+// start is slow at scale).
+//
+//   "node[1-3]"                 -> node1 node2 node3
+//   "node[08-10]"               -> node08 node09 node10 (the low bound's width)
+//   "rack[1-2]-gpu[1,3]"        -> rack1-gpu1 rack1-gpu3 rack2-gpu1 rack2-gpu3
+//   "a,b[1-2],c"                -> a b1 b2 c
+//   tasks per node "2(x3),1"    -> 2 2 2 1
+#pragma once
+
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace dtrun::launcher {
+
+// A host list or task count Slurm would not write; what() names the text.
+class hostlist_error : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+// Every host of a host list, in Slurm's order (the last bracket group
+// varies fastest). Throws hostlist_error on malformed text or more than a
+// million hosts.
+std::vector<std::string> expand_hostlist(std::string_view text);
+
+// The first host of a host list, without expanding the rest.
+std::string first_host(std::string_view text);
+
+// SLURM_TASKS_PER_NODE's form ("2(x3),1") -> one count per node.
+// Throws hostlist_error.
+std::vector<int> expand_tasks_per_node(std::string_view text);
+
+}  // namespace dtrun::launcher
