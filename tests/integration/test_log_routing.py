@@ -11,6 +11,7 @@ and in order, with nothing else.
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import os
 import re
@@ -150,6 +151,26 @@ def test_the_checker_rejects_a_line_broken_by_another(tmp_path):
     assert not is_interleaving(b"[a]:o[b]:two\nne\n", [a, b])
     assert not is_interleaving(b"[a]:one\n", [a, b])
     assert not is_interleaving(b"[a]:one\n[b]:two\nextra", [a, b])
+
+
+def test_the_shared_console_is_left_blocking(tmp_path):
+    """dtrun writes tee'd lines without blocking, through an open file of
+    its own: the pipe it shares with us (and with its workers) must not
+    turn non-blocking. Both streams on one pipe: still whole lines."""
+    (tmp_path / "worker.py").write_text(WORKER)
+    read_fd, write_fd = os.pipe()
+    try:
+        r = subprocess.run([str(dh.DTRUN), "--nnodes=1", "--nproc-per-node=2", "--tee=0:3",
+                            f"--log-dir={tmp_path / 'logs'}", "--no-python", dh.PYTHON, str(tmp_path / "worker.py")],
+                           env=dh.job_env(), stdout=write_fd, stderr=write_fd, timeout=60)
+        assert r.returncode == 0
+        assert fcntl.fcntl(write_fd, fcntl.F_GETFL) & os.O_NONBLOCK == 0
+    finally:
+        os.close(write_fd)
+    with os.fdopen(read_fd, "rb") as f:
+        console = f.read()
+    assert is_interleaving(console, [tee(0, "out"), tee(0, "err"), raw(1, "out"),
+                                     raw(1, "err")]), console
 
 
 def test_multi_digit_ranks_in_maps(tmp_path):
