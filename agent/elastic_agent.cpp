@@ -17,6 +17,7 @@
 #include "agent/error_file.h"
 #include "agent/exit_status.h"
 #include "agent/orphan_guard.h"
+#include "agent/worker_output.h"
 #include "agent/worker_process.h"
 
 namespace dtrun::agent {
@@ -31,6 +32,7 @@ struct worker {
   pid_t pid = -1;  // also its process group id
   bool running = true;
   std::string error_file;
+  bool exited = false;  // reaped; still `running` until its output is drained
 };
 
 // The first failure of a round: the root cause we report and exit with.
@@ -103,9 +105,14 @@ class elastic_agent::impl {
     for (int sig : options_.signals) signals_.add(sig);
     wait_for_signal();
     guard_.emplace();
-    remove_run_dir_ = options_.log_dir.empty();
-    run_dir_ = make_run_dir(remove_run_dir_ ? temp_base() : options_.log_dir,
+    output_.emplace(io_, options_.logs, options_.log);
+    bool writes_logs = options_.logs.writes_files(options_.spec.local_world_size);
+    remove_run_dir_ = options_.log_dir.empty() && !writes_logs;
+    run_dir_ = make_run_dir(options_.log_dir.empty() ? temp_base() : options_.log_dir,
                             rendezvous_.run_id());
+    if (writes_logs && options_.log_dir.empty()) {
+      log(fmt::format("worker logs: {} (kept; choose the folder with --log-dir)", run_dir_));
+    }
     start_round();
     io_.run();
     return exit_code_;
@@ -175,7 +182,14 @@ class elastic_agent::impl {
       customize_worker(options_.worker_args, request.args, request.env);
 
       int rank = global_rank(info, local_rank);
+      child_stdio stdio = output_->prepare(
+          local_rank, rank_dir.string(),
+          line_prefix(options_.logs.line_prefix_template,
+                      {spec.role, rank, local_rank, static_cast<int>(info.group_rank), round_}));
+      request.stdout_fd = stdio.out;
+      request.stderr_fd = stdio.err;
       spawn_result spawned = spawn_worker(request);
+      output_->spawned(local_rank);
       if (!spawned.ok()) {
         log(spawned.error);
         failure_ = failure{local_rank, rank, -1, {spawned.exit_code, 0}, {}, true};
@@ -207,11 +221,20 @@ class elastic_agent::impl {
       pid_t pid = ::waitpid(-1, &status, WNOHANG);
       if (pid < 0 && errno == EINTR) continue;
       if (pid <= 0) return;
-      auto it = std::find_if(workers_.begin(), workers_.end(),
-                             [pid](const worker& w) { return w.pid == pid && w.running; });
+      auto it = std::find_if(workers_.begin(), workers_.end(), [pid](const worker& w) {
+        return w.pid == pid && w.running && !w.exited;
+      });
       if (it == workers_.end()) continue;
-      it->running = false;
-      on_worker_exit(*it, decode_wait_status(status));
+      it->exited = true;
+      // Its last lines come before the agent reacts to its exit (at once
+      // when its output is not piped through the agent).
+      output_->when_drained(it->local_rank, [this, pid, ended = decode_wait_status(status)] {
+        auto w = std::find_if(workers_.begin(), workers_.end(),
+                              [pid](const worker& x) { return x.pid == pid && x.running; });
+        if (w == workers_.end()) return;
+        w->running = false;
+        on_worker_exit(*w, ended);
+      });
     }
   }
 
@@ -287,7 +310,7 @@ class elastic_agent::impl {
 
   void signal_workers(int sig) {
     for (const auto& w : workers_) {
-      if (w.running) signal_worker(w.pid, sig);
+      if (w.running && !w.exited) signal_worker(w.pid, sig);
     }
   }
 
@@ -373,6 +396,7 @@ class elastic_agent::impl {
       guard_->unwatch(w.pid);
     }
     kill_adopted_children({guard_->pid()});
+    output_->end_round();
   }
 
   void report_failure() {
@@ -406,6 +430,7 @@ class elastic_agent::impl {
   asio::steady_timer stop_timer_;
   env_map inherited_;
   std::optional<orphan_guard> guard_;
+  std::optional<worker_output> output_;
   std::string run_dir_;
   bool remove_run_dir_ = false;
 

@@ -24,6 +24,7 @@
 
 #include <boost/asio/io_context.hpp>
 
+#include "agent/log_spec.h"
 #include "agent/worker_args.h"
 #include "agent/worker_env.h"
 #include "rendezvous/rendezvous_handler.h"
@@ -43,9 +44,12 @@ struct agent_options {
   // and SIGUSR2 are only forwarded (Slurm's preemption notice: the workers
   // checkpoint and decide); the others also stop the workers.
   std::vector<int> signals;
-  // Base folder for per-attempt error files; empty: a temporary folder,
-  // removed when the agent ends.
+  // Base folder for per-attempt error and log files; empty: a temporary
+  // folder, removed when the agent ends unless log files were written.
   std::string log_dir;
+  // Where the workers' stdout/stderr go (--redirects, --tee,
+  // --local-ranks-filter); the default leaves them on the console.
+  log_spec logs;
   // The agent's own one-line messages (default: stderr, "dtrun: " prefix).
   std::function<void(const std::string&)> log;
 };

@@ -73,6 +73,8 @@ struct worker_setup : bp::extend::handler {
   char** envp;
   const char* failure_prefix;  // "dtrun: cannot run <program>: "
   int* fork_errno;
+  int stdout_fd;  // -1: keep the agent's
+  int stderr_fd;
 
   template <typename Executor>
   void on_setup(Executor& exec) const {
@@ -105,6 +107,11 @@ struct worker_setup : bp::extend::handler {
     // The death signal is only armed from now on: if the agent died before
     // prctl, nobody would kill us, so give up.
     if (::getppid() != agent_pid) ::_exit(1);
+    // The worker's own stdout/stderr (a log file, /dev/null, a pipe to the
+    // agent). dup2 clears close-on-exec on the copy; an fd that already is
+    // 1 or 2 only needs that flag cleared.
+    replace_stdio(stdout_fd, 1);
+    replace_stdio(stderr_fd, 2);
     // Only stdio is inherited (as Python's close_fds=True): the store's
     // sockets must not outlive the agent in a worker.
     if (::syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {
@@ -113,6 +120,15 @@ struct worker_setup : bp::extend::handler {
     sigset_t none;
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  }
+
+  static void replace_stdio(int fd, int target) {
+    if (fd < 0) return;
+    if (fd == target) {
+      ::fcntl(fd, F_SETFD, 0);
+    } else {
+      ::dup2(fd, target);
+    }
   }
 
   template <typename Executor>
@@ -153,7 +169,8 @@ spawn_result spawn_worker(const spawn_request& request) {
   ::sigprocmask(SIG_SETMASK, &all, &previous);
   bp::child child(bp::exe = request.program, bp::args = request.args, bp::ignore_error,
                   bp::posix::use_vfork,
-                  worker_setup{{}, ::getpid(), envp.data(), failure_prefix.c_str(), &fork_errno});
+                  worker_setup{{}, ::getpid(), envp.data(), failure_prefix.c_str(), &fork_errno,
+                               request.stdout_fd, request.stderr_fd});
   ::sigprocmask(SIG_SETMASK, &previous, nullptr);
   spawn_result result;
   if (child.id() <= 0) {

@@ -4,8 +4,8 @@
 // Every worker is started in its own session and process group (so a
 // terminal's Ctrl-C reaches the agent first and the agent decides, and so
 // signals reach the grandchildren a worker spawns), with a parent-death
-// signal, with only stdin/stdout/stderr inherited, and with the signal mask
-// cleared.
+// signal, with only stdin/stdout/stderr inherited (stdout/stderr possibly
+// replaced, see spawn_request), and with the signal mask cleared.
 #pragma once
 
 #include <sys/types.h>
@@ -25,6 +25,11 @@ struct spawn_request {
   std::vector<std::string> args;
   // The complete environment of the new process.
   env_map env;
+  // The new process's stdout and stderr: -1 keeps the agent's own; else an
+  // fd of the agent's (a log file, /dev/null, a pipe's write end) that
+  // becomes the worker's fd 1 / 2. The caller still owns and closes it.
+  int stdout_fd = -1;
+  int stderr_fd = -1;
 };
 
 struct spawn_result {

@@ -111,13 +111,21 @@ void define_flags(CLI::App& app, launch_options& o) {
 
   const std::string group_logs = "Logs";
   add_option(app, "log-dir", o.log_dir,
-             "Folder for per-attempt error files (default: a temporary folder)")
+             "Base folder of <run_id>_<random>/attempt_<n>/<local_rank>/ with the workers' "
+             "error.json, stdout.log, stderr.log (default: a temporary folder)")
       ->group(group_logs);
-  add_option(app, "redirects", o.redirects, "Accepted; not implemented yet (must be 0)", "-r")
+  add_option(app, "redirects", o.redirects,
+             "Worker streams written to log files instead of the console: 0 none, 1 stdout, "
+             "2 stderr, 3 both, or per local rank, e.g. 0:3,1:2",
+             "-r")
       ->group(group_logs);
-  add_option(app, "tee", o.tee, "Accepted; not implemented yet (must be 0)", "-t")
+  add_option(app, "tee", o.tee,
+             "Worker streams written to log files and also to the console with a "
+             "[<role><local_rank>]: prefix per line; same values as --redirects",
+             "-t")
       ->group(group_logs);
-  add_option(app, "local-ranks-filter", o.local_ranks_filter, "Accepted; not implemented yet")
+  add_option(app, "local-ranks-filter", o.local_ranks_filter,
+             "Local ranks whose output reaches the console, e.g. 0 or 0,3 (default: all)")
       ->group(group_logs);
 
   app.add_flag("--dry-run", o.dry_run, "Print the resolved launch configuration as JSON and exit")

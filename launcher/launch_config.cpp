@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "agent/exit_status.h"
+#include "launcher/log_options.h"
 
 namespace dtrun::launcher {
 namespace {
@@ -118,10 +119,7 @@ launch_config resolve_launch_config(const launch_options& o, const agent::env_ma
   if (o.module && o.no_python) {
     throw usage_error("use either --no-python or -m/--module, not both");
   }
-  if (o.redirects != "0" || o.tee != "0") {
-    throw usage_error("--redirects/--tee are not implemented yet; worker output goes to the "
-                      "console (drop the flag)");
-  }
+  c.logs = resolve_log_spec(o, c.nproc_per_node, env, c.warnings);
   if (o.standalone) {
     // As torchrun: a fresh run id; any --rdzv-* values are ignored.
     c.spec.run_id = random_run_id();
@@ -197,6 +195,7 @@ nlohmann::json to_json(const launch_config& c, const agent::env_map& env) {
       {"signals_to_handle", signals},
       {"use_agent_store", c.spec.use_agent_store},
       {"log_dir", c.log_dir},
+      {"logs", to_json(c.logs, c.nproc_per_node)},
       {"argv", argv},
       {"workers", workers},
   };

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "agent/log_spec.h"
 #include "agent/worker_args.h"
 #include "agent/worker_env.h"
 #include "launcher/cli.h"
@@ -43,6 +44,8 @@ struct launch_config {
   std::chrono::milliseconds stop_timeout{30000};
   std::vector<int> signals;
   std::string log_dir;
+  // --redirects, --tee, --local-ranks-filter (launcher/log_options.h).
+  agent::log_spec logs;
   // Warnings to print before launching (one line each).
   std::vector<std::string> warnings;
 };

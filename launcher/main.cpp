@@ -63,6 +63,7 @@ int launch(const launcher::launch_config& config, const agent::env_map& env) {
   options.stop_timeout = config.stop_timeout;
   options.signals = config.signals;
   options.log_dir = config.log_dir;
+  options.logs = config.logs;
   agent::elastic_agent agent(io, std::move(options), *rendezvous);
   return agent.run();
 }

@@ -205,8 +205,16 @@ TEST_CASE("the dry-run JSON has the per-rank environment") {
   CHECK(j["argv"][0] == "python3");
 }
 
-TEST_CASE("redirects and tee are refused until implemented") {
+TEST_CASE("log flags are resolved into the config and shown by the dry run") {
   launch_options o = standalone_options();
-  o.tee = "3";
+  o.nproc_per_node = "2";
+  o.redirects = "1";
+  o.tee = "1:2";
+  launch_config c = resolve_launch_config(o, {});
+  CHECK(c.logs.routes(1).err == dtrun::agent::stream_route::file_and_console);
+  nlohmann::json j = to_json(c, {});
+  CHECK(j["logs"]["workers"][1]["stderr"] == "file+console");
+  CHECK(j["logs"]["workers"][0]["stdout"] == "file");
+  o.tee = "4";
   CHECK_THROWS_AS(resolve_launch_config(o, {}), usage_error);
 }

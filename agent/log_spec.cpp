@@ -1,0 +1,104 @@
+#include "agent/log_spec.h"
+
+#include <cctype>
+
+#include <fmt/format.h>
+
+namespace dtrun::agent {
+namespace {
+
+bool is_identifier_start(char c) {
+  return c == '_' || std::isalpha(static_cast<unsigned char>(c)) != 0;
+}
+
+bool is_identifier_char(char c) {
+  return is_identifier_start(c) || std::isdigit(static_cast<unsigned char>(c)) != 0;
+}
+
+std::optional<std::string> field_value(const std::string& name, const prefix_fields& f) {
+  if (name == "role_name") return f.role_name;
+  if (name == "rank") return std::to_string(f.rank);
+  if (name == "local_rank") return std::to_string(f.local_rank);
+  if (name == "group_rank") return std::to_string(f.group_rank);
+  if (name == "restart_count") return std::to_string(f.restart_count);
+  return std::nullopt;
+}
+
+}  // namespace
+
+unsigned std_setting::for_rank(int local_rank) const {
+  if (!is_map) return all;
+  auto it = per_rank.find(local_rank);
+  return it == per_rank.end() ? std_none : it->second;
+}
+
+const char* route_name(stream_route route) {
+  switch (route) {
+    case stream_route::console: return "console";
+    case stream_route::discard: return "discard";
+    case stream_route::file: return "file";
+    case stream_route::file_and_console: return "file+console";
+  }
+  return "console";
+}
+
+// torchrun's DefaultLogsSpecs.reify: a tee'd stream is also redirected
+// (torchrun tees by tailing the file); a rank outside the filter keeps its
+// files but loses the console.
+worker_routes log_spec::routes(int local_rank) const {
+  unsigned tee_streams = tee.for_rank(local_rank);
+  unsigned redirected = redirects.for_rank(local_rank) | tee_streams;
+  bool shown = !local_ranks_filter || local_ranks_filter->count(local_rank) > 0;
+  auto route = [&](unsigned stream) {
+    if ((tee_streams & stream) != 0) {
+      return shown ? stream_route::file_and_console : stream_route::file;
+    }
+    if ((redirected & stream) != 0) return stream_route::file;
+    return shown ? stream_route::console : stream_route::discard;
+  };
+  return {route(std_out), route(std_err)};
+}
+
+bool log_spec::writes_files(int local_world_size) const {
+  for (int r = 0; r < local_world_size; ++r) {
+    if ((redirects.for_rank(r) | tee.for_rank(r)) != std_none) return true;
+  }
+  return false;
+}
+
+std::string line_prefix(const std::string& prefix_template, const prefix_fields& fields) {
+  if (prefix_template.empty()) return fmt::format("[{}{}]:", fields.role_name, fields.local_rank);
+  std::string out;
+  std::size_t i = 0;
+  const std::string& t = prefix_template;
+  while (i < t.size()) {
+    if (t[i] != '$') {
+      out += t[i++];
+      continue;
+    }
+    if (i + 1 < t.size() && t[i + 1] == '$') {
+      out += '$';
+      i += 2;
+      continue;
+    }
+    bool braced = i + 1 < t.size() && t[i + 1] == '{';
+    std::size_t start = i + (braced ? 2 : 1);
+    std::size_t end = start;
+    if (end < t.size() && is_identifier_start(t[end])) {
+      ++end;
+      while (end < t.size() && is_identifier_char(t[end])) ++end;
+    }
+    bool well_formed = end > start && (!braced || (end < t.size() && t[end] == '}'));
+    auto value = well_formed ? field_value(t.substr(start, end - start), fields) : std::nullopt;
+    if (!value) {  // kept as written, like safe_substitute
+      out += '$';
+      ++i;
+      continue;
+    }
+    out += *value;
+    i = end + (braced ? 1 : 0);
+  }
+  return out;
+}
+
+}  // namespace dtrun::agent

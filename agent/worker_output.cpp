@@ -1,0 +1,288 @@
+#include "agent/worker_output.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <string_view>
+#include <system_error>
+
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <fmt/format.h>
+
+#include "agent/line_assembler.h"
+
+namespace dtrun::agent {
+namespace asio = boost::asio;
+
+namespace {
+
+constexpr std::size_t read_size = 64 * 1024;
+// Console bytes built from one read before they are written; with a long
+// prefix and short lines, one read could otherwise expand many times over.
+constexpr std::size_t console_batch = 256 * 1024;
+
+void close_fd(int& fd) {
+  if (fd >= 0) ::close(fd);
+  fd = -1;
+}
+
+// Moves an fd out of 0..2 (an agent started with stdout closed would get
+// them from open()), so handing fds to a worker never clobbers another.
+int above_stdio(int fd) {
+  if (fd < 0 || fd > 2) return fd;
+  int moved = ::fcntl(fd, F_DUPFD_CLOEXEC, 3);
+  ::close(fd);
+  return moved;
+}
+
+int open_or_throw(const std::string& path, int flags) {
+  int fd = above_stdio(::open(path.c_str(), flags | O_CLOEXEC, 0666));
+  if (fd < 0) {
+    throw std::system_error(errno, std::generic_category(), fmt::format("cannot open {}", path));
+  }
+  return fd;
+}
+
+}  // namespace
+
+// One tee'd stream: reads the pipe, copies the bytes to the log file, and
+// hands whole prefixed lines to the console, one batch at a time (the next
+// read waits for the console: back-pressure). Owned by shared_ptr because
+// reads and console writes in flight keep it alive after end_round().
+class worker_output::piped_stream : public std::enable_shared_from_this<piped_stream> {
+ public:
+  piped_stream(asio::io_context& io, int read_fd, int file_fd, std::string file_path,
+               console_sink& console, std::string prefix,
+               std::function<void(const std::string&)>& log)
+      : pipe_(io, read_fd),
+        file_fd_(file_fd),
+        file_path_(std::move(file_path)),
+        console_(console),
+        lines_(std::move(prefix)),
+        buffer_(read_size),
+        log_(log) {}
+
+  ~piped_stream() { close_fd(file_fd_); }
+
+  void start(std::function<void()> on_end) {
+    on_end_ = std::move(on_end);
+    read();
+  }
+
+  // The round is over: no more reads, no callback.
+  void close() {
+    closed_ = true;
+    on_end_ = nullptr;
+    boost::system::error_code ignored;
+    pipe_.close(ignored);
+    close_fd(file_fd_);
+  }
+
+ private:
+  void read() {
+    if (closed_) return;
+    pipe_.async_read_some(asio::buffer(buffer_),
+                          [self = shared_from_this()](const boost::system::error_code& ec,
+                                                      std::size_t n) { self->on_read(ec, n); });
+  }
+
+  void on_read(const boost::system::error_code& ec, std::size_t n) {
+    if (closed_) return;
+    if (ec) {  // end of the stream (every writer closed it) or a read error
+      out_.clear();
+      lines_.finish(out_);
+      if (out_.empty()) {
+        end();
+      } else {
+        console_.write(out_, [self = shared_from_this()] { self->end(); });
+      }
+      return;
+    }
+    write_file(buffer_.data(), n);
+    unfed_ = std::string_view(buffer_.data(), n);
+    pump();
+  }
+
+  // Feeds the rest of the last read to the console, a batch at a time.
+  void pump() {
+    if (closed_) return;
+    out_.clear();
+    unfed_.remove_prefix(lines_.feed(unfed_, out_, console_batch));
+    if (out_.empty()) {  // only an unfinished line so far
+      read();
+      return;
+    }
+    console_.write(out_, [self = shared_from_this()] {
+      if (self->unfed_.empty()) {
+        self->read();
+      } else {
+        self->pump();
+      }
+    });
+  }
+
+  void write_file(const char* data, std::size_t size) {
+    while (size > 0 && file_fd_ >= 0) {
+      ssize_t n = ::write(file_fd_, data, size);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        // The console copy goes on; the file stops here, said once.
+        if (log_) log_(fmt::format("cannot write {}: {}; its copy stops here", file_path_,
+                                   std::generic_category().message(errno)));
+        close_fd(file_fd_);
+        return;
+      }
+      data += n;
+      size -= static_cast<std::size_t>(n);
+    }
+  }
+
+  void end() {
+    if (closed_) return;
+    closed_ = true;
+    boost::system::error_code ignored;
+    pipe_.close(ignored);
+    close_fd(file_fd_);
+    auto on_end = std::move(on_end_);
+    on_end_ = nullptr;
+    if (on_end) on_end();
+  }
+
+  asio::posix::stream_descriptor pipe_;
+  int file_fd_;
+  std::string file_path_;
+  console_sink& console_;
+  line_assembler lines_;
+  std::vector<char> buffer_;
+  std::string_view unfed_;
+  std::string out_;
+  std::function<void(const std::string&)>& log_;
+  std::function<void()> on_end_;
+  bool closed_ = false;
+};
+
+worker_output::worker_output(asio::io_context& io, log_spec spec,
+                             std::function<void(const std::string&)> log,
+                             std::chrono::milliseconds drain_grace, int console_out,
+                             int console_err)
+    : io_(io),
+      spec_(std::move(spec)),
+      log_(std::move(log)),
+      drain_grace_(drain_grace),
+      console_out_(console_out),
+      console_err_(console_err) {}
+
+worker_output::~worker_output() { end_round(); }
+
+console_sink& worker_output::console(int fd) {
+  auto& sink = fd == console_out_ ? stdout_sink_ : stderr_sink_;
+  if (!sink) sink.emplace(io_, fd);
+  return *sink;
+}
+
+int worker_output::open_stream(worker_slot& slot, int local_rank, stream_route route,
+                               int console_fd, const std::string& path,
+                               const std::string& prefix) {
+  switch (route) {
+    case stream_route::console:
+      return -1;
+    case stream_route::discard:
+      return open_or_throw("/dev/null", O_WRONLY);
+    case stream_route::file:
+      return open_or_throw(path, O_WRONLY | O_CREAT | O_TRUNC);
+    case stream_route::file_and_console: {
+      int file_fd = open_or_throw(path, O_WRONLY | O_CREAT | O_TRUNC);
+      int ends[2];
+      if (::pipe2(ends, O_CLOEXEC) != 0) {
+        int error = errno;
+        ::close(file_fd);
+        throw std::system_error(error, std::generic_category(),
+                                fmt::format("cannot create a pipe for local rank {}", local_rank));
+      }
+      slot.pipes.push_back(std::make_shared<piped_stream>(io_, ends[0], file_fd, path,
+                                                          console(console_fd), prefix, log_));
+      return above_stdio(ends[1]);
+    }
+  }
+  return -1;
+}
+
+child_stdio worker_output::prepare(int local_rank, const std::string& rank_dir,
+                                   const std::string& prefix) {
+  release(local_rank);
+  worker_slot& slot = slots_[local_rank];
+  worker_routes routes = spec_.routes(local_rank);
+  try {
+    slot.child.out =
+        open_stream(slot, local_rank, routes.out, console_out_, rank_dir + "/stdout.log", prefix);
+    slot.child.err =
+        open_stream(slot, local_rank, routes.err, console_err_, rank_dir + "/stderr.log", prefix);
+  } catch (...) {
+    release(local_rank);
+    throw;
+  }
+  return slot.child;
+}
+
+void worker_output::spawned(int local_rank) {
+  auto it = slots_.find(local_rank);
+  if (it == slots_.end()) return;
+  worker_slot& slot = it->second;
+  // The write ends now live in the worker only, so its exit (and its
+  // children's) is the pipe's end.
+  close_fd(slot.child.out);
+  close_fd(slot.child.err);
+  slot.open_pipes = static_cast<int>(slot.pipes.size());
+  for (auto& pipe : slot.pipes) {
+    pipe->start([this, local_rank] { pipe_ended(local_rank); });
+  }
+}
+
+void worker_output::pipe_ended(int local_rank) {
+  auto it = slots_.find(local_rank);
+  if (it == slots_.end()) return;
+  worker_slot& slot = it->second;
+  if (--slot.open_pipes > 0 || !slot.waiter) return;
+  auto then = std::move(slot.waiter);
+  slot.waiter = nullptr;
+  slot.grace.reset();
+  then();  // may end the round: touch nothing after this
+}
+
+void worker_output::when_drained(int local_rank, std::function<void()> then) {
+  auto it = slots_.find(local_rank);
+  if (it == slots_.end() || it->second.open_pipes == 0) {
+    then();
+    return;
+  }
+  worker_slot& slot = it->second;
+  slot.waiter = std::move(then);
+  slot.grace = std::make_unique<asio::steady_timer>(io_, drain_grace_);
+  slot.grace->async_wait([this, local_rank](const boost::system::error_code& ec) {
+    if (ec) return;
+    auto found = slots_.find(local_rank);
+    if (found == slots_.end() || !found->second.waiter) return;
+    // Something still holds the pipe; its lines keep coming until the
+    // round ends, but the worker's exit is not held up any longer.
+    auto waiter = std::move(found->second.waiter);
+    found->second.waiter = nullptr;
+    waiter();
+  });
+}
+
+void worker_output::release(int local_rank) {
+  auto it = slots_.find(local_rank);
+  if (it == slots_.end()) return;
+  worker_slot& slot = it->second;
+  close_fd(slot.child.out);
+  close_fd(slot.child.err);
+  for (auto& pipe : slot.pipes) pipe->close();
+  slots_.erase(it);  // destroys the grace timer, cancelling it
+}
+
+void worker_output::end_round() {
+  while (!slots_.empty()) release(slots_.begin()->first);
+}
+
+}  // namespace dtrun::agent

@@ -1,0 +1,209 @@
+// Real pipes, files and children: the plumbing is about file descriptors,
+// so fakes would prove nothing. The "console" is a pipe the test reads.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <catch2/catch.hpp>
+
+#include "agent/console_sink.h"
+#include "agent/worker_output.h"
+#include "agent/worker_process.h"
+
+using namespace dtrun::agent;
+namespace fs = std::filesystem;
+namespace asio = boost::asio;
+using namespace std::string_literals;
+
+namespace {
+
+struct temp_dir {
+  fs::path path;
+  temp_dir() {
+    std::string pattern = (fs::temp_directory_path() / "dtrun-output-XXXXXX").string();
+    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
+    path = pattern;
+  }
+  ~temp_dir() { fs::remove_all(path); }
+};
+
+// A pipe standing in for the agent's stdout or stderr.
+struct fake_console {
+  int read_fd = -1;
+  int write_fd = -1;
+  fake_console() {
+    int ends[2];
+    REQUIRE(::pipe2(ends, O_CLOEXEC) == 0);
+    read_fd = ends[0];
+    write_fd = ends[1];
+  }
+  ~fake_console() {
+    ::close(read_fd);
+    if (write_fd >= 0) ::close(write_fd);
+  }
+  // Everything written so far (the writers are done).
+  std::string drain() {
+    ::fcntl(read_fd, F_SETFL, O_NONBLOCK);
+    std::string all;
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::read(read_fd, buf, sizeof buf)) > 0) all.append(buf, static_cast<std::size_t>(n));
+    return all;
+  }
+};
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+pid_t spawn_sh(const std::string& script, child_stdio stdio) {
+  spawn_request request{"/bin/sh", {"-c", script}, {{"PATH", "/bin:/usr/bin"}}};
+  request.stdout_fd = stdio.out;
+  request.stderr_fd = stdio.err;
+  spawn_result spawned = spawn_worker(request);
+  REQUIRE(spawned.ok());
+  return spawned.pid;
+}
+
+int wait_code(pid_t pid) {
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+}  // namespace
+
+TEST_CASE("tee'd streams reach their files unchanged and the console as prefixed lines") {
+  temp_dir dir;
+  fake_console out;
+  fake_console err;
+  asio::io_context io;
+  log_spec spec;
+  spec.tee.all = std_all;
+  worker_output output(io, spec, nullptr, std::chrono::seconds(30), out.write_fd, err.write_fd);
+  pid_t pids[2];
+  for (int rank = 0; rank < 2; ++rank) {
+    fs::path rank_dir = dir.path / std::to_string(rank);
+    fs::create_directories(rank_dir);
+    child_stdio stdio = output.prepare(rank, rank_dir.string(), "[r" + std::to_string(rank) + "]:");
+    pids[rank] = spawn_sh("printf 'a\\r\\nb\\0\\377\\nno newline'; printf 'e\\n' >&2", stdio);
+    output.spawned(rank);
+  }
+  int drained = 0;
+  for (int rank = 0; rank < 2; ++rank) output.when_drained(rank, [&] { ++drained; });
+  io.run();
+  CHECK(drained == 2);
+  for (pid_t pid : pids) CHECK(wait_code(pid) == 0);
+  for (int rank = 0; rank < 2; ++rank) {
+    CHECK(read_file(dir.path / std::to_string(rank) / "stdout.log") == "a\r\nb\0\377\nno newline"s);
+    CHECK(read_file(dir.path / std::to_string(rank) / "stderr.log") == "e\n");
+  }
+  // Each rank's lines in order, whole; the two ranks' lines may alternate.
+  std::vector<std::string> lines[2];
+  std::istringstream console(out.drain());
+  for (std::string line; std::getline(console, line);) {
+    REQUIRE(line.size() > 5);
+    int rank = line.substr(0, 5) == "[r0]:" ? 0 : line.substr(0, 5) == "[r1]:" ? 1 : -1;
+    REQUIRE(rank >= 0);
+    lines[rank].push_back(line.substr(5));
+  }
+  for (const auto& rank_lines : lines) {
+    CHECK(rank_lines == std::vector<std::string>{"a\r", "b\0\377"s, "no newline"});
+  }
+  std::string errors = err.drain();
+  CHECK((errors == "[r0]:e\n[r1]:e\n" || errors == "[r1]:e\n[r0]:e\n"));
+}
+
+TEST_CASE("redirected and discarded streams are the worker's own fds: no pipe to drain") {
+  temp_dir dir;
+  asio::io_context io;
+  log_spec spec;
+  spec.redirects.all = std_out;
+  spec.local_ranks_filter = std::set<int>{1};
+  worker_output output(io, spec, nullptr);
+  child_stdio stdio = output.prepare(0, dir.path.string(), "[x]:");
+  CHECK(stdio.out >= 3);
+  CHECK(stdio.err >= 3);  // /dev/null: rank 0 is filtered out
+  pid_t pid = spawn_sh("echo to-file; echo nowhere >&2", stdio);
+  output.spawned(0);
+  bool drained = false;
+  output.when_drained(0, [&] { drained = true; });
+  CHECK(drained);  // at once
+  CHECK(wait_code(pid) == 0);
+  CHECK(read_file(dir.path / "stdout.log") == "to-file\n");
+  CHECK_FALSE(fs::exists(dir.path / "stderr.log"));
+}
+
+TEST_CASE("a grandchild holding the pipe delays the drain by the grace period only") {
+  temp_dir dir;
+  fake_console out;
+  asio::io_context io;
+  log_spec spec;
+  spec.tee.all = std_out;
+  worker_output output(io, spec, nullptr, std::chrono::milliseconds(50), out.write_fd, 2);
+  child_stdio stdio = output.prepare(0, dir.path.string(), "[0]:");
+  pid_t pid = spawn_sh("echo before; sleep 1000 & echo after", stdio);
+  output.spawned(0);
+  CHECK(wait_code(pid) == 0);
+  bool drained = false;
+  output.when_drained(0, [&] {
+    drained = true;
+    output.end_round();
+  });
+  io.run();
+  ::kill(-pid, SIGKILL);
+  CHECK(drained);
+  CHECK(out.drain() == "[0]:before\n[0]:after\n");
+}
+
+TEST_CASE("a stalled console does not block the loop, and gets every byte once it reads") {
+  fake_console console;
+  asio::io_context io;
+  console_sink sink(io, console.write_fd);
+  REQUIRE(sink.is_async());
+  std::string big(1 << 20, 'x');  // far more than a pipe holds
+  bool written = false;
+  sink.write(big, [&] { written = true; });
+  // The loop still runs other work while the write waits for the reader.
+  bool timer_ran = false;
+  asio::steady_timer timer(io, std::chrono::milliseconds(1));
+  asio::posix::stream_descriptor reader(io, ::dup(console.read_fd));
+  std::string got(big.size(), '\0');
+  timer.async_wait([&](const boost::system::error_code&) {
+    timer_ran = true;
+    CHECK_FALSE(written);
+    asio::async_read(reader, asio::buffer(got), [](const boost::system::error_code&, std::size_t) {});
+  });
+  io.run();
+  CHECK(timer_ran);
+  CHECK(written);
+  CHECK(got == big);
+}
+
+TEST_CASE("writes to a console whose reader is gone are dropped, not fatal") {
+  fake_console console;
+  ::close(console.read_fd);
+  console.read_fd = ::open("/dev/null", O_RDONLY);
+  asio::io_context io;
+  ::signal(SIGPIPE, SIG_IGN);
+  console_sink sink(io, console.write_fd);
+  int done = 0;
+  sink.write("lost\n", [&] { ++done; });
+  sink.write("lost too\n", [&] { ++done; });
+  io.run();
+  CHECK(done == 2);
+}
