@@ -24,6 +24,7 @@
 
 #include <boost/asio/io_context.hpp>
 
+#include "agent/run_reporter.h"
 #include "agent/worker_env.h"
 #include "rendezvous/rendezvous_handler.h"
 
@@ -43,6 +44,8 @@ struct agent_options {
   std::string log_dir;
   // The agent's own one-line messages (default: stderr, "dtrun: " prefix).
   std::function<void(const std::string&)> log;
+  // Verbosity and the event log (--quiet, -v, --event-log).
+  report_options report;
 };
 
 class elastic_agent {

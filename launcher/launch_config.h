@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "agent/report_options.h"
 #include "agent/worker_env.h"
 #include "launcher/cli.h"
 #include "launcher/rendezvous_config.h"
@@ -40,6 +41,8 @@ struct launch_config {
   std::chrono::milliseconds stop_timeout{30000};
   std::vector<int> signals;
   std::string log_dir;
+  // --quiet / -v and --event-log.
+  agent::report_options report;
   // Warnings to print before launching (one line each).
   std::vector<std::string> warnings;
 };
