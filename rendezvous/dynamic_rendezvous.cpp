@@ -304,10 +304,35 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
       }
       // A report is SET right after its ADD; only a node that died in
       // between leaves a gap, so the wait is short and bounded.
-      self->ops_->multi_get(keys, std::chrono::seconds(5), [done, total](store_result all) {
-        if (all.error) return done({}, total);
-        done(std::move(all.values), total);
+      self->ops_->multi_get(keys, std::chrono::seconds(5), [self, r, done, total](store_result all) {
+        std::vector<std::string> records;
+        if (!all.error) records = std::move(all.values);
+        self->mark_failures_read(r, [done, records = std::move(records), total]() mutable {
+          done(std::move(records), total);
+        });
       });
+    });
+  }
+
+  // The agent reads the failures just before it leaves a failed job. The
+  // store's host must not leave first, or the others could not read them
+  // (nor learn that the job failed): every node counts itself in, and the
+  // host waits, bounded by close_timeout, until all members of the round
+  // have.
+  void mark_failures_read(std::int64_t r, std::function<void()> done) {
+    auto self = shared_from_this();
+    ops_->add(key(fmt::format("failures/{}/read", r)), 1, [self, r, done](store_result n) {
+      if (n.error) return done();
+      auto all_read = self->key(fmt::format("failures/{}/all_read", r));
+      if (n.number >= self->members_) {
+        return self->ops_->set(all_read, "1", [done](store_result) { done(); });
+      }
+      if (!self->server_) return done();
+      self->options_.log(fmt::format(
+          "keeping the store up until the other nodes have read the failure reports (at most "
+          "{} s)", self->options_.close_timeout.count() / 1000));
+      self->ops_->wait({all_read}, self->options_.close_timeout,
+                       [done](store_result) { done(); });
     });
   }
 
