@@ -184,6 +184,7 @@ class elastic_agent::impl {
           return;
         } catch (const std::exception& e) {
           log_error(fmt::format("rendezvous failed: {}", e.what()));
+          reporter_.rendezvous_failed(e.what());
         }
         finish(1);
         return;
@@ -418,7 +419,10 @@ class elastic_agent::impl {
     rendezvous_.fail_job(
         fmt::format("worker rank {} {}", failure_->rank, describe(failure_->status)),
         [this, code, said_why, outcome] {
-          if (said_why) return finish(code);
+          if (said_why) {
+            reporter_.job_failed(outcome);
+            return finish(code);
+          }
           reporter_.summarize_failure(round_, failure_context(outcome),
                                       [this, code](int) { finish(code); });
         });

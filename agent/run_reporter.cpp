@@ -179,6 +179,15 @@ void run_reporter::summarize_failure(std::int64_t round, summary_context context
   });
 }
 
+void run_reporter::rendezvous_failed(std::string_view reason) {
+  events_.emit("rendezvous_failed", ojson{{"reason", std::string(reason)}});
+}
+
+void run_reporter::job_failed(std::string_view reason) {
+  events_.emit("job_failed", ojson{{"round", round_}, {"reason", std::string(reason)},
+                                   {"root_cause", nullptr}});
+}
+
 void run_reporter::job_succeeded() { events_.emit("job_succeeded", ojson{{"round", round_}}); }
 
 void run_reporter::agent_exiting(int code) {

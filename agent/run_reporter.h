@@ -59,6 +59,10 @@ class run_reporter {
   void summarize_failure(std::int64_t round, summary_context context,
                          std::function<void(int code)> done);
 
+  // The rendezvous ended the run with an error (not a failed job).
+  void rendezvous_failed(std::string_view reason);
+  // The job failed with nothing to summarize (the program could not start).
+  void job_failed(std::string_view reason);
   void job_succeeded();
   void agent_exiting(int code);
 
