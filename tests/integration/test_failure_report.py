@@ -180,3 +180,23 @@ def test_unwritable_event_log_is_one_clear_line(tmp_path):
                 "/bin/true"])
     assert r.returncode == 1
     assert "cannot open the event log /nonexistent/dir/events.jsonl" in r.stderr
+
+
+def test_agents_sharing_an_event_log_never_interleave(tmp_path):
+    events_file = tmp_path / "events.jsonl"
+    env = dh.job_env()
+    args = ["--standalone", "--nproc-per-node=4", f"--event-log={events_file}", "--no-python",
+            "/bin/sh", "-c", "exit 0"]
+    procs = [dh.subprocess.Popen([str(dh.DTRUN), *args], env=env,
+                                 stderr=dh.subprocess.PIPE, text=True) for _ in range(3)]
+    for p in procs:
+        _, err = p.communicate(timeout=60)
+        assert p.returncode == 0, err
+    events = [json.loads(line) for line in events_file.read_text().splitlines()]
+    by_agent = {}
+    for e in events:
+        by_agent.setdefault(e["agent_pid"], []).append(e["event"])
+    assert sorted(by_agent) == sorted(p.pid for p in procs)
+    for names in by_agent.values():
+        assert names[0] == "agent_started" and names[-2:] == ["job_succeeded", "agent_exiting"]
+        assert names.count("worker_exited") == 4
