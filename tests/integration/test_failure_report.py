@@ -6,6 +6,7 @@ one restart."""
 import json
 import os
 import re
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.environ["DTRUN_SOURCE_DIR"], "tests", "pyhelpers"))
@@ -187,8 +188,8 @@ def test_agents_sharing_an_event_log_never_interleave(tmp_path):
     env = dh.job_env()
     args = ["--standalone", "--nproc-per-node=4", f"--event-log={events_file}", "--no-python",
             "/bin/sh", "-c", "exit 0"]
-    procs = [dh.subprocess.Popen([str(dh.DTRUN), *args], env=env,
-                                 stderr=dh.subprocess.PIPE, text=True) for _ in range(3)]
+    procs = [subprocess.Popen([str(dh.DTRUN), *args], env=env,
+                                 stderr=subprocess.PIPE, text=True) for _ in range(3)]
     for p in procs:
         _, err = p.communicate(timeout=60)
         assert p.returncode == 0, err
