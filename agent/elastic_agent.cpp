@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
@@ -14,7 +15,6 @@
 #include <boost/asio/steady_timer.hpp>
 #include <fmt/format.h>
 
-#include "agent/error_file.h"
 #include "agent/exit_status.h"
 #include "agent/orphan_guard.h"
 #include "agent/worker_output.h"
@@ -70,6 +70,22 @@ std::string make_run_dir(const std::string& base, const std::string& run_id) {
   return pattern;
 }
 
+// The caller's log function (tests) gets each line without the prefix.
+agent_log::sink log_sink(std::function<void(const std::string&)> log) {
+  if (!log) return {};
+  return [log = std::move(log)](const std::string& text) {
+    std::size_t start = 0;
+    while (start < text.size()) {
+      std::size_t end = text.find('\n', start);
+      if (end == std::string::npos) end = text.size();
+      std::string line = text.substr(start, end - start);
+      if (line.rfind(agent_log::prefix, 0) == 0) line.erase(0, agent_log::prefix.size());
+      log(line);
+      start = end + 1;
+    }
+  };
+}
+
 std::string temp_base() {
   const char* tmp = std::getenv("TMPDIR");
   return tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
@@ -85,11 +101,8 @@ class elastic_agent::impl {
         rendezvous_(rendezvous),
         signals_(io),
         stop_timer_(io),
-        inherited_(current_environment()) {
-    if (!options_.log) {
-      options_.log = [](const std::string& line) { fmt::print(stderr, "dtrun: {}\n", line); };
-    }
-  }
+        inherited_(current_environment()),
+        reporter_(options_.report, log_sink(options_.log), rendezvous) {}
 
   ~impl() {
     std::error_code ignored;
@@ -113,13 +126,39 @@ class elastic_agent::impl {
     if (writes_logs && options_.log_dir.empty()) {
       log(fmt::format("worker logs: {} (kept; choose the folder with --log-dir)", run_dir_));
     }
+    reporter_.agent_started(config_summary());
     start_round();
     io_.run();
     return exit_code_;
   }
 
  private:
-  void log(const std::string& line) { options_.log(line); }
+  void log(const std::string& line) { reporter_.log().info(line); }
+  void log_error(const std::string& line) { reporter_.log().error(line); }
+
+  nlohmann::ordered_json config_summary() const {
+    return {{"role", options_.spec.role},
+            {"nproc_per_node", options_.spec.local_world_size},
+            {"max_restarts", options_.spec.max_restarts},
+            {"program", options_.program},
+            {"args", options_.args},
+            {"stop_timeout_ms", options_.stop_timeout.count()},
+            {"run_dir", run_dir_}};
+  }
+
+  // What failed, and the restarts, in the words of the summary's header.
+  summary_context failure_context(std::string outcome) const {
+    summary_context c;
+    c.program = options_.program;
+    const auto& a = options_.args;
+    // [python] -u [-m] script: name the script, as the user did.
+    std::size_t i = !a.empty() && a[0] == "-u" ? 1 : 0;
+    if (i < a.size() && a[i] == "-m") ++i;
+    if (i > 0 && i < a.size()) c.program = a[i];
+    c.run_id = rendezvous_.run_id();
+    c.outcome = std::move(outcome);
+    return c;
+  }
 
   void wait_for_signal() {
     signals_.async_wait([this](const boost::system::error_code& ec, int sig) {
@@ -135,13 +174,24 @@ class elastic_agent::impl {
 
   void start_round() {
     phase_ = phase::rendezvous;
+    reporter_.rendezvous_started();
     rendezvous_.next_round([this](std::exception_ptr error, rendezvous::rendezvous_info info) {
       if (phase_ != phase::rendezvous) return;  // a signal ended the run meanwhile
       if (error) {
         try {
           std::rethrow_exception(error);
+        } catch (const rendezvous::job_failed_error& e) {
+          log_error(e.what());
+          auto outcome = fmt::format("failed on another node, --max-restarts={} used up",
+                                     options_.spec.max_restarts);
+          reporter_.summarize_failure(e.round, failure_context(outcome), [this](int code) {
+            // Our own worker's code when one of ours failed, else the root cause's.
+            finish(failure_ ? failure_->status.code : code);
+          });
+          return;
         } catch (const std::exception& e) {
-          log(fmt::format("rendezvous failed: {}", e.what()));
+          log_error(fmt::format("rendezvous failed: {}", e.what()));
+          reporter_.rendezvous_failed(e.what());
         }
         finish(1);
         return;
@@ -160,6 +210,8 @@ class elastic_agent::impl {
     // new for every restart of the group, whatever its cause, so workers
     // that bootstrap from the agent store never meet a previous round's keys.
     round_ = static_cast<int>(info.round);
+    node_rank_ = info.group_rank;
+    reporter_.rendezvous_completed(info, global_rank(info, 0));
     const auto& spec = options_.spec;
     if (info.group_world_size > 1) {
       int first = global_rank(info, 0);
@@ -172,6 +224,10 @@ class elastic_agent::impl {
       fs::path rank_dir = attempt_dir / std::to_string(local_rank);
       fs::create_directories(rank_dir);
       std::string error_file = (rank_dir / "error.json").string();
+      // What we read after a failure must be this worker's (torch's @record
+      // overwrites, but a worker that fails without it must not inherit one).
+      std::error_code stale;
+      fs::remove(error_file, stale);
 
       spawn_request request{options_.program, options_.args, inherited_};
       for (auto& [k, v] : static_worker_env(spec, local_rank, inherited_)) request.env[k] = v;
@@ -191,19 +247,22 @@ class elastic_agent::impl {
       spawn_result spawned = spawn_worker(request);
       output_->spawned(local_rank);
       if (!spawned.ok()) {
-        log(spawned.error);
+        log_error(spawned.error);
+        reporter_.group_stopping(spawned.error);
         failure_ = failure{local_rank, rank, -1, {spawned.exit_code, 0}, {}, true};
         count_restart(spawned.error);
         begin_stop(SIGTERM);
         return;
       }
       guard_->watch(spawned.pid);
+      reporter_.worker_started(local_rank, rank, spawned.pid);
       workers_.push_back({local_rank, rank, spawned.pid, true, error_file});
     }
     // Another node failed, died or wants in: stop ours and meet again.
     rendezvous_.watch_round([this](std::string reason) {
       if (phase_ != phase::running && phase_ != phase::exiting) return;
       log(fmt::format("the group must restart: {}; stopping the workers to rejoin", reason));
+      reporter_.membership_change(reason);
       round_over_ = true;
       if (phase_ == phase::exiting) {
         start_round();
@@ -228,21 +287,32 @@ class elastic_agent::impl {
       it->exited = true;
       // Its last lines come before the agent reacts to its exit (at once
       // when its output is not piped through the agent).
-      output_->when_drained(it->local_rank, [this, pid, ended = decode_wait_status(status)] {
+      // The exit time is taken now: the root cause is chosen by it, and
+      // draining the worker's output may take a moment.
+      output_->when_drained(it->local_rank, [this, pid, ended = decode_wait_status(status),
+                                             at = std::chrono::system_clock::now()] {
         auto w = std::find_if(workers_.begin(), workers_.end(),
                               [pid](const worker& x) { return x.pid == pid && x.running; });
         if (w == workers_.end()) return;
         w->running = false;
-        on_worker_exit(*w, ended);
+        on_worker_exit(*w, ended, at);
       });
     }
   }
 
-  void on_worker_exit(const worker& w, const exit_status& status) {
+  void on_worker_exit(const worker& w, const exit_status& status,
+                      std::chrono::system_clock::time_point exited_at) {
+    auto record = reporter_.worker_exited(
+        worker_exit{round_, reporter_.host(), node_rank_, w.local_rank, w.rank, w.pid, status,
+                    exited_at, w.error_file,
+                    fs::path(w.error_file).parent_path().string()},
+        phase_ == phase::stopping, stop_signal_, [] {});
     if (phase_ == phase::running) {
       if (!status.ok()) {
-        log(fmt::format("worker local_rank={} (rank {}, pid {}) {}; stopping the other workers",
-                        w.local_rank, w.rank, w.pid, describe(status)));
+        std::string why = record && !record->message.empty() ? ": " + record->message : "";
+        log_error(fmt::format("worker local_rank={} (rank {}, pid {}) {}{}; stopping the other workers",
+                              w.local_rank, w.rank, w.pid, describe(status), why));
+        reporter_.group_stopping(fmt::format("worker rank {} {}", w.rank, describe(status)));
         failure_ = failure{w.local_rank, w.rank, w.pid, status, w.error_file, false};
         count_restart(fmt::format("worker rank {} {}", w.rank, describe(status)));
         begin_stop(SIGTERM);
@@ -265,6 +335,7 @@ class elastic_agent::impl {
       case phase::running:
         stop_signal_ = sig;
         log(fmt::format("received {}; forwarding it to the workers and stopping them", signal_name(sig)));
+        reporter_.group_stopping(fmt::format("received {}", signal_name(sig)));
         begin_stop(sig);
         break;
       case phase::stopping:
@@ -350,7 +421,7 @@ class elastic_agent::impl {
     awaiting_restart_count_ = false;
     rendezvous_.report_failure(reason, [this](std::exception_ptr error, int restarts) {
       if (error) {
-        log("could not reach the rendezvous to report the failure; not restarting");
+        log_error("could not reach the rendezvous to report the failure; not restarting");
         restarts = options_.spec.max_restarts + 1;
       }
       job_restarts_ = restarts;
@@ -366,14 +437,28 @@ class elastic_agent::impl {
     if (!failure_->spawn_failed && restarts <= options_.spec.max_restarts) {
       log(fmt::format("restarting the workers (restart {} of {})", restarts,
                       options_.spec.max_restarts));
+      reporter_.restart(restarts, options_.spec.max_restarts);
       start_round();
       return;
     }
-    report_failure();
-    // Tell the other nodes the job is over, so they do not wait for us.
+    // Tell the other nodes the job is over, so they do not wait for us;
+    // then every node's failures of this round are in the store.
     int code = failure_->status.code;
-    rendezvous_.fail_job(fmt::format("worker rank {} {}", failure_->rank, describe(failure_->status)),
-                         [this, code] { finish(code); });
+    bool said_why = failure_->spawn_failed;  // in one line already
+    std::string outcome =
+        options_.spec.max_restarts == 0
+            ? std::string("no restarts allowed: --max-restarts=0")
+            : fmt::format("all {} restart(s) used", options_.spec.max_restarts);
+    rendezvous_.fail_job(
+        fmt::format("worker rank {} {}", failure_->rank, describe(failure_->status)),
+        [this, code, said_why, outcome] {
+          if (said_why) {
+            reporter_.job_failed(outcome);
+            return finish(code);
+          }
+          reporter_.summarize_failure(round_, failure_context(outcome),
+                                      [this, code](int) { finish(code); });
+        });
   }
 
   // Our workers all succeeded. Nodes that host the store must not leave
@@ -384,6 +469,7 @@ class elastic_agent::impl {
     rendezvous_.finish([this](std::exception_ptr error) {
       if (phase_ != phase::exiting) return;
       if (error) return;  // the round is over: watch_round's callback rejoins
+      reporter_.job_succeeded();
       finish(0);
     });
   }
@@ -399,23 +485,10 @@ class elastic_agent::impl {
     output_->end_round();
   }
 
-  void report_failure() {
-    const failure& f = *failure_;
-    if (f.spawn_failed) return;  // already said why, in one line
-    std::string restarts =
-        options_.spec.max_restarts == 0
-            ? std::string("no restarts allowed: --max-restarts=0")
-            : fmt::format("all {} restart(s) used", options_.spec.max_restarts);
-    log(fmt::format("job failed: worker local_rank={} (rank {}, pid {}) {} ({})", f.local_rank,
-                    f.rank, f.pid, describe(f.status), restarts));
-    if (auto message = read_error_file(f.error_file)) {
-      log(fmt::format("worker error: {}", *message));
-    }
-  }
-
   void finish(int code) {
     phase_ = phase::done;
     exit_code_ = code;
+    reporter_.agent_exiting(code);
     stop_timer_.cancel();
     rendezvous_.shutdown();
     // The signal set stays installed until the agent is destroyed, so a
@@ -429,6 +502,7 @@ class elastic_agent::impl {
   asio::signal_set signals_;
   asio::steady_timer stop_timer_;
   env_map inherited_;
+  run_reporter reporter_;
   std::optional<orphan_guard> guard_;
   std::optional<worker_output> output_;
   std::string run_dir_;
@@ -439,6 +513,7 @@ class elastic_agent::impl {
   std::optional<failure> failure_;
   int stop_signal_ = 0;
   int round_ = 0;
+  int node_rank_ = 0;
   bool round_over_ = false;
   std::optional<int> job_restarts_;
   bool awaiting_restart_count_ = false;

@@ -26,6 +26,7 @@
 
 #include "agent/log_spec.h"
 #include "agent/worker_args.h"
+#include "agent/run_reporter.h"
 #include "agent/worker_env.h"
 #include "rendezvous/rendezvous_handler.h"
 
@@ -52,6 +53,8 @@ struct agent_options {
   log_spec logs;
   // The agent's own one-line messages (default: stderr, "dtrun: " prefix).
   std::function<void(const std::string&)> log;
+  // Verbosity and the event log (--quiet, -v, --event-log).
+  report_options report;
 };
 
 class elastic_agent {

@@ -128,6 +128,13 @@ void define_flags(CLI::App& app, launch_options& o) {
              "Local ranks whose output reaches the console, e.g. 0 or 0,3 (default: all)")
       ->group(group_logs);
 
+  add_option(app, "event-log", o.event_log,
+             "Append the agent's events as JSON lines to this file ('-': stderr)")
+      ->group(group_logs);
+  add_flag(app, "quiet", o.quiet, "Only errors and the failure summary", "-q")->group(group_logs);
+  add_flag(app, "verbose", o.verbose, "Also debug messages (worker pids, rendezvous details)", "-v")
+      ->group(group_logs);
+
   app.add_flag("--dry-run", o.dry_run, "Print the resolved launch configuration as JSON and exit")
       ->group("dtrun");
 

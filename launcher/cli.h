@@ -55,6 +55,9 @@ struct launch_options {
   std::string redirects = "0";
   std::string tee = "0";
   std::string local_ranks_filter;
+  std::string event_log;  // --event-log FILE ('-': stderr)
+  bool quiet = false;     // -q/--quiet
+  bool verbose = false;   // -v/--verbose
   // dtrun.
   bool dry_run = false;
   // Schedulers and the legacy launcher (docs/schedulers.md).

@@ -149,6 +149,13 @@ launch_config resolve_launch_config(const launch_options& o, const agent::env_ma
   c.stop_timeout = std::chrono::milliseconds(static_cast<long long>(o.stop_timeout * 1000.0));
   c.signals = parse_signals(o.signals_to_handle);
   c.log_dir = o.log_dir;
+  if (o.quiet && o.verbose) {
+    throw usage_error("--quiet and --verbose contradict each other; pass one of them");
+  }
+  c.report.level = o.quiet     ? agent::verbosity::quiet
+                   : o.verbose ? agent::verbosity::verbose
+                               : agent::verbosity::normal;
+  c.report.event_log = o.event_log;
 
   // torchrun's worker command line: [python, -u, (-m), script, *args].
   c.program_is_python = !o.no_python;
@@ -196,6 +203,10 @@ nlohmann::json to_json(const launch_config& c, const agent::env_map& env) {
       {"use_agent_store", c.spec.use_agent_store},
       {"log_dir", c.log_dir},
       {"logs", to_json(c.logs, c.nproc_per_node)},
+      {"event_log", c.report.event_log},
+      {"verbosity", c.report.level == agent::verbosity::quiet     ? "quiet"
+                    : c.report.level == agent::verbosity::verbose ? "verbose"
+                                                                  : "normal"},
       {"argv", argv},
       {"workers", workers},
   };

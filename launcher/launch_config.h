@@ -12,6 +12,7 @@
 
 #include "agent/log_spec.h"
 #include "agent/worker_args.h"
+#include "agent/report_options.h"
 #include "agent/worker_env.h"
 #include "launcher/cli.h"
 #include "launcher/rendezvous_config.h"
@@ -46,6 +47,8 @@ struct launch_config {
   std::string log_dir;
   // --redirects, --tee, --local-ranks-filter (launcher/log_options.h).
   agent::log_spec logs;
+  // --quiet / -v and --event-log.
+  agent::report_options report;
   // Warnings to print before launching (one line each).
   std::vector<std::string> warnings;
 };

@@ -10,6 +10,7 @@
 #include <boost/asio/io_context.hpp>
 #include <fmt/format.h>
 
+#include "agent/agent_log.h"
 #include "agent/elastic_agent.h"
 #include "agent/exit_status.h"
 #include "agent/worker_process.h"
@@ -43,12 +44,18 @@ int launch(const launcher::launch_config& config, const agent::env_map& env) {
   // Checked once here, so a missing or non-executable program is one clear
   // line and exit 127/126, not one failing worker per rank.
   if (auto failure = agent::check_program(*program)) return fail(failure->exit_code, failure->error);
-  for (const auto& warning : config.warnings) fmt::print(stderr, "dtrun: warning: {}\n", warning);
+  // --quiet silences warnings and the rendezvous' progress; errors stay.
+  agent::agent_log messages(config.report.level);
+  for (const auto& warning : config.warnings) messages.info(fmt::format("warning: {}", warning));
 
   boost::asio::io_context io(1);
   std::unique_ptr<rendezvous::rendezvous_handler> rendezvous;
   if (config.multi_node) {
-    rendezvous = std::make_unique<rendezvous::dynamic_rendezvous>(io, config.multi_node->rendezvous);
+    auto rdzv_options = config.multi_node->rendezvous;
+    if (!rdzv_options.log) {
+      rdzv_options.log = [messages](const std::string& line) { messages.info(line); };
+    }
+    rendezvous = std::make_unique<rendezvous::dynamic_rendezvous>(io, rdzv_options);
   } else {
     rendezvous = std::make_unique<rendezvous::standalone_rendezvous>(
         io, rendezvous::standalone_rendezvous_options{config.spec.run_id, config.nproc_per_node,
@@ -64,6 +71,7 @@ int launch(const launcher::launch_config& config, const agent::env_map& env) {
   options.signals = config.signals;
   options.log_dir = config.log_dir;
   options.logs = config.logs;
+  options.report = config.report;
   agent::elastic_agent agent(io, std::move(options), *rendezvous);
   return agent.run();
 }

@@ -245,21 +245,94 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
       // A job that failed on another node is over for us too.
       self->ops_->check({self->key("failed")}, [self](store_result f) {
         if (f.error) return self->fail(f.error);
-        if (f.flag) {
-          return self->ops_->get(self->key("failed"), self->options_.close_timeout,
-                                 [self](store_result why) {
-                                   self->fail(error_of(fmt::format(
-                                       "the job failed on another node ({}); its restarts "
-                                       "(--max-restarts={}) are used up",
-                                       why.value, self->options_.max_restarts)));
-                                 });
-        }
+        if (f.flag) return self->report_job_failed();
         // The newest round anyone started; 0 when we are first.
         self->ops_->add(self->key("round"), 0, [self](store_result r) {
           if (r.error) return self->fail(r.error);
           self->look_at_round(std::max<std::int64_t>(r.number, self->last_round_ + 1));
         });
       });
+    });
+  }
+
+  // The job failed on another node: say which, and which round failed
+  // (set before `failed`, on the same connection), for the summary.
+  void report_job_failed() {
+    auto self = shared_from_this();
+    ops_->get(key("failed"), options_.close_timeout, [self](store_result why) {
+      self->ops_->get(self->key("failed_round"), self->options_.close_timeout,
+                      [self, why](store_result r) {
+                        std::int64_t failed_round = self->last_round_;
+                        try {
+                          if (!r.error) failed_round = std::stoll(r.value);
+                        } catch (const std::exception&) {
+                        }
+                        self->fail(std::make_exception_ptr(job_failed_error(
+                            fmt::format("the job failed on another node ({}); its restarts "
+                                        "(--max-restarts={}) are used up",
+                                        why.error ? std::string("reason unknown") : why.value,
+                                        self->options_.max_restarts),
+                            failed_round)));
+                      });
+    });
+  }
+
+  // Failure reports of round r: an index by ADD, then one key per report,
+  // at most max_failure_records per round so the store stays small.
+  static constexpr std::int64_t max_failure_records = 64;
+
+  void publish_failure(std::int64_t r, std::string record, std::function<void()> done) {
+    if (!ops_) return done();
+    auto self = shared_from_this();
+    ops_->add(key(fmt::format("failures/{}/count", r)), 1,
+              [self, r, record = std::move(record), done](store_result n) {
+                if (n.error || n.number > max_failure_records) return done();
+                self->ops_->set(self->key(fmt::format("failures/{}/{}", r, n.number)), record,
+                                [done](store_result) { done(); });
+              });
+  }
+
+  void round_failures(std::int64_t r, failures_completion done) {
+    if (!ops_) return done({}, 0);
+    auto self = shared_from_this();
+    ops_->add(key(fmt::format("failures/{}/count", r)), 0, [self, r, done](store_result n) {
+      if (n.error || n.number <= 0) return done({}, 0);
+      auto total = static_cast<std::size_t>(n.number);
+      std::vector<std::string> keys;
+      for (std::int64_t i = 1; i <= std::min(n.number, max_failure_records); ++i) {
+        keys.push_back(self->key(fmt::format("failures/{}/{}", r, i)));
+      }
+      // A report is SET right after its ADD; only a node that died in
+      // between leaves a gap, so the wait is short and bounded.
+      self->ops_->multi_get(keys, std::chrono::seconds(5), [self, r, done, total](store_result all) {
+        std::vector<std::string> records;
+        if (!all.error) records = std::move(all.values);
+        self->mark_failures_read(r, [done, records = std::move(records), total]() mutable {
+          done(std::move(records), total);
+        });
+      });
+    });
+  }
+
+  // The agent reads the failures just before it leaves a failed job. The
+  // store's host must not leave first, or the others could not read them
+  // (nor learn that the job failed): every node counts itself in, and the
+  // host waits, bounded by close_timeout, until all members of the round
+  // have.
+  void mark_failures_read(std::int64_t r, std::function<void()> done) {
+    auto self = shared_from_this();
+    ops_->add(key(fmt::format("failures/{}/read", r)), 1, [self, r, done](store_result n) {
+      if (n.error) return done();
+      auto all_read = self->key(fmt::format("failures/{}/all_read", r));
+      if (n.number >= self->members_) {
+        return self->ops_->set(all_read, "1", [done](store_result) { done(); });
+      }
+      if (!self->server_) return done();
+      self->options_.log(fmt::format(
+          "keeping the store up until the other nodes have read the failure reports (at most "
+          "{} s)", self->options_.close_timeout.count() / 1000));
+      self->ops_->wait({all_read}, self->options_.close_timeout,
+                       [done](store_result) { done(); });
     });
   }
 
@@ -522,6 +595,8 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
       if (n.error) return done(n.error, 0);
       if (n.number > self->options_.max_restarts) {
         // Out of restarts: the job is over for every node, not just us.
+        self->ops_->set(self->key("failed_round"), std::to_string(self->round_),
+                        [](store_result) {});
         self->ops_->set(self->key("failed"),
                         fmt::format("node {}: {}", self->group_rank_, reason),
                         [](store_result) {});
@@ -542,6 +617,7 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
     round_over_ = true;
     heartbeat_timer_.cancel();
     auto why = fmt::format("node {}: {}", group_rank_, reason);
+    ops_->set(key("failed_round"), std::to_string(round_), [](store_result) {});
     ops_->set(key("failed"), why, [](store_result) {});
     ops_->set(round_key(round_, "over"), why, [](store_result) {});
     // A round trip, so both are applied before we leave (and close).
@@ -664,6 +740,13 @@ void dynamic_rendezvous::fail_job(std::string reason, std::function<void()> done
 
 void dynamic_rendezvous::finish(std::function<void(std::exception_ptr)> done) {
   impl_->finish(std::move(done));
+}
+void dynamic_rendezvous::publish_failure(std::int64_t round, std::string record,
+                                         std::function<void()> done) {
+  impl_->publish_failure(round, std::move(record), std::move(done));
+}
+void dynamic_rendezvous::round_failures(std::int64_t round, failures_completion done) {
+  impl_->round_failures(round, std::move(done));
 }
 std::uint64_t dynamic_rendezvous::store_requests() const {
   return impl_->server_ ? impl_->server_->stats().requests : 0;

@@ -13,9 +13,12 @@
 // calling `done` from the loop, never from inside next_round() itself.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <map>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -37,6 +40,16 @@ struct rendezvous_info {
   // workers) use, as host and port.
   std::string store_host;
   std::uint16_t store_port = 0;
+};
+
+// next_round() fails with this when the job already failed on another
+// node (its restarts are used up): the job is over here too. `round` is
+// the round that failed, whose failures round_failures() returns.
+class job_failed_error : public std::runtime_error {
+ public:
+  job_failed_error(const std::string& what, std::int64_t failed_round)
+      : std::runtime_error(what), round(failed_round) {}
+  std::int64_t round;
 };
 
 class rendezvous_handler {
@@ -79,8 +92,22 @@ class rendezvous_handler {
   // store). Completes with an error when the round ended meanwhile.
   virtual void finish(std::function<void(std::exception_ptr error)> done);
 
+  // Failure reports, shared so that every node can name the first failure
+  // anywhere in the job. `record` is one failed worker as JSON text,
+  // bounded by the caller (a few KiB). Completes once stored, or when it
+  // could not be (the report is best effort: it never fails the job).
+  virtual void publish_failure(std::int64_t round, std::string record, std::function<void()> done);
+
+  // The records published for `round` by every node; `total` counts all
+  // that were published (the store keeps a bounded number). Never fails:
+  // on a store error it completes with what it could read.
+  using failures_completion =
+      std::function<void(std::vector<std::string> records, std::size_t total)>;
+  virtual void round_failures(std::int64_t round, failures_completion done);
+
  private:
   int local_restarts_ = 0;
+  std::map<std::int64_t, std::vector<std::string>> local_failures_;
 };
 
 }  // namespace dtrun::rendezvous

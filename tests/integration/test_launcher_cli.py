@@ -139,6 +139,6 @@ def test_error_file_message_is_reported_and_kept_in_log_dir(tmp_path):
     r = dh.run(["--standalone", "--nproc-per-node=2", f"--log-dir={tmp_path}", "--no-python",
                 "/bin/sh", "-c", worker])
     assert r.returncode == 1
-    assert "worker error: RuntimeError: boom" in r.stderr
+    assert "dtrun:   error     : RuntimeError: boom" in r.stderr  # the failure summary
     error_files = list(tmp_path.glob("*/attempt_0/1/error.json"))
     assert len(error_files) == 1

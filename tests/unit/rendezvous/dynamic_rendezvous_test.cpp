@@ -347,3 +347,59 @@ TEST_CASE("with worker_store=rank0, MASTER_ADDR:PORT is rank 0's reserved port")
   }
   CHECK(results[0].info.master_port == results[1].info.master_port);
 }
+
+TEST_CASE("failure reports reach every node, and the store's host waits until all read them") {
+  // The failing node is the host (node 0): it must not finish reading (and
+  // so leave, taking the store along) before node 1 has read the reports.
+  cluster c;
+  for (int i = 0; i < 2; ++i) c.add_with(2, 2, [](auto& o) { o.max_restarts = 0; });
+  std::vector<round_result> first(2), second(2);
+  std::vector<std::string> order;
+  std::vector<std::vector<std::string>> read(2);
+  std::vector<std::size_t> totals(2);
+  std::int64_t failed_round = -1;
+  int first_done = 0;
+  auto read_failures = [&](int i, std::int64_t round) {
+    c.nodes[i]->round_failures(round, [&, i](std::vector<std::string> records, std::size_t total) {
+      read[i] = std::move(records);
+      totals[i] = total;
+      order.push_back("node " + std::to_string(i) + " read");
+      if (order.size() == 2) c.shutdown_all();
+    });
+  };
+  for (int i = 0; i < 2; ++i) {
+    join(*c.nodes[i], first[i], [&, i] {
+      if (i == 1) {
+        c.nodes[1]->watch_round([&](std::string) {
+          join(*c.nodes[1], second[1], [&] {
+            try {
+              std::rethrow_exception(second[1].error);
+            } catch (const job_failed_error& e) {
+              failed_round = e.round;
+            } catch (...) {
+            }
+            read_failures(1, failed_round);
+          });
+        });
+      }
+      if (++first_done < 2) return;
+      c.nodes[0]->publish_failure(0, R"({"rank": 1, "message": "boom 42"})", [&] {
+        c.nodes[0]->publish_failure(0, R"({"rank": 0, "message": "later"})", [&] {
+          c.nodes[0]->report_failure("worker rank 1 exited with code 1",
+                                     [&](std::exception_ptr, int) {
+                                       c.nodes[0]->fail_job("out of restarts",
+                                                            [&] { read_failures(0, 0); });
+                                     });
+        });
+      });
+    });
+  }
+  c.io.run();
+  CHECK(failed_round == 0);
+  CHECK(order == std::vector<std::string>{"node 1 read", "node 0 read"});
+  for (int i = 0; i < 2; ++i) {
+    CHECK(totals[i] == 2);
+    REQUIRE(read[i].size() == 2);
+    CHECK(read[i][0] == R"({"rank": 1, "message": "boom 42"})");
+  }
+}

@@ -1,0 +1,268 @@
+#include "agent/failure_report.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <filesystem>
+#include <tuple>
+
+#include <fmt/format.h>
+
+#include "agent/event_log.h"
+
+namespace dtrun::agent {
+namespace {
+
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+// One screen: at most this many traceback / log lines and other failures.
+constexpr std::size_t max_traceback_lines = 16;
+constexpr std::size_t max_other_failures = 8;
+
+std::vector<std::string> split_lines(std::string_view text) {
+  std::vector<std::string> lines;
+  std::size_t start = 0;
+  while (start < text.size()) {
+    std::size_t end = text.find('\n', start);
+    if (end == std::string_view::npos) end = text.size();
+    std::string line(text.substr(start, end - start));
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    lines.push_back(std::move(line));
+    start = end + 1;
+  }
+  while (!lines.empty() && lines.back().empty()) lines.pop_back();
+  return lines;
+}
+
+std::string time_text(std::int64_t ms) {
+  return iso8601_utc_ms(std::chrono::system_clock::time_point(std::chrono::milliseconds(ms)));
+}
+
+// "20:31:04.123Z": the date is in the root cause's line already.
+std::string clock_text(std::int64_t ms) {
+  std::string full = time_text(ms);
+  auto t = full.find('T');
+  return t == std::string::npos ? full : full.substr(t + 1);
+}
+
+// "0-3, 6" for {0, 1, 2, 3, 6}.
+std::string rank_ranges(std::vector<int> ranks) {
+  std::sort(ranks.begin(), ranks.end());
+  std::string out;
+  for (std::size_t i = 0; i < ranks.size();) {
+    std::size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    if (!out.empty()) out += ", ";
+    out += j == i ? std::to_string(ranks[i]) : fmt::format("{}-{}", ranks[i], ranks[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+template <typename T>
+void get_if(const json& j, const char* key, T& out) {
+  if (!j.contains(key)) return;
+  try {
+    j.at(key).get_to(out);
+  } catch (const json::exception&) {
+  }
+}
+
+void append_indented(std::string& out, const std::vector<std::string>& lines, std::size_t max) {
+  std::size_t first = lines.size() > max ? lines.size() - max : 0;
+  if (first > 0) out += fmt::format("    ... ({} earlier line(s) left out)\n", first);
+  for (std::size_t i = first; i < lines.size(); ++i) out += "    " + lines[i] + "\n";
+}
+
+}  // namespace
+
+json to_json(const failure_record& r) {
+  json j{{"round", r.round},          {"host", r.host},         {"node_rank", r.node_rank},
+         {"local_rank", r.local_rank}, {"rank", r.rank},         {"pid", r.pid},
+         {"exit_code", r.exit_code},   {"signal", r.signal},     {"time_ms", r.time_ms},
+         {"message", r.message},       {"traceback", r.traceback}, {"error_file", r.error_file},
+         {"error_file_problem", r.error_file_problem}, {"log_file", r.log_file},
+         {"log_tail", r.log_tail}};
+  j["error_time"] = r.error_time ? json(*r.error_time) : json(nullptr);
+  return j;
+}
+
+std::optional<failure_record> failure_from_json(std::string_view text) {
+  json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return std::nullopt;
+  failure_record r;
+  get_if(j, "round", r.round);
+  get_if(j, "host", r.host);
+  get_if(j, "node_rank", r.node_rank);
+  get_if(j, "local_rank", r.local_rank);
+  get_if(j, "rank", r.rank);
+  get_if(j, "pid", r.pid);
+  get_if(j, "exit_code", r.exit_code);
+  get_if(j, "signal", r.signal);
+  get_if(j, "time_ms", r.time_ms);
+  get_if(j, "message", r.message);
+  get_if(j, "traceback", r.traceback);
+  get_if(j, "error_file", r.error_file);
+  get_if(j, "error_file_problem", r.error_file_problem);
+  get_if(j, "log_file", r.log_file);
+  get_if(j, "log_tail", r.log_tail);
+  if (j.contains("error_time") && j["error_time"].is_number_integer()) {
+    r.error_time = j["error_time"].get<std::int64_t>();
+  }
+  return r;
+}
+
+std::vector<std::string> read_log_tail(const std::string& path, std::size_t max_lines,
+                                       std::size_t max_bytes) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return {};
+  struct stat st{};
+  std::string data;
+  if (::fstat(fd, &st) == 0 && st.st_size > 0) {
+    auto size = static_cast<std::size_t>(st.st_size);
+    std::size_t want = std::min(size, max_bytes);
+    data.resize(want);
+    std::size_t got = 0;
+    while (got < want) {
+      ssize_t n = ::pread(fd, data.data() + got, want - got,
+                          static_cast<off_t>(size - want + got));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      got += static_cast<std::size_t>(n);
+    }
+    data.resize(got);
+    // A partial first line (we started mid-file) is dropped.
+    if (want < size) {
+      auto nl = data.find('\n');
+      data.erase(0, nl == std::string::npos ? data.size() : nl + 1);
+    }
+  }
+  ::close(fd);
+  auto lines = split_lines(data);
+  if (lines.size() > max_lines) lines.erase(lines.begin(), lines.end() - static_cast<std::ptrdiff_t>(max_lines));
+  return lines;
+}
+
+failure_record make_failure_record(const worker_exit& e, const error_file_limits& limits) {
+  failure_record r;
+  r.round = e.round;
+  r.host = e.host;
+  r.node_rank = e.node_rank;
+  r.local_rank = e.local_rank;
+  r.rank = e.rank;
+  r.pid = e.pid;
+  r.exit_code = e.status.code;
+  r.signal = e.status.signal;
+  r.time_ms = std::chrono::duration_cast<std::chrono::milliseconds>(e.time.time_since_epoch()).count();
+  auto file = load_error_file(e.error_file, limits);
+  if (file.present) r.error_file = e.error_file;
+  if (file.contents) {
+    r.message = file.contents->message;
+    r.traceback = file.contents->traceback;
+    r.error_time = file.contents->timestamp;
+  } else {
+    r.error_file_problem = file.problem;
+  }
+  if (!file.contents && !e.rank_dir.empty()) {
+    // Written by --redirects/--tee; absent when the output went to the console.
+    std::string log = (fs::path(e.rank_dir) / "stderr.log").string();
+    std::error_code ec;
+    if (fs::is_regular_file(log, ec)) {
+      r.log_file = log;
+      r.log_tail = read_log_tail(log);
+    }
+  }
+  return r;
+}
+
+std::size_t root_cause_index(const std::vector<failure_record>& failures) {
+  auto key = [](const failure_record& r) { return std::tie(r.time_ms, r.node_rank, r.rank); };
+  std::size_t best = 0;
+  for (std::size_t i = 1; i < failures.size(); ++i) {
+    if (key(failures[i]) < key(failures[best])) best = i;
+  }
+  return best;
+}
+
+std::string describe_exit(int exit_code, int signal) {
+  if (signal != 0) return fmt::format("signal {} ({}), exit code {}", signal, signal_name(signal), exit_code);
+  return fmt::format("exit code {}", exit_code);
+}
+
+std::string format_summary(const std::vector<failure_record>& failures, const summary_context& ctx) {
+  std::size_t root_index = root_cause_index(failures);
+  const failure_record& root = failures[root_index];
+  const std::string rule(72, '=');
+  std::string out = rule + "\n";
+  out += fmt::format("job failed: {} (run {}, round {}; {})\n", ctx.program, ctx.run_id, root.round,
+                     ctx.outcome);
+  out += "root cause (the first failure, by the time its agent saw the worker exit):\n";
+  out += fmt::format("  time      : {}\n", time_text(root.time_ms));
+  out += fmt::format("  host      : {} (node rank {})\n", root.host, root.node_rank);
+  out += fmt::format("  rank      : {} (local_rank {})\n", root.rank, root.local_rank);
+  out += fmt::format("  pid       : {}\n", root.pid);
+  out += fmt::format("  exit      : {}\n", describe_exit(root.exit_code, root.signal));
+  if (!root.message.empty()) {
+    out += fmt::format("  error     : {}\n", root.message);
+    out += fmt::format("  error_file: {}\n", root.error_file);
+    auto lines = split_lines(root.traceback);
+    if (!lines.empty()) {
+      out += "  traceback :\n";
+      append_indented(out, lines, max_traceback_lines);
+    }
+  } else {
+    if (!root.error_file_problem.empty()) {
+      out += fmt::format("  error_file: {} is unusable: {}\n", root.error_file, root.error_file_problem);
+    } else {
+      out += "  error     : no error file (decorate the entrypoint with torch.distributed.elastic."
+             "multiprocessing.errors.record to see the exception here)\n";
+    }
+    if (!root.log_tail.empty()) {
+      out += fmt::format("  stderr    : last {} line(s) of {}:\n", root.log_tail.size(), root.log_file);
+      append_indented(out, root.log_tail, max_traceback_lines);
+    } else if (!root.log_file.empty()) {
+      out += fmt::format("  stderr    : {} is empty\n", root.log_file);
+    } else {
+      out += fmt::format(
+          "  output    : not captured: it went to the console of dtrun on {} (above, on that "
+          "node); run with --log-dir DIR --redirects 3 (or --tee 3) to keep it in files\n",
+          root.host);
+    }
+  }
+  std::vector<const failure_record*> others;
+  for (std::size_t i = 0; i < failures.size(); ++i) {
+    if (i != root_index) others.push_back(&failures[i]);
+  }
+  std::sort(others.begin(), others.end(), [](const failure_record* a, const failure_record* b) {
+    return std::tie(a->time_ms, a->node_rank, a->rank) < std::tie(b->time_ms, b->node_rank, b->rank);
+  });
+  std::size_t counted = std::max(ctx.published, failures.size());
+  if (others.empty()) {
+    out += "other failures: none\n";
+  } else {
+    out += fmt::format("other failures ({}):\n", counted - 1);
+    for (std::size_t i = 0; i < others.size() && i < max_other_failures; ++i) {
+      const auto& o = *others[i];
+      std::string why = !o.message.empty() ? o.message : std::string("no error file");
+      out += fmt::format("  rank {} (local_rank {}) on {} (node rank {}), pid {}: {} at {}: {}\n",
+                         o.rank, o.local_rank, o.host, o.node_rank, o.pid,
+                         describe_exit(o.exit_code, o.signal), clock_text(o.time_ms),
+                         truncate_utf8(why, 160, false));
+    }
+    if (counted - 1 > std::min(others.size(), max_other_failures)) {
+      out += fmt::format("  ... and {} more\n", counted - 1 - std::min(others.size(), max_other_failures));
+    }
+  }
+  if (!ctx.stopped_ranks.empty()) {
+    out += fmt::format("stopped by dtrun (not failures): rank(s) {} on {} (node rank {})\n",
+                       rank_ranges(ctx.stopped_ranks), ctx.this_host, ctx.this_node_rank);
+  }
+  out += rule;
+  return out;
+}
+
+}  // namespace dtrun::agent

@@ -1,0 +1,81 @@
+// Everything the agent tells the user and the event log about a run, so
+// the supervision loop (elastic_agent.cpp) only calls hooks: the agent's
+// messages at their verbosity, the JSON event log, failure records
+// (published through the rendezvous so every node sees every node's), and
+// the failure summary at the end.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "agent/agent_log.h"
+#include "agent/event_log.h"
+#include "agent/exit_status.h"
+#include "agent/failure_report.h"
+#include "agent/report_options.h"
+#include "rendezvous/rendezvous_handler.h"
+
+namespace dtrun::agent {
+
+class run_reporter {
+ public:
+  // `sink` as for agent_log (empty: stderr). Throws std::system_error when
+  // the event log cannot be opened.
+  run_reporter(const report_options& options, agent_log::sink sink,
+               rendezvous::rendezvous_handler& rendezvous);
+
+  const agent_log& log() const { return log_; }
+  const event_log& events() const { return events_; }
+  const std::string& host() const { return host_; }
+
+  // agent_started: the config summary given.
+  void agent_started(nlohmann::ordered_json config);
+  void rendezvous_started();
+  void rendezvous_completed(const rendezvous::rendezvous_info& info, int first_rank);
+  void worker_started(int local_rank, int rank, long pid);
+
+  // A worker exited. `stopping`: dtrun was stopping the group (then only
+  // a worker that left an error file or died of a signal dtrun did not
+  // send counts as a failure; the others were stopped). Returns the
+  // failure's record when it is one; it is kept for the summary and
+  // published for the other nodes (`published` is called once stored).
+  std::optional<failure_record> worker_exited(const worker_exit& exit, bool stopping,
+                                              int stop_signal, std::function<void()> published);
+
+  void restart(int count, int max);
+  void group_stopping(std::string_view reason);
+  void membership_change(std::string_view reason);
+
+  // Reads every node's failures of `round`, prints the summary and emits
+  // job_failed; then done(root cause's exit code, or 1 without one).
+  void summarize_failure(std::int64_t round, summary_context context,
+                         std::function<void(int code)> done);
+
+  // The rendezvous ended the run with an error (not a failed job).
+  void rendezvous_failed(std::string_view reason);
+  // The job failed with nothing to summarize (the program could not start).
+  void job_failed(std::string_view reason);
+  void job_succeeded();
+  void agent_exiting(int code);
+
+ private:
+  agent_log log_;
+  event_log events_;
+  rendezvous::rendezvous_handler& rendezvous_;
+  std::string host_;
+  std::int64_t round_ = -1;
+  int node_rank_ = 0;
+  std::chrono::steady_clock::time_point rendezvous_start_;
+  std::vector<failure_record> local_failures_;  // this node's, of round_
+  std::vector<int> stopped_ranks_;
+};
+
+}  // namespace dtrun::agent

@@ -1,0 +1,188 @@
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <catch2/catch.hpp>
+
+#include "agent/failure_report.h"
+
+using namespace dtrun::agent;
+namespace fs = std::filesystem;
+
+namespace {
+
+failure_record record(int node, int rank, std::int64_t time_ms, std::string message = "") {
+  failure_record r;
+  r.round = 2;
+  r.host = "h" + std::to_string(node + 1);
+  r.node_rank = node;
+  r.local_rank = rank % 2;
+  r.rank = rank;
+  r.pid = 1000 + rank;
+  r.exit_code = 1;
+  r.time_ms = time_ms;
+  r.message = std::move(message);
+  if (!r.message.empty()) r.error_file = "/logs/attempt_2/" + std::to_string(r.local_rank) + "/error.json";
+  return r;
+}
+
+summary_context context() {
+  summary_context c;
+  c.program = "train.py";
+  c.run_id = "job1";
+  c.outcome = "no restarts allowed: --max-restarts=0";
+  c.this_host = "h1";
+  return c;
+}
+
+struct temp_dir {
+  fs::path path;
+  temp_dir() {
+    std::string pattern = (fs::temp_directory_path() / "dtrun_report_XXXXXX").string();
+    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
+    path = pattern;
+  }
+  ~temp_dir() { fs::remove_all(path); }
+};
+
+}  // namespace
+
+TEST_CASE("the root cause is the earliest failure, ties going to the lower node then rank") {
+  std::vector<failure_record> f{record(0, 1, 5000), record(1, 3, 4000), record(1, 2, 4000)};
+  CHECK(root_cause_index(f) == 2);
+  f.push_back(record(0, 0, 4000));
+  CHECK(root_cause_index(f) == 3);
+}
+
+TEST_CASE("the summary names the root cause with its message and traceback") {
+  auto root = record(1, 3, 1700000000123, "ValueError: boom 42");
+  root.traceback = "Traceback (most recent call last):\n  File \"w.py\", line 9, in main\nValueError: boom 42\n";
+  std::vector<failure_record> f{record(0, 0, 1700000000500, "RuntimeError: peer gone"), root};
+  auto ctx = context();
+  ctx.stopped_ranks = {1};
+  std::string s = format_summary(f, ctx);
+  INFO(s);
+  CHECK(s.find("job failed: train.py (run job1, round 2; no restarts allowed: --max-restarts=0)") != std::string::npos);
+  CHECK(s.find("  time      : 2023-11-14T22:13:20.123Z\n") != std::string::npos);
+  CHECK(s.find("  host      : h2 (node rank 1)\n") != std::string::npos);
+  CHECK(s.find("  rank      : 3 (local_rank 1)\n") != std::string::npos);
+  CHECK(s.find("  pid       : 1003\n") != std::string::npos);
+  CHECK(s.find("  exit      : exit code 1\n") != std::string::npos);
+  CHECK(s.find("  error     : ValueError: boom 42\n") != std::string::npos);
+  CHECK(s.find("  traceback :\n    Traceback (most recent call last):\n      File \"w.py\", line 9, in main\n") != std::string::npos);
+  CHECK(s.find("other failures (1):\n  rank 0 (local_rank 0) on h1 (node rank 0), pid 1000: exit code 1 at 22:13:20.500Z: RuntimeError: peer gone\n") != std::string::npos);
+  CHECK(s.find("stopped by dtrun (not failures): rank(s) 1 on h1 (node rank 0)") != std::string::npos);
+}
+
+TEST_CASE("a signal death is named, and a missing error file gives the console hint") {
+  auto r = record(0, 1, 1000);
+  r.signal = SIGSEGV;
+  r.exit_code = 128 + SIGSEGV;
+  std::string s = format_summary({r}, context());
+  INFO(s);
+  CHECK(s.find("  exit      : signal 11 (SIGSEGV), exit code 139\n") != std::string::npos);
+  CHECK(s.find("no error file (decorate the entrypoint with torch.distributed.elastic.multiprocessing.errors.record") != std::string::npos);
+  CHECK(s.find("it went to the console of dtrun on h1") != std::string::npos);
+  CHECK(s.find("--redirects 3") != std::string::npos);
+  CHECK(s.find("other failures: none") != std::string::npos);
+}
+
+TEST_CASE("a failed worker without an error file shows the tail of its redirected stderr") {
+  temp_dir dir;
+  fs::path rank_dir = dir.path / "attempt_0" / "1";
+  fs::create_directories(rank_dir);
+  {
+    std::ofstream log(rank_dir / "stderr.log");
+    for (int i = 0; i < 50; ++i) log << "line " << i << "\n";
+    log << "fatal: out of cheese\n";
+  }
+  worker_exit e;
+  e.host = "h1";
+  e.local_rank = 1;
+  e.rank = 1;
+  e.pid = 42;
+  e.status = {3, 0};
+  e.error_file = (rank_dir / "error.json").string();
+  e.rank_dir = rank_dir.string();
+  auto r = make_failure_record(e);
+  CHECK(r.error_file.empty());
+  CHECK(r.log_file == (rank_dir / "stderr.log").string());
+  REQUIRE(r.log_tail.size() == 8);
+  CHECK(r.log_tail.back() == "fatal: out of cheese");
+  std::string s = format_summary({r}, context());
+  INFO(s);
+  CHECK(s.find("  exit      : exit code 3\n") != std::string::npos);
+  CHECK(s.find("  stderr    : last 8 line(s) of " + r.log_file + ":\n") != std::string::npos);
+  CHECK(s.find("    fatal: out of cheese\n") != std::string::npos);
+}
+
+TEST_CASE("a record reads the worker's error file") {
+  temp_dir dir;
+  auto file = dir.path / "error.json";
+  std::ofstream(file) << R"({"message": {"message": "ValueError: boom 42", "extraInfo": {"py_callstack": "tb", "timestamp": "7"}}})";
+  worker_exit e;
+  e.status = {1, 0};
+  e.error_file = file.string();
+  e.rank_dir = dir.path.string();
+  auto r = make_failure_record(e);
+  CHECK(r.message == "ValueError: boom 42");
+  CHECK(r.traceback == "tb");
+  CHECK(r.error_time == std::optional<std::int64_t>(7));
+  CHECK(r.error_file == file.string());
+}
+
+TEST_CASE("records survive the trip through JSON, and junk is refused") {
+  auto r = record(1, 3, 123, "ValueError: boom 42");
+  r.signal = SIGSEGV;
+  r.log_tail = {"a", "b"};
+  r.error_time = 99;
+  auto back = failure_from_json(to_json(r).dump());
+  REQUIRE(back);
+  CHECK(back->host == "h2");
+  CHECK(back->rank == 3);
+  CHECK(back->signal == SIGSEGV);
+  CHECK(back->time_ms == 123);
+  CHECK(back->message == "ValueError: boom 42");
+  CHECK(back->log_tail == std::vector<std::string>{"a", "b"});
+  CHECK(back->error_time == std::optional<std::int64_t>(99));
+  CHECK_FALSE(failure_from_json("not json"));
+  CHECK_FALSE(failure_from_json("[1, 2]"));
+  // Fields of the wrong type are left at their defaults.
+  auto odd = failure_from_json(R"({"rank": "three", "host": "h9"})");
+  REQUIRE(odd);
+  CHECK(odd->rank == 0);
+  CHECK(odd->host == "h9");
+}
+
+TEST_CASE("the summary stays on one screen when many workers fail") {
+  std::vector<failure_record> f;
+  for (int i = 0; i < 40; ++i) f.push_back(record(i / 8, i, 1000 + i, "RuntimeError: x"));
+  f[0].traceback = std::string();
+  for (int i = 0; i < 100; ++i) f[0].traceback += "  frame " + std::to_string(i) + "\n";
+  auto ctx = context();
+  ctx.published = 70;
+  std::string s = format_summary(f, ctx);
+  INFO(s);
+  auto lines = std::count(s.begin(), s.end(), '\n');
+  CHECK(lines < 45);
+  CHECK(s.find("other failures (69):") != std::string::npos);
+  CHECK(s.find("... and 61 more") != std::string::npos);
+  CHECK(s.find("earlier line(s) left out") != std::string::npos);
+  CHECK(s.find("  frame 99") != std::string::npos);
+}
+
+TEST_CASE("the log tail reads a bounded amount from the end") {
+  temp_dir dir;
+  auto file = dir.path / "big.log";
+  {
+    std::ofstream out(file);
+    for (int i = 0; i < 100000; ++i) out << "line " << i << "\n";
+  }
+  auto tail = read_log_tail(file.string(), 3, 64);
+  CHECK(tail == std::vector<std::string>{"line 99997", "line 99998", "line 99999"});
+  CHECK(read_log_tail((dir.path / "missing.log").string()).empty());
+}
