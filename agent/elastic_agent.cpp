@@ -118,7 +118,7 @@ class elastic_agent::impl {
     for (int sig : options_.signals) signals_.add(sig);
     wait_for_signal();
     guard_.emplace();
-    output_.emplace(io_, options_.logs, options_.log);
+    output_.emplace(io_, options_.logs, [this](const std::string& line) { log_error(line); });
     bool writes_logs = options_.logs.writes_files(options_.spec.local_world_size);
     remove_run_dir_ = options_.log_dir.empty() && !writes_logs;
     run_dir_ = make_run_dir(options_.log_dir.empty() ? temp_base() : options_.log_dir,

@@ -12,6 +12,7 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.environ["DTRUN_SOURCE_DIR"], "tests", "pyhelpers"))
 import dtrun_helpers as dh  # noqa: E402
+from failure_summary import field, summary  # noqa: E402
 import netns_hosts  # noqa: E402
 
 REASON = netns_hosts.unavailable_reason()
@@ -39,18 +40,6 @@ def main():
 main()
 """
 
-
-def summary(stderr):
-    lines = stderr.splitlines()
-    rules = [i for i, line in enumerate(lines) if re.fullmatch(r"dtrun: =+", line)]
-    assert len(rules) == 2, stderr
-    return "\n".join(lines[rules[0]:rules[1] + 1])
-
-
-def field(block, name):
-    m = re.search(rf"^dtrun:   {name} *: (.*)$", block, re.M)
-    assert m, block
-    return m.group(1)
 
 
 @pytest.mark.parametrize("fail_host", ["h2", "h1"])

@@ -11,6 +11,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.environ["DTRUN_SOURCE_DIR"], "tests", "pyhelpers"))
 import dtrun_helpers as dh  # noqa: E402
+from failure_summary import field, summary  # noqa: E402
 
 # Rank 1 raises inside torch's @record (which writes TORCHELASTIC_ERROR_FILE
 # and re-raises, so Python exits 1); the other ranks wait to be stopped.
@@ -32,19 +33,6 @@ main()
 # A real segmentation fault: reading address 0.
 SEGV_WORKER = "import ctypes; ctypes.string_at(0)"
 
-
-def summary(stderr):
-    """The summary block: the lines between the two rules."""
-    lines = stderr.splitlines()
-    rules = [i for i, line in enumerate(lines) if re.fullmatch(r"dtrun: =+", line)]
-    assert len(rules) == 2, stderr
-    return "\n".join(lines[rules[0]:rules[1] + 1])
-
-
-def field(block, name):
-    m = re.search(rf"^dtrun:   {name} *: (.*)$", block, re.M)
-    assert m, block
-    return m.group(1)
 
 
 def test_record_worker_exception_is_the_root_cause(tmp_path):
