@@ -38,13 +38,16 @@ const char* route_name(stream_route route) {
     case stream_route::discard: return "discard";
     case stream_route::file: return "file";
     case stream_route::file_and_console: return "file+console";
+    case stream_route::prefixed_console: return "console+prefix";
   }
   return "console";
 }
 
 // torchrun's DefaultLogsSpecs.reify: a tee'd stream is also redirected
 // (torchrun tees by tailing the file); a rank outside the filter keeps its
-// files but loses the console.
+// files but loses the console. Unlike torchrun, whose filter only applies to
+// tee'd streams, a shown rank's plain console stream is prefixed too: once
+// the console shows a subset of ranks, each line should say whose it is.
 worker_routes log_spec::routes(int local_rank) const {
   unsigned tee_streams = tee.for_rank(local_rank);
   unsigned redirected = redirects.for_rank(local_rank) | tee_streams;
@@ -54,7 +57,8 @@ worker_routes log_spec::routes(int local_rank) const {
       return shown ? stream_route::file_and_console : stream_route::file;
     }
     if ((redirected & stream) != 0) return stream_route::file;
-    return shown ? stream_route::console : stream_route::discard;
+    if (!shown) return stream_route::discard;
+    return local_ranks_filter ? stream_route::prefixed_console : stream_route::console;
   };
   return {route(std_out), route(std_err)};
 }

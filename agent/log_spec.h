@@ -32,6 +32,10 @@ enum class stream_route {
   // /dev/null: a rank outside --local-ranks-filter whose stream is not
   // redirected (torchrun does the same).
   discard,
+  // A rank inside --local-ranks-filter whose stream is neither redirected
+  // nor tee'd: a pipe to the agent, which prints it line by line with the
+  // rank's prefix (no file), so filtered output says whose it is.
+  prefixed_console,
   // Written by the worker straight into <attempt>/<local_rank>/stdout.log
   // or stderr.log; the agent is not in the data path.
   file,
@@ -52,7 +56,8 @@ struct log_spec {
   std_setting tee;
   // nullopt: every rank is shown. Otherwise ranks outside the set show
   // nothing on the console: tee'd streams only go to their files and
-  // streams that are not redirected are discarded (torchrun's semantics).
+  // streams that are not redirected are discarded (torchrun's semantics);
+  // ranks in the set are printed with their prefix, tee'd or not.
   std::optional<std::set<int>> local_ranks_filter;
   // TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE; empty: torchrun's default
   // "[<role><local_rank>]:" (e.g. "[default0]:").

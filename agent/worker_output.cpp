@@ -191,12 +191,15 @@ int worker_output::open_stream(worker_slot& slot, int local_rank, stream_route r
       return open_or_throw("/dev/null", O_WRONLY);
     case stream_route::file:
       return open_or_throw(path, O_WRONLY | O_CREAT | O_TRUNC);
+    case stream_route::prefixed_console:
     case stream_route::file_and_console: {
-      int file_fd = open_or_throw(path, O_WRONLY | O_CREAT | O_TRUNC);
+      int file_fd = route == stream_route::file_and_console
+                        ? open_or_throw(path, O_WRONLY | O_CREAT | O_TRUNC)
+                        : -1;
       int ends[2];
       if (::pipe2(ends, O_CLOEXEC) != 0) {
         int error = errno;
-        ::close(file_fd);
+        if (file_fd >= 0) ::close(file_fd);
         throw std::system_error(error, std::generic_category(),
                                 fmt::format("cannot create a pipe for local rank {}", local_rank));
       }

@@ -9,6 +9,8 @@
 //                     reads, no thread, no polling): the bytes go unchanged
 //                     to the log file and, as whole prefixed lines, to the
 //                     agent's own stdout/stderr (console_sink)
+//   prefixed_console  the same pipe without the file (a rank shown by
+//                     --local-ranks-filter: its lines carry its prefix)
 //
 // Files: <rank_dir>/stdout.log and stderr.log (rank_dir is
 // <run dir>/attempt_<n>/<local_rank>, torchrun's layout).

@@ -126,7 +126,7 @@ CASES = {
     "tee map": (["--tee=0:1,1:2"], files_of((0, "out"), (1, "err")),
                 [tee(0, "out"), raw(1, "out")], [raw(0, "err"), tee(1, "err")]),
     "redirects 3 tee 1": (["-r", "3", "-t", "1"], ALL_FILES, [tee(0, "out"), tee(1, "out")], []),
-    "filter 0": (["--local-ranks-filter=0"], {}, [raw(0, "out")], [raw(0, "err")]),
+    "filter 0": (["--local-ranks-filter=0"], {}, [tee(0, "out")], [tee(0, "err")]),
     "filter 1 tee 3": (["--local-ranks-filter=1", "--tee=3"], ALL_FILES, [tee(1, "out")],
                        [tee(1, "err")]),
     "filter 0 redirects 1 tee 2": (["--local-ranks-filter=0", "--redirects=1", "--tee=2"],

@@ -44,7 +44,8 @@ TEST_CASE("tee'd streams go to the file and the console, as torchrun's") {
 TEST_CASE("ranks outside the filter keep their files and lose the console") {
   log_spec spec;
   spec.local_ranks_filter = std::set<int>{0};
-  CHECK(spec.routes(0).out == stream_route::console);
+  CHECK(spec.routes(0).out == stream_route::prefixed_console);
+  CHECK(spec.routes(0).err == stream_route::prefixed_console);
   CHECK(spec.routes(1).out == stream_route::discard);
   CHECK(spec.routes(1).err == stream_route::discard);
   CHECK_FALSE(spec.writes_files(2));

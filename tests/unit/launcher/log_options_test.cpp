@@ -90,6 +90,6 @@ TEST_CASE("the dry run shows each rank's routes") {
   CHECK(j["workers"][0]["stdout"] == "discard");
   CHECK(j["workers"][0]["stderr"] == "file");
   CHECK(j["workers"][1]["stdout"] == "file+console");
-  CHECK(j["workers"][1]["stderr"] == "console");
+  CHECK(j["workers"][1]["stderr"] == "console+prefix");
   CHECK(j["workers"][2]["stdout"] == "discard");
 }
