@@ -344,7 +344,11 @@ class elastic_agent::impl {
           log(fmt::format("received {} again; killing the workers", signal_name(sig)));
           signal_workers(SIGKILL);
         } else {
-          // Already stopping after a failure: no restart any more.
+          // Already stopping after a failure or for a new round: no
+          // restart any more, and the user sees that the signal arrived.
+          log(fmt::format("received {}; forwarding it to the stopping workers and exiting "
+                          "after them",
+                          signal_name(sig)));
           stop_signal_ = sig;
           signal_workers(sig);
         }

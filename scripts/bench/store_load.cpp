@@ -45,14 +45,29 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "rendezvous/wire_codec.h"
+
 namespace {
 
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 using clock_type = std::chrono::steady_clock;
 
-// PyTorch 1.13 command bytes.
-constexpr std::uint8_t cmd_set = 0, cmd_get = 2, cmd_add = 3, cmd_wait = 5, cmd_num_keys = 6;
+namespace wire = dtrun::rendezvous::wire;
+
+// The command bytes of the dialect in use (--dialect), from the codec the
+// server uses, so the two can never disagree. PyTorch 2.x servers also
+// expect every connection to open with VALIDATE + magic (`validate_bytes`).
+struct command_bytes {
+  std::uint8_t set, get, add, wait, num_keys;
+};
+command_bytes commands_of(wire::dialect d) {
+  auto b = [d](wire::op o) { return *wire::byte_for(d, o); };
+  return {b(wire::op::set), b(wire::op::get), b(wire::op::add), b(wire::op::wait),
+          b(wire::op::num_keys)};
+}
+command_bytes cmd = commands_of(wire::dialect::v1_13);
+std::string validate_bytes;  // empty for 1.13
 
 void put_u8(std::string& out, std::uint8_t v) { out.push_back(static_cast<char>(v)); }
 template <typename T>
@@ -130,6 +145,9 @@ class connector : public std::enable_shared_from_this<connector> {
         self->state_.error("connect: " + ec.message());
       } else {
         socket->set_option(tcp::no_delay(true));
+        boost::system::error_code write_error;
+        if (!validate_bytes.empty()) asio::write(*socket, asio::buffer(validate_bytes), write_error);
+        if (write_error) self->state_.error("handshake: " + write_error.message());
         self->sockets_.push_back(std::move(*socket));
       }
       if (++self->finished_ == self->count_) {
@@ -155,15 +173,15 @@ class load_connection : public std::enable_shared_from_this<load_connection> {
     const std::string key = fmt::format("/bench/{}/k{}", state_.run_id, id);
     value_ = fmt::format("v{}-", id);
     value_.resize(state_.opts.value_bytes, 'x');
-    put_u8(set_wait_, cmd_set);
+    put_u8(set_wait_, cmd.set);
     put_str(set_wait_, key);
     put_str(set_wait_, value_);
-    put_u8(set_wait_, cmd_wait);
+    put_u8(set_wait_, cmd.wait);
     put_raw<std::uint64_t>(set_wait_, 1);
     put_str(set_wait_, key);
-    put_u8(get_, cmd_get);
+    put_u8(get_, cmd.get);
     put_str(get_, key);
-    put_u8(add_, cmd_add);
+    put_u8(add_, cmd.add);
     put_str(add_, fmt::format("/bench/{}/counter", state_.run_id));
     put_raw<std::int64_t>(add_, 1);
     buffer_.resize(std::max<std::size_t>(4096, state_.opts.value_bytes + 64));
@@ -324,8 +342,9 @@ std::int64_t read_counter(run_state& state) {
   asio::io_context io;
   tcp::socket socket(io);
   socket.connect(state.endpoint);
+  if (!validate_bytes.empty()) asio::write(socket, asio::buffer(validate_bytes));
   std::string req;
-  put_u8(req, cmd_add);
+  put_u8(req, cmd.add);
   put_str(req, fmt::format("/bench/{}/counter", state.run_id));
   put_raw<std::int64_t>(req, 0);
   asio::write(socket, asio::buffer(req));
@@ -426,7 +445,7 @@ nlohmann::json run_idle(run_state& state) {
   double connect_s = 0;
   std::uint64_t answered = 0;
   std::vector<std::array<std::uint8_t, 8>> replies;
-  const std::string num_keys(1, static_cast<char>(cmd_num_keys));
+  const std::string num_keys(1, static_cast<char>(cmd.num_keys));
 
   auto conn = std::make_shared<connector>(state, state.opts.idle,
                                           [&](std::vector<tcp::socket>& sockets) {
@@ -479,8 +498,13 @@ nlohmann::json run_idle(run_state& state) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"store_load: TCPStore load generator (PyTorch 1.13 dialect)"};
+  CLI::App app{"store_load: TCPStore load generator"};
   options opts;
+  std::string dialect = "v1.13";
+  app.add_option("--dialect", dialect, "wire dialect: v1.13 (torch 1.13's server) or v2 "
+                 "(torch 2.x's; dtrun-store speaks both)")
+      ->check(CLI::IsMember({"v1.13", "v2"}))
+      ->capture_default_str();
   app.add_option("--host", opts.host)->capture_default_str();
   app.add_option("--port", opts.port)->required();
   app.add_option("--connections", opts.connections, "concurrent client connections")
@@ -502,6 +526,12 @@ int main(int argc, char** argv) {
   app.add_option("--timeout", opts.timeout_s, "seconds before giving up on stragglers")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  if (dialect == "v2") {
+    cmd = commands_of(wire::dialect::v2);
+    validate_bytes = wire::encode_request(wire::dialect::v2,
+                                          wire::request{wire::op::validate, {}, {}, {},
+                                                        wire::validation_magic});
+  }
 
   raise_open_file_limit();
   // One thread: no locking in Asio's scheduler and reactor.

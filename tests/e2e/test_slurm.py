@@ -252,6 +252,10 @@ def test_scancel_stops_every_worker_on_every_node(mode, env, tmp_path):
         assert got == [f"got SIGTERM {r} parent" for r in range(4)], got
         _, stderr = srun.communicate(timeout=SRUN_TIMEOUT)
         assert srun.returncode != 0
-        # Both agents (the tasks' stderr reaches srun's) stopped on SIGTERM.
-        assert stderr.count("received SIGTERM") == 2, stderr
+        # The agents stopped on SIGTERM (the tasks' stderr reaches srun's).
+        # Slurm signals the two tasks independently: the second may already
+        # be stopping because the first left (then it logs the group
+        # restart), or be done when its signal lands; the FIFO above shows
+        # that every worker got SIGTERM from its own dtrun either way.
+        assert stderr.count("received SIGTERM") >= 1, stderr
         assert dh.gone_within(env["DTRUN_TEST_MARK"]) == []
