@@ -149,12 +149,7 @@ class elastic_agent::impl {
   // What failed, and the restarts, in the words of the summary's header.
   summary_context failure_context(std::string outcome) const {
     summary_context c;
-    c.program = options_.program;
-    const auto& a = options_.args;
-    // [python] -u [-m] script: name the script, as the user did.
-    std::size_t i = !a.empty() && a[0] == "-u" ? 1 : 0;
-    if (i < a.size() && a[i] == "-m") ++i;
-    if (i > 0 && i < a.size()) c.program = a[i];
+    c.program = options_.script_name.empty() ? options_.program : options_.script_name;
     c.run_id = rendezvous_.run_id();
     c.outcome = std::move(outcome);
     return c;

@@ -37,6 +37,9 @@ struct agent_options {
   // The resolved program and its arguments (argv[1..]).
   std::string program;
   std::vector<std::string> args;
+  // The script, module or program as the user named it, for the failure
+  // summary; empty: `program`.
+  std::string script_name;
   // Per-worker argument and environment edits (legacy launch, templates).
   worker_customization worker_args;
   // Between the first (forwarded) signal and SIGKILL.

@@ -159,6 +159,7 @@ launch_config resolve_launch_config(const launch_options& o, const agent::env_ma
 
   // torchrun's worker command line: [python, -u, (-m), script, *args].
   c.program_is_python = !o.no_python;
+  c.script = o.script;
   if (o.no_python) {
     c.program = o.script;
     c.args = o.script_args;

@@ -39,6 +39,9 @@ struct launch_config {
   // launch starts) and its arguments after argv[0].
   std::string program;
   std::vector<std::string> args;
+  // The script, module or program as the user named it (the failure
+  // summary's title).
+  std::string script;
   bool program_is_python = true;
   // Per-worker edits (legacy --local-rank, templates, scheduler variables).
   agent::worker_customization worker_args;

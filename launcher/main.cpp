@@ -66,6 +66,7 @@ int launch(const launcher::launch_config& config, const agent::env_map& env) {
   options.spec = config.spec;
   options.program = *program;
   options.args = config.args;
+  options.script_name = config.script;
   options.worker_args = config.worker_args;
   options.stop_timeout = config.stop_timeout;
   options.signals = config.signals;
