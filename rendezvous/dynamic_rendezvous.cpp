@@ -595,11 +595,7 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
       if (n.error) return done(n.error, 0);
       if (n.number > self->options_.max_restarts) {
         // Out of restarts: the job is over for every node, not just us.
-        self->ops_->set(self->key("failed_round"), std::to_string(self->round_),
-                        [](store_result) {});
-        self->ops_->set(self->key("failed"),
-                        fmt::format("node {}: {}", self->group_rank_, reason),
-                        [](store_result) {});
+        self->mark_job_failed(fmt::format("node {}: {}", self->group_rank_, reason));
       }
       auto over = self->round_key(self->round_, "over");
       self->ops_->set(over, fmt::format("node {}: {}", self->group_rank_, reason),
@@ -612,13 +608,20 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
     });
   }
 
+  // Marks the job failed for every node. `failed_round` goes first, on the
+  // same connection, so a node woken by `failed` finds the round whose
+  // failure reports to read (report_job_failed).
+  void mark_job_failed(const std::string& why) {
+    ops_->set(key("failed_round"), std::to_string(round_), [](store_result) {});
+    ops_->set(key("failed"), why, [](store_result) {});
+  }
+
   void fail_job(std::string reason, std::function<void()> done) {
     auto self = shared_from_this();
     round_over_ = true;
     heartbeat_timer_.cancel();
     auto why = fmt::format("node {}: {}", group_rank_, reason);
-    ops_->set(key("failed_round"), std::to_string(round_), [](store_result) {});
-    ops_->set(key("failed"), why, [](store_result) {});
+    mark_job_failed(why);
     ops_->set(round_key(round_, "over"), why, [](store_result) {});
     // A round trip, so both are applied before we leave (and close).
     ops_->check({key("failed")}, [done](store_result) { done(); });
