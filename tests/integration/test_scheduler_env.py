@@ -204,10 +204,14 @@ def test_both_slurm_styles_run_real_agents(tmp_path, ntasks_per_node):
 
 
 # Traps SIGUSR1/SIGUSR2 and goes on (a checkpoint would be written there);
-# leaves when $DONE exists.
-CHECKPOINTING = ('trap "echo usr1 $RANK > $FIFO" USR1; trap "echo usr2 $RANK > $FIFO" USR2; '
+# leaves on a signal once $DONE exists. The check is in the trap itself: a
+# signal landing between the loop's test and its `wait` would otherwise be
+# handled before the `wait` and leave the worker waiting forever.
+CHECKPOINTING = ('trap "echo usr1 $RANK > $FIFO" USR1; '
+                 'trap "echo usr2 $RANK > $FIFO; '
+                 'if [ -e $DONE ]; then echo done $RANK > $FIFO; exit 0; fi" USR2; '
                  'echo ready > $FIFO; '
-                 'while [ ! -e $DONE ]; do sleep 1000 & wait $!; done; echo done $RANK > $FIFO')
+                 'while :; do sleep 1000 & wait $!; done')
 
 
 def test_slurm_sigusr1_reaches_the_workers_and_does_not_stop_them(tmp_path):
