@@ -462,6 +462,16 @@ void store_server::impl::start_accept() {
       return;
     }
     ++self->stats_.connections_accepted;
+    if (self->options_.admit) {
+      if (auto refusal = self->options_.admit(socket.native_handle()); !refusal.empty()) {
+        ++self->stats_.connections_refused;
+        self->log(fmt::format("refused connection from {}: {}", endpoint_text(socket), refusal));
+        boost::system::error_code ignored;
+        socket.close(ignored);
+        self->start_accept();
+        return;
+      }
+    }
     ++self->stats_.connections_open;
     auto s = std::make_shared<session>(std::move(socket), *self);
     self->sessions_.insert(s);

@@ -39,6 +39,12 @@ struct store_server_options {
   wire::limits limits;
   // listen() backlog; 0 reads /proc/sys/net/core/somaxconn.
   int backlog = 0;
+  // Decides whether an accepted connection may stay, before any of its
+  // bytes are read: returns an empty string to admit it, or the reason it
+  // is refused (logged once, the connection closed). Unset: everyone is
+  // admitted. `fd` is the accepted socket's descriptor. Used for
+  // --standalone's same-user rule and the client-network allow-list.
+  std::function<std::string(int fd)> admit;
   // Where the server's one-line diagnostics go (bad input, dropped
   // clients). Defaults to stderr with a "dtrun-store:" prefix.
   std::function<void(const std::string&)> log;
@@ -49,6 +55,7 @@ struct store_server_stats {
   std::uint64_t connections_open = 0;
   std::uint64_t requests = 0;            // every parsed request, all kinds
   std::uint64_t connections_rejected = 0;  // closed for bad input
+  std::uint64_t connections_refused = 0;   // turned away by options.admit
 };
 
 class store_server {

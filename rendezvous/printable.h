@@ -1,0 +1,20 @@
+// Text from outside dtrun (workers' error files, store keys and values,
+// peers' messages) made safe to put in dtrun's own log lines and
+// summaries: a control character or a byte that is not UTF-8 can neither
+// move the cursor, recolour the terminal nor start a forged line.
+// Workers' own stdout/stderr never go through here; they pass untouched.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace dtrun {
+
+// Escapes C0 controls and DEL (\n, \r, \t, \xNN), C1 controls encoded in
+// UTF-8 (\u0080-\u009f) and bytes that are not valid UTF-8 (\xNN). A
+// backslash stays as it is; printable ASCII and valid UTF-8 pass through.
+// With keep_newlines, '\n' is kept (multi-line text such as a traceback,
+// which the caller indents line by line).
+std::string printable(std::string_view text, bool keep_newlines = false);
+
+}  // namespace dtrun
