@@ -149,18 +149,44 @@ std::vector<std::string> key_table::list_keys() const {
 
 std::uint64_t key_table::watch(const std::string& key, watch_callback callback) {
   auto id = next_watch_id_++;
-  watchers_.push_back({id, key, std::move(callback)});
+  watchers_.push_back({id, key, std::make_shared<watch_callback>(std::move(callback))});
   return id;
 }
 
 void key_table::unwatch(std::uint64_t id) {
+  if (notifying_ > 0) {
+    for (auto& w : watchers_) {
+      if (w.id == id) w.callback = nullptr;
+    }
+    return;
+  }
   std::erase_if(watchers_, [id](const watcher& w) { return w.id == id; });
+}
+
+std::size_t key_table::watch_count() const {
+  return static_cast<std::size_t>(std::count_if(watchers_.begin(), watchers_.end(),
+                                                [](const watcher& w) { return w.callback; }));
 }
 
 void key_table::notify(std::uint8_t event, const std::string& key, std::string_view old_value,
                        std::string_view new_value) {
-  for (const auto& w : watchers_) {
-    if (w.key == key) w.callback(event, key, old_value, new_value);
+  // By index, over the watchers present at the start: a callback may add
+  // (push_back moves the vector) or remove watchers.
+  // Callbacks must not write to the table (the views point into it).
+  struct depth_guard {
+    key_table& table;
+    explicit depth_guard(key_table& t) : table(t) { ++table.notifying_; }
+    ~depth_guard() {
+      if (--table.notifying_ == 0) {
+        std::erase_if(table.watchers_, [](const watcher& w) { return !w.callback; });
+      }
+    }
+  } guard(*this);
+  const std::size_t n = watchers_.size();
+  for (std::size_t i = 0; i < n; ++i) {
+    if (watchers_[i].key != key || !watchers_[i].callback) continue;
+    auto callback = watchers_[i].callback;
+    (*callback)(event, key, old_value, new_value);
   }
 }
 

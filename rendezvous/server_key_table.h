@@ -59,8 +59,13 @@ class key_table {
   std::int64_t size() const { return static_cast<std::int64_t>(values_.size()); }
   std::vector<std::string> list_keys() const;
 
+  // Calls `callback` on every change of `key` until unwatch(id). Safe to
+  // call from inside a callback (the new watch sees later changes only).
   std::uint64_t watch(const std::string& key, watch_callback callback);
+  // Idempotent; safe from inside a callback (even that watch's own): the
+  // callback is not called again.
   void unwatch(std::uint64_t id);
+  std::size_t watch_count() const;
 
  private:
   bool ready(const std::string& key) const;
@@ -76,10 +81,15 @@ class key_table {
   struct watcher {
     std::uint64_t id;
     std::string key;
-    watch_callback callback;
+    // Shared so that notify() keeps the one it is calling alive while that
+    // call adds or removes watchers; null once unwatched.
+    std::shared_ptr<watch_callback> callback;
   };
   std::vector<watcher> watchers_;  // few (1.13 only); a vector is enough
   std::uint64_t next_watch_id_ = 1;
+  // notify() calls in progress: unwatch() inside them only marks, and the
+  // outermost notify() removes the marked entries afterwards.
+  int notifying_ = 0;
 };
 
 }  // namespace dtrun::rendezvous

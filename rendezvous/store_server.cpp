@@ -12,10 +12,12 @@
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ip/v6_only.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 #include <fmt/format.h>
 
+#include "rendezvous/printable.h"
 #include "rendezvous/server_key_table.h"
 #include "rendezvous/store.h"
 
@@ -25,13 +27,6 @@ namespace asio = boost::asio;
 using asio::ip::tcp;
 
 namespace {
-
-// Small per-connection buffer so that thousands of idle clients stay cheap;
-// it grows only while a large request is arriving.
-constexpr std::size_t initial_buffer_bytes = 4096;
-constexpr std::size_t read_chunk_bytes = 64 * 1024;
-// Stop reading from a client whose replies pile up (it is not reading).
-constexpr std::size_t output_high_water = 16 * 1024 * 1024;
 
 int listen_backlog(int requested) {
   if (requested > 0) return requested;
@@ -80,6 +75,10 @@ class store_server::impl : public std::enable_shared_from_this<store_server::imp
     if (!options_.log) {
       options_.log = [](const std::string& line) { std::cerr << "dtrun-store: " << line << '\n'; };
     }
+    ctx_.limits = {.request = options_.limits,
+                   .output_high_water = options_.output_high_water,
+                   .max_reply_bytes = options_.max_reply_bytes};
+    ctx_.log = options_.log;
   }
 
   void listen();
@@ -92,66 +91,50 @@ class store_server::impl : public std::enable_shared_from_this<store_server::imp
   store_server_options options_;
   tcp::acceptor acceptor_;
   asio::steady_timer retry_timer_;
-  key_table table_;
-  store_server_stats stats_;
+  store_context ctx_;
   std::unordered_set<std::shared_ptr<class session>> sessions_;
   bool stopped_ = false;
 };
 
-// One client connection: reads a byte stream, parses requests, answers in
-// order. All state lives on the event loop thread.
-class session : public std::enable_shared_from_this<session> {
+// One client connection's I/O: reads into the store_session's buffer,
+// writes what it queues. All state lives on the event loop thread.
+class session : public std::enable_shared_from_this<session>, private session_host {
  public:
   session(tcp::socket socket, store_server::impl& server)
-      : socket_(std::move(socket)), server_(server), peer_(endpoint_text(socket_)) {
-    buffer_.resize(initial_buffer_bytes);
-  }
+      : socket_(std::move(socket)), server_(server), core_(server.ctx_, *this, endpoint_text(socket_)) {}
 
   void start() {
     enable_keepalive(socket_);
     read_more();
   }
 
-  void close(const std::string& reason = {}) {
+  void close() {
     if (closed_) return;
     closed_ = true;
-    if (!reason.empty()) {
-      ++server_.stats_.connections_rejected;
-      server_.log(fmt::format("closing connection from {}: {}", peer_, reason));
-    }
-    for (auto& w : waits_) server_.table_.cancel(w);
-    waits_.clear();
-    if (watch_id_ != 0) server_.table_.unwatch(watch_id_);
-    execute_wills();
+    core_.close();
     boost::system::error_code ignored;
     socket_.shutdown(tcp::socket::shutdown_both, ignored);
     socket_.close(ignored);
-    --server_.stats_.connections_open;
+    --server_.ctx_.stats.connections_open;
     server_.sessions_.erase(shared_from_this());
   }
 
  private:
   void read_more() {
-    if (closed_ || reading_) return;
-    if (queued_output() > output_high_water) return;  // resumed by on_written
-    if (begin_ == end_) begin_ = end_ = 0;
-    std::size_t want = std::max(wanted_, end_ - begin_ + 1);
-    if (begin_ > 0 && buffer_.size() - begin_ < want + read_chunk_bytes / 4) {
-      // Slide the unparsed tail to the front before growing.
-      std::copy(buffer_.begin() + begin_, buffer_.begin() + end_, buffer_.begin());
-      end_ -= begin_;
-      begin_ = 0;
-    }
-    if (buffer_.size() < want || buffer_.size() == end_) {
-      buffer_.resize(std::max({want, end_ + read_chunk_bytes, initial_buffer_bytes}));
-    } else if (end_ == 0 && buffer_.size() > 4 * read_chunk_bytes) {
-      // Give back the memory a large request needed.
-      buffer_.resize(initial_buffer_bytes);
-      buffer_.shrink_to_fit();
+    if (closed_ || reading_ || !core_.wants_input()) return;  // resumed by on_written
+    std::span<std::uint8_t> space;
+    try {
+      space = core_.read_space();
+    } catch (const std::bad_alloc&) {
+      core_.fail("out of memory for its request buffer");
+      return;
+    } catch (const std::length_error&) {
+      core_.fail("out of memory for its request buffer");
+      return;
     }
     reading_ = true;
     socket_.async_read_some(
-        asio::buffer(buffer_.data() + end_, buffer_.size() - end_),
+        asio::buffer(space.data(), space.size()),
         [self = shared_from_this()](const boost::system::error_code& ec, std::size_t n) {
           self->reading_ = false;
           if (self->closed_) return;
@@ -160,245 +143,44 @@ class session : public std::enable_shared_from_this<session> {
             self->close();
             return;
           }
-          self->end_ += n;
-          self->process();
+          self->core_.received(n);
           self->read_more();
         });
   }
 
-  void process() {
-    while (!closed_) {
-      // A client that pipelines requests without reading the replies gets
-      // no more answers until its output drains (flush resumes here).
-      if (queued_output() > output_high_water) return;
-      std::span<const std::uint8_t> pending(buffer_.data() + begin_, end_ - begin_);
-      if (!dialect_) {
-        dialect_ = wire::detect_dialect(pending);
-        if (!dialect_) return;
-        expect_validate_ = (*dialect_ == wire::dialect::v2);
-      }
-      auto parsed = wire::parse_request(*dialect_, pending, server_.options_.limits);
-      if (parsed.status == wire::parse_status::bad) {
-        close(parsed.error);
-        return;
-      }
-      if (parsed.status == wire::parse_status::need_more) {
-        wanted_ = parsed.bytes_wanted;
-        return;
-      }
-      wanted_ = 0;
-      begin_ += parsed.consumed;
-      ++server_.stats_.requests;
-      handle(parsed.req);
-    }
-  }
+  void output_ready() override { flush(); }
 
-  void handle(wire::request& r) {
-    using wire::op;
-    auto& table = server_.table_;
-    if (expect_validate_ != (r.kind == op::validate)) {
-      // 2.x clients validate exactly once, first; anything else is not a
-      // TCPStore client we understand.
-      close(r.kind == op::validate ? "VALIDATE sent twice" : "first command was not VALIDATE");
-      return;
-    }
-    std::string out;
-    switch (r.kind) {
-      case op::validate:
-        expect_validate_ = false;
-        return;
-      case op::ping:
-        wire::put_u32(out, r.nonce);
-        break;
-      case op::set:
-        remember_will(r.keys[0], r.values[0]);
-        table.set(r.keys[0], std::move(r.values[0]));
-        return;
-      case op::compare_set:
-        wire::put_bytes(out, table.compare_set(r.keys[0], r.values[0], r.values[1]));
-        break;
-      case op::get:
-        if (auto* v = table.find(r.keys[0])) {
-          wire::put_bytes(out, *v);
-        } else if (*dialect_ == wire::dialect::v1_13) {
-          // A 1.13 client WAITs before every GET, so a missing key means it
-          // is out of step: a wait it timed out on was answered late, and it
-          // took that stray reply for this wait's. Dropping the connection
-          // (as torch's own 1.13 server does) makes it raise instead of
-          // reading an empty value as the key's.
-          close(fmt::format("GET of missing key '{}' from a 1.13 client (out of step after a "
-                            "timed-out wait?)",
-                            r.keys[0]));
-          return;
-        } else {
-          // 2.x clients cancel timed-out waits; a key deleted between WAIT
-          // and GET reads empty, as on PyTorch's libuv server.
-          wire::put_bytes(out, {});
-        }
-        break;
-      case op::add: {
-        auto sum = table.add(r.keys[0], r.number);
-        if (!sum) {
-          close(fmt::format("ADD on key '{}': its value is not a number, or the sum overflows "
-                            "64 bits",
-                            r.keys[0]));
-          return;
-        }
-        wire::put_i64(out, *sum);
-        break;
-      }
-      case op::check:
-        wire::put_u8(out, table.check(r.keys) ? wire::check_ready : wire::check_not_ready);
-        break;
-      case op::wait:
-        start_wait(r.keys);
-        return;
-      case op::num_keys:
-        wire::put_i64(out, table.size());
-        break;
-      case op::delete_key:
-        wire::put_i64(out, table.erase(r.keys[0]) ? 1 : 0);
-        break;
-      case op::watch_key:
-        start_watch(r.keys[0]);
-        return;
-      case op::append:
-        table.append(r.keys[0], r.values[0]);
-        return;
-      case op::multi_get:
-        for (const auto& k : r.keys) {
-          auto* v = table.find(k);
-          wire::put_bytes(out, v ? std::string_view(*v) : std::string_view());
-        }
-        break;
-      case op::multi_set:
-        for (std::size_t i = 0; i < r.keys.size(); ++i) {
-          remember_will(r.keys[i], r.values[i]);
-          table.set(r.keys[i], std::move(r.values[i]));
-        }
-        return;
-      case op::cancel_wait:
-        for (auto& w : waits_) table.cancel(w);
-        waits_.clear();
-        wire::put_u8(out, wire::wait_canceled);
-        break;
-      case op::queue_push:
-        table.queue_push(r.keys[0], std::move(r.values[0]));
-        return;
-      case op::queue_pop: {
-        auto [length, value] = table.queue_pop(r.keys[0]);
-        wire::put_i64(out, length);
-        if (value) wire::put_bytes(out, *value);
-        break;
-      }
-      case op::queue_len:
-        wire::put_i64(out, table.queue_len(r.keys[0]));
-        break;
-      case op::list_keys: {
-        auto keys = table.list_keys();
-        wire::put_i64(out, static_cast<std::int64_t>(keys.size()));
-        for (const auto& k : keys) wire::put_bytes(out, k);
-        break;
-      }
-    }
-    send(std::move(out));
-  }
-
-  void start_wait(const std::vector<std::string>& keys) {
-    // `this` stays valid for the callback: close() cancels every wait.
-    auto handle = server_.table_.wait(keys, [this] { on_wait_ready(); });
-    if (!handle) {
-      send(std::string(1, static_cast<char>(wire::wait_stop_waiting)));
-      return;
-    }
-    waits_.push_back(std::move(handle));
-  }
-
-  void on_wait_ready() {
-    std::erase_if(waits_, [](const wait_handle& w) { return w->remaining == 0; });
-    send(std::string(1, static_cast<char>(wire::wait_stop_waiting)));
-  }
-
-  void start_watch(const std::string& key) {
-    watch_id_ = server_.table_.watch(
-        key, [this](std::uint8_t event, const std::string& k, std::string_view old_value,
-                    std::string_view new_value) {
-          std::string out;
-          wire::put_u8(out, event);
-          wire::put_bytes(out, k);
-          wire::put_bytes(out, old_value);
-          wire::put_bytes(out, new_value);
-          send(std::move(out));
-        });
-    send(std::string(1, static_cast<char>(wire::watch_callback_registered)));
-  }
-
-  // A "last will" (see store_server.h): remembered per connection, executed
-  // when the connection closes while the will key still holds it.
-  void remember_will(const std::string& key, const std::string& value) {
-    if (!key.starts_with(will_key_prefix)) return;
-    auto newline = value.find('\n');
-    if (newline == std::string::npos || newline == 0) return;  // not a will: stored as is
-    wills_.insert_or_assign(key, value);
-  }
-
-  void execute_wills() {
-    auto& table = server_.table_;
-    for (const auto& [key, will] : wills_) {
-      const std::string* current = table.find(key);
-      if (current == nullptr || *current != will) continue;  // withdrawn or replaced
-      auto newline = will.find('\n');
-      table.erase(key);
-      table.set(will.substr(0, newline), will.substr(newline + 1));
-    }
-    wills_.clear();
-  }
-
-  std::size_t queued_output() const { return pending_output_.size() + inflight_output_.size(); }
-
-  void send(std::string bytes) {
-    if (closed_) return;
-    if (pending_output_.empty()) {
-      pending_output_ = std::move(bytes);
-    } else {
-      pending_output_.append(bytes);
-    }
-    flush();
+  void close_soon() override {
+    // Not now: this may run inside another session's key_table update.
+    asio::post(server_.io_, [self = shared_from_this()] { self->close(); });
   }
 
   void flush() {
-    if (writing_ || pending_output_.empty() || closed_) return;
+    if (writing_ || closed_ || !core_.has_output()) return;
     writing_ = true;
-    inflight_output_ = std::move(pending_output_);
-    pending_output_.clear();
-    asio::async_write(socket_, asio::buffer(inflight_output_),
+    in_flight_ = core_.take_output();
+    asio::async_write(socket_, asio::buffer(in_flight_),
                       [self = shared_from_this()](const boost::system::error_code& ec,
                                                   std::size_t) {
                         self->writing_ = false;
-                        self->inflight_output_.clear();
+                        // Free it: a large reply must not stay allocated.
+                        self->in_flight_ = std::string();
                         if (self->closed_) return;
                         if (ec) {
                           self->close();
                           return;
                         }
+                        self->core_.output_sent();
                         self->flush();
-                        self->process();  // requests held back by the high-water mark
                         self->read_more();
                       });
   }
 
   tcp::socket socket_;
   store_server::impl& server_;
-  std::string peer_;
-  std::vector<std::uint8_t> buffer_;
-  std::size_t begin_ = 0, end_ = 0, wanted_ = 0;
-  std::optional<wire::dialect> dialect_;
-  bool expect_validate_ = false;
+  store_session core_;
   bool reading_ = false, writing_ = false, closed_ = false;
-  std::string pending_output_, inflight_output_;
-  std::vector<wait_handle> waits_;
-  std::uint64_t watch_id_ = 0;
-  std::map<std::string, std::string> wills_;
+  std::string in_flight_;
 };
 
 void store_server::impl::listen() {
@@ -461,21 +243,28 @@ void store_server::impl::start_accept() {
       });
       return;
     }
-    ++self->stats_.connections_accepted;
+    ++self->ctx_.stats.connections_accepted;
     if (self->options_.admit) {
       if (auto refusal = self->options_.admit(socket.native_handle()); !refusal.empty()) {
-        ++self->stats_.connections_refused;
-        self->log(fmt::format("refused connection from {}: {}", endpoint_text(socket), refusal));
+        ++self->ctx_.stats.connections_refused;
+        self->log(fmt::format("refused connection from {}: {}", printable(endpoint_text(socket)),
+                              printable(refusal)));
         boost::system::error_code ignored;
         socket.close(ignored);
         self->start_accept();
         return;
       }
     }
-    ++self->stats_.connections_open;
-    auto s = std::make_shared<session>(std::move(socket), *self);
-    self->sessions_.insert(s);
-    s->start();
+    try {
+      auto s = std::make_shared<session>(std::move(socket), *self);
+      self->sessions_.insert(s);
+      ++self->ctx_.stats.connections_open;
+      s->start();
+    } catch (const std::bad_alloc&) {
+      // `socket` was moved into a session that no longer exists, or is
+      // still ours: either way it closes with this scope.
+      self->log("out of memory accepting a connection; it was closed");
+    }
     self->start_accept();
   });
 }
@@ -507,6 +296,6 @@ std::uint16_t store_server::port() const {
 
 void store_server::stop() { impl_->stop(); }
 
-const store_server_stats& store_server::stats() const { return impl_->stats_; }
+const store_server_stats& store_server::stats() const { return impl_->ctx_.stats; }
 
 }  // namespace dtrun::rendezvous

@@ -5,7 +5,9 @@
 // event-driven (per-key waiter lists, woken by set/add/append/...), never
 // polled. Each connection speaks the dialect its first bytes announce
 // (PyTorch 1.13 or 2.x, see wire_codec.h). A malformed, oversized or
-// truncated request closes that connection only, with one log line.
+// truncated request, a reply or unsent output over its cap, or running out
+// of memory for one request closes that connection only, with one log
+// line. The protocol logic is store_session; this file is its Asio I/O.
 #pragma once
 
 #include <cstdint>
@@ -16,18 +18,10 @@
 
 #include <boost/asio/io_context.hpp>
 
+#include "rendezvous/store_session.h"
 #include "rendezvous/wire_codec.h"
 
 namespace dtrun::rendezvous {
-
-// dtrun's one extension, invisible to PyTorch clients: a "last will".
-// A client that SETs the wire key "/dtrun/will/<name>" to "<target>\n<value>"
-// asks the server to SET <target> to <value> if its connection closes while
-// that will key still holds exactly this text. The will key is then removed.
-// Deleting or overwriting the will key withdraws it. Agents use it so that
-// a node that dies (its connection closes) wakes the survivors at once,
-// instead of after a heartbeat timeout.
-inline constexpr std::string_view will_key_prefix = "/dtrun/will/";
 
 struct store_server_options {
   // Address to listen on. Empty: every interface (IPv6 dual-stack, falling
@@ -37,6 +31,12 @@ struct store_server_options {
   std::uint16_t port = 0;
   // Caps on what one request may carry.
   wire::limits limits;
+  // Output caps (see session_limits and docs/store.md, "Memory budget"):
+  // requests are held back while more than output_high_water bytes are
+  // unsent; one reply is at most max_reply_bytes (0: a maximal value plus
+  // framing); a connection whose unsent output would pass the sum is closed.
+  std::size_t output_high_water = 16 * 1024 * 1024;
+  std::size_t max_reply_bytes = 0;
   // listen() backlog; 0 reads /proc/sys/net/core/somaxconn.
   int backlog = 0;
   // Decides whether an accepted connection may stay, before any of its
@@ -48,14 +48,6 @@ struct store_server_options {
   // Where the server's one-line diagnostics go (bad input, dropped
   // clients). Defaults to stderr with a "dtrun-store:" prefix.
   std::function<void(const std::string&)> log;
-};
-
-struct store_server_stats {
-  std::uint64_t connections_accepted = 0;
-  std::uint64_t connections_open = 0;
-  std::uint64_t requests = 0;            // every parsed request, all kinds
-  std::uint64_t connections_rejected = 0;  // closed for bad input
-  std::uint64_t connections_refused = 0;   // turned away by options.admit
 };
 
 class store_server {
