@@ -33,8 +33,8 @@ struct store_server_options {
   wire::limits limits;
   // Output caps (see session_limits and docs/store.md, "Memory budget"):
   // requests are held back while more than output_high_water bytes are
-  // unsent; one reply is at most max_reply_bytes (0: a maximal value plus
-  // framing); a connection whose unsent output would pass the sum is closed.
+  // unsent, and a watch event or wake-up then closes the connection; one
+  // reply is at most max_reply_bytes (0: a key and two maximal values).
   std::size_t output_high_water = 16 * 1024 * 1024;
   std::size_t max_reply_bytes = 0;
   // listen() backlog; 0 reads /proc/sys/net/core/somaxconn.

@@ -18,7 +18,7 @@ constexpr std::size_t initial_buffer_bytes = 4096;
 // A read never asks for less room than this once the buffer has grown.
 constexpr std::size_t read_chunk_bytes = 64 * 1024;
 // Framing around the payload of the largest reply (a watch event: event
-// byte and three lengths).
+// byte and three lengths), which carries a key and two values.
 constexpr std::size_t reply_framing_bytes = 64;
 
 std::size_t bytes_field(std::size_t n) { return 8 + n; }
@@ -27,7 +27,7 @@ std::size_t bytes_field(std::size_t n) { return 8 + n; }
 
 std::size_t session_limits::reply_cap() const {
   if (max_reply_bytes != 0) return max_reply_bytes;
-  return static_cast<std::size_t>(request.max_value_bytes + request.max_key_bytes) +
+  return static_cast<std::size_t>(2 * request.max_value_bytes + request.max_key_bytes) +
          reply_framing_bytes;
 }
 
@@ -299,13 +299,15 @@ void store_session::reply(std::string bytes) {
 
 bool store_session::event_fits(std::size_t bytes) {
   if (closing_) return false;
-  if (unsent_bytes() + bytes <= ctx_.limits.output_cap()) return true;
-  // Events are pushed by other clients' writes, so back-pressure (not
-  // reading this client) cannot bound them; a client that does not read
-  // them is dropped instead.
+  // The same rule as for its own replies (process() answers only below the
+  // high-water mark), so unsent output stays under output_cap(). Events
+  // are pushed by other clients' writes, so back-pressure (not reading this
+  // client) cannot hold them back; a client that lets them pile up is
+  // dropped instead.
+  if (unsent_bytes() <= ctx_.limits.output_high_water) return true;
   fail(fmt::format("it is not reading: {} bytes of replies and events unsent, over the "
                    "limit of {}",
-                   unsent_bytes() + bytes, ctx_.limits.output_cap()));
+                   unsent_bytes() + bytes, ctx_.limits.output_high_water));
   return false;
 }
 

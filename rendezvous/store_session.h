@@ -49,14 +49,16 @@ struct session_limits {
   // A client's own requests are not processed while more than this much of
   // its output is unsent (it is not reading); reading it resumes them.
   std::size_t output_high_water = 16 * 1024 * 1024;
-  // The largest single reply or watch event. 0: one maximal value plus its
-  // key and framing, so a GET of any storable value fits.
+  // The largest single reply or watch event. 0: a key and two maximal
+  // values plus framing, so any watch event (old and new value) fits.
   std::size_t max_reply_bytes = 0;
 
   // max_reply_bytes with 0 resolved.
   std::size_t reply_cap() const;
-  // Most output one connection may have unsent: the high-water mark plus
-  // one reply. Events pushed by other clients' writes past it disconnect.
+  // Most output one connection may have unsent: new output (a reply to
+  // its own request, or an event pushed by another client's write) is
+  // added only while no more than the high-water mark is unsent, so the
+  // high-water mark plus one reply. Own requests wait; events disconnect.
   std::size_t output_cap() const { return output_high_water + reply_cap(); }
 };
 
@@ -103,6 +105,11 @@ class store_session {
   // complete. Never throws: a request that cannot be handled fails the
   // session.
   void received(std::size_t n);
+
+  // Bytes allocated for input: at most twice the largest unparsed input
+  // held plus one 64 KiB read chunk; back to 4 KiB once all input is
+  // handled (if it had grown past 256 KiB).
+  std::size_t input_capacity() const { return buffer_.capacity(); }
 
   // False while the client has too much output unsent, or once the session
   // is closing: the host stops reading until output_sent().

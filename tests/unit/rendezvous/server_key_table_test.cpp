@@ -105,3 +105,27 @@ TEST_CASE("list_keys is sorted and add rejects text") {
   CHECK(*table.find("a") == "x");
   CHECK(table.size() == 2);
 }
+
+TEST_CASE("a watch callback may remove watches and add new ones") {
+  key_table table;
+  int first = 0, second = 0, added = 0;
+  std::uint64_t second_id = 0;
+  auto first_id = table.watch("k", [&](std::uint8_t, const std::string&, std::string_view,
+                                       std::string_view) {
+    ++first;
+    table.unwatch(second_id);  // a session closing from inside another's write
+    table.watch("k", [&](std::uint8_t, const std::string&, std::string_view,
+                         std::string_view) { ++added; });
+  });
+  second_id = table.watch("k", [&](std::uint8_t, const std::string&, std::string_view,
+                                   std::string_view) { ++second; });
+  table.set("k", "1");
+  CHECK(first == 1);
+  CHECK(second == 0);  // removed before its turn
+  CHECK(added == 0);   // added during the event: sees later ones only
+  table.unwatch(first_id);
+  table.set("k", "2");
+  CHECK(first == 1);
+  CHECK(added == 1);
+  CHECK(table.watch_count() == 1);
+}
