@@ -50,8 +50,11 @@ std::span<std::uint8_t> store_session::read_space() {
   } else if (buffer_.size() == end_) {
     // Full: grow by what has arrived (at least a read chunk), never by the
     // length a request announces, so a client that stalls after naming a
-    // 64 MiB value costs one chunk, not 64 MiB.
-    buffer_.resize(end_ + std::max(end_, read_chunk_bytes));
+    // 64 MiB value costs one chunk, not 64 MiB. The announced length only
+    // stops the growth from overshooting the request's end.
+    std::size_t size = end_ + std::max(end_, read_chunk_bytes);
+    if (wanted_ > 0 && begin_ + wanted_ > end_) size = std::min(size, begin_ + wanted_);
+    buffer_.resize(size);
   } else if (end_ == 0 && buffer_.size() > 4 * read_chunk_bytes) {
     // Give back the memory a large request needed.
     buffer_.resize(initial_buffer_bytes);
