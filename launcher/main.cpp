@@ -19,6 +19,7 @@
 #include "launcher/legacy_launch.h"
 #include "launcher/scheduler_env.h"
 #include "rendezvous/dynamic_rendezvous.h"
+#include "rendezvous/printable.h"
 #include "rendezvous/standalone_rendezvous.h"
 
 namespace {
@@ -26,7 +27,7 @@ namespace {
 using namespace dtrun;
 
 int fail(int code, const std::string& message) {
-  fmt::print(stderr, "dtrun: error: {}\n", message);
+  fmt::print(stderr, "dtrun: error: {}\n", printable(message));  // may quote a peer or the store
   return code;
 }
 
