@@ -153,11 +153,13 @@ std::optional<failure_record> failure_from_json(std::string_view text) {
 
 std::vector<std::string> read_log_tail(const std::string& path, std::size_t max_lines,
                                        std::size_t max_bytes) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // The worker can replace its stderr.log (it writes to that folder): a
+  // FIFO must not block the agent, a link must not lead elsewhere.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY);
   if (fd < 0) return {};
   struct stat st{};
   std::string data;
-  if (::fstat(fd, &st) == 0 && st.st_size > 0) {
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
     auto size = static_cast<std::size_t>(st.st_size);
     std::size_t want = std::min(size, max_bytes);
     data.resize(want);
@@ -206,7 +208,7 @@ failure_record make_failure_record(const worker_exit& e, const error_file_limits
     // Written by --redirects/--tee; absent when the output went to the console.
     std::string log = (fs::path(e.rank_dir) / "stderr.log").string();
     std::error_code ec;
-    if (fs::is_regular_file(log, ec)) {
+    if (fs::is_regular_file(fs::symlink_status(log, ec))) {
       r.log_file = log;
       r.log_tail = read_log_tail(log);
     }

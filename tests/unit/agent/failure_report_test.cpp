@@ -323,3 +323,19 @@ TEST_CASE("the agent's single lines are escaped too") {
   log.error("worker failed: boom\n\x1b[2KFAKE dtrun: job succeeded");
   CHECK(out == "dtrun: worker failed: boom\\n\\x1b[2KFAKE dtrun: job succeeded\n");
 }
+
+TEST_CASE("the log tail refuses a FIFO or a symbolic link in place of stderr.log") {
+  temp_dir dir;
+  auto fifo = dir.path / "stderr.log";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK(read_log_tail(fifo.string()).empty());  // returns: nothing blocks
+  auto link = dir.path / "link.log";
+  fs::create_symlink("/dev/zero", link);
+  CHECK(read_log_tail(link.string()).empty());
+  worker_exit e;
+  e.status = {2, 0};
+  e.rank_dir = dir.path.string();
+  auto r = make_failure_record(e);
+  CHECK(r.log_file.empty());
+  CHECK(r.log_tail.empty());
+}
