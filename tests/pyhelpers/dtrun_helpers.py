@@ -19,6 +19,7 @@ import os
 import select
 import signal
 import subprocess
+import sys
 import time
 import uuid
 from contextlib import contextmanager
@@ -28,8 +29,22 @@ SOURCE_DIR = Path(os.environ.get("DTRUN_SOURCE_DIR", Path(__file__).resolve().pa
 BUILD_DIR = Path(os.environ.get("DTRUN_BUILD_DIR", SOURCE_DIR / "build"))
 DTRUN = BUILD_DIR / "launcher" / "dtrun"
 PYTHON = "/usr/bin/python3"  # the one with torch
-TORCHRUN = SOURCE_DIR.parent / "shared" / "tools" / "torchrun-py311"
 EXAMPLES = SOURCE_DIR / "examples"
+
+# The torchrun the comparisons run: the repository's own wrapper of Debian's
+# torchrun 1.13 (scripts/bench/torchrun-anchor says what it fixes), always,
+# so the tests do not depend on anything outside the checkout nor on the
+# benchmarks' DTRUN_BENCH_TORCHRUN.
+TORCHRUN = SOURCE_DIR / "scripts" / "bench" / "torchrun-anchor"
+sys.path.insert(0, str(SOURCE_DIR / "scripts" / "bench"))
+import anchor  # noqa: E402
+
+
+def torchrun_standalone(*args: str) -> list[str]:
+    """argv of `torchrun --standalone ARGS` without its fixed port 29400
+    (two at once would share one store): the same c10d rendezvous on a
+    port the kernel picks (scripts/bench/anchor.py explains)."""
+    return [PYTHON, str(TORCHRUN), *anchor.standalone_flags(), *args]
 
 
 def job_env(**extra: str) -> dict[str, str]:
