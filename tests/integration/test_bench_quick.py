@@ -39,9 +39,10 @@ def bench_env(**extra: str) -> dict:
 
 
 def anchor_failures(stderr: str, bench: str) -> list[str]:
-    """The anchor-failure lines one benchmark printed (bench/all prefixes
-    each benchmark's lines with "[name]")."""
-    return [line.strip() for line in stderr.splitlines()
+    """What one benchmark said of its anchor's failures, from
+    "anchor torchrun failed:" on (bench/all prefixes each benchmark's lines
+    with "[name]")."""
+    return [line[line.index(ANCHOR_FAILED):].strip() for line in stderr.splitlines()
             if f"[{bench}]" in line and ANCHOR_FAILED in line]
 
 
