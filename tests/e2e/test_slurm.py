@@ -99,6 +99,10 @@ def slurm_conf():
         pytest.skip(reason)
     with lock_cluster():
         try:
+            # A cluster still up now is the remains of a killed run (a suite
+            # holding the lock would be using it): it goes, so that one lost
+            # run does not fail every later one with "already running".
+            subprocess.run([str(CLUSTER), "stop"], capture_output=True, timeout=120)
             r = subprocess.run([str(CLUSTER), "start"], capture_output=True, text=True,
                                timeout=120)
             assert r.returncode == 0, f"scripts/slurm-cluster start failed:\n{r.stderr}"

@@ -38,6 +38,16 @@ EXAMPLES = SOURCE_DIR / "examples"
 TORCHRUN = SOURCE_DIR / "scripts" / "bench" / "torchrun-anchor"
 sys.path.insert(0, str(SOURCE_DIR / "scripts" / "bench"))
 import anchor  # noqa: E402
+import ports  # noqa: E402
+
+
+def free_port() -> int:
+    """A port for a test whose processes must all be told it in advance (a
+    static rendezvous's MASTER_PORT), where no one process can bind port 0
+    and report it. Drawn below the kernel's ephemeral range, so no other
+    test's port-0 bind or connection can take it before the job binds it
+    (scripts/bench/ports.py explains)."""
+    return ports.free_port("")
 
 
 def torchrun_standalone(*args: str) -> list[str]:
