@@ -77,9 +77,7 @@ void event_log::emit(std::string_view event, const nlohmann::ordered_json& field
 void event_log::write_failed(int error) const {
   if (!wrote_) {
     throw std::system_error(error, std::generic_category(),
-                            fmt::format("cannot write the event log {} (--event-log); give a "
-                                        "writable file",
-                                        path_));
+                            fmt::format("cannot write the event log {} (--event-log)", path_));
   }
   if (warned_) return;
   warned_ = true;
