@@ -17,6 +17,22 @@
 namespace dtrun::launcher {
 namespace {
 
+// Runs parse(); when it refuses a value that came from PET_<FLAG> rather
+// than the command line, the message names the variable too.
+template <typename Parse>
+auto naming_the_variable(const launch_options& o, const char* flag, Parse parse) {
+  try {
+    return parse();
+  } catch (const usage_error& e) {
+    auto source = o.given.find(flag);
+    if (source == o.given.end() || source->second.rfind("PET_", 0) != 0) throw;
+    std::string message = e.what();
+    auto colon = message.find(':');
+    throw usage_error(fmt::format("{} ({}){}", source->second, message.substr(0, colon),
+                                  message.substr(colon)));
+  }
+}
+
 int cpu_count() {
   unsigned n = std::thread::hardware_concurrency();
   return n == 0 ? 1 : static_cast<int>(n);
@@ -108,8 +124,9 @@ std::string random_run_id() {
 
 launch_config resolve_launch_config(const launch_options& o, const agent::env_map& env) {
   launch_config c;
-  c.nnodes = parse_nnodes(o.nnodes);
-  c.nproc_per_node = parse_nproc(o.nproc_per_node);
+  c.nnodes = naming_the_variable(o, "nnodes", [&] { return parse_nnodes(o.nnodes); });
+  c.nproc_per_node =
+      naming_the_variable(o, "nproc-per-node", [&] { return parse_nproc(o.nproc_per_node); });
   if (o.module && o.no_python) {
     throw usage_error("use either --no-python or -m/--module, not both");
   }

@@ -76,6 +76,11 @@ def test_a_bad_number_from_a_pet_variable_names_the_variable():
     assert r.returncode == 2, r
     assert r.stderr.strip().splitlines() == [f"dtrun: error: PET_STOP_TIMEOUT (--stop-timeout): "
                                              f"'-5' {SECONDS}"]
+    r = dh.run(["--dry-run", "x.py"], env=dh.job_env(PET_NPROC_PER_NODE="1e3"))
+    assert r.returncode == 2, r
+    assert r.stderr.strip().splitlines() == [
+        "dtrun: error: PET_NPROC_PER_NODE (--nproc-per-node): '1e3' is not a whole number from 1 "
+        "to 4096, 'auto', 'cpu' or 'gpu'"]
     r = dh.run(["--dry-run", "x.py"], env=dh.job_env(PET_SHUTDOWN_TIMEOUT="nan"))
     assert r.returncode == 2, r
     assert r.stderr.strip().splitlines() == [f"dtrun: error: PET_SHUTDOWN_TIMEOUT: 'nan' {SECONDS}"]

@@ -244,6 +244,17 @@ TEST_CASE("counts and the stop timeout are checked when the config is resolved")
   CHECK_THROWS_WITH(resolve_launch_config(o, {}), Catch::StartsWith("--max-restarts: '-1'"));
 }
 
+TEST_CASE("a bad count from a PET_ variable names the variable") {
+  launch_options o = standalone_options();
+  o.nnodes = "0";
+  o.given["nnodes"] = "PET_NNODES";
+  CHECK_THROWS_WITH(resolve_launch_config(o, {}),
+                    "PET_NNODES (--nnodes): '0' is not a whole number from 1 to 100000");
+  o.given["nnodes"] = "command line";
+  CHECK_THROWS_WITH(resolve_launch_config(o, {}),
+                    "--nnodes: '0' is not a whole number from 1 to 100000");
+}
+
 TEST_CASE("OMP_NUM_THREADS: a warning when it is unset and there are several workers") {
   launch_options o = standalone_options();
   o.nproc_per_node = "2";
