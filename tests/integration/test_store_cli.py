@@ -70,10 +70,12 @@ def test_an_out_of_range_delta_changes_nothing(server):
 
 
 def test_a_refused_connection_exits_3():
-    with socket.socket() as s:  # a port nobody listens on
+    # Bound but not listening: the port stays ours (no other test can take
+    # it) and every connection to it is refused.
+    with socket.socket() as s:
         s.bind((sh.HOST, 0))
         port = s.getsockname()[1]
-    r = sh.cli(f"{sh.HOST}:{port}", "get", "k", connect_timeout_s=0.5)
+        r = sh.cli(f"{sh.HOST}:{port}", "get", "k", connect_timeout_s=0.5)
     assert r.returncode == sh.EXIT_UNREACHABLE, r
     assert b"could not reach the store" in r.stderr, r
     assert len(r.stderr.strip().splitlines()) == 1, r
