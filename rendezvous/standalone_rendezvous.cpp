@@ -12,6 +12,7 @@ standalone_rendezvous::standalone_rendezvous(boost::asio::io_context& io,
   store_server_options server_options;
   server_options.host = options_.host;
   server_options.port = options_.port;
+  server_options.admit = make_admit(options_.access);
   server_ = std::make_unique<store_server>(io_, std::move(server_options));
 }
 
