@@ -181,3 +181,40 @@ def test_allow_list_serves_listed_networks_and_this_machine():
     assert len(refused) == 1, err
     assert re.search(r"refused connection from (::ffff:)?10\.77\.0\.3:\d+: its address is "
                      r"outside --allow-networks 10\.77\.0\.2/32,fd00::/8$", refused[0]), err
+
+
+@pytest.mark.skipif(NETNS_REASON is not None, reason=NETNS_REASON or "")
+def test_multi_node_job_with_an_allow_list():
+    """Two agents (h1 hosts the store, h2 listed) and their workers meet and
+    finish; h3, not listed, is refused while the job waits for it."""
+    with netns_hosts.Hosts(3) as hosts:
+        store_cli = dh.BUILD_DIR / "launcher" / "dtrun-store"
+        # Each worker uses the agents' store (MASTER_ADDR = h1's address),
+        # then waits for the probe's verdict before finishing.
+        worker = (f'"{store_cli}" --endpoint "$MASTER_ADDR:$MASTER_PORT" set "w$RANK" ok && '
+                  f'"{store_cli}" --endpoint "$MASTER_ADDR:$MASTER_PORT" wait probed')
+        args = [str(dh.DTRUN), "--nnodes=2", "--nproc-per-node=2", "--rdzv-backend=c10d",
+                f"--rdzv-endpoint={hosts.addr(1)}:29400", "--rdzv-id=allow1",
+                f"--store-allow-networks={hosts.addr(2)}/32", "--no-python",
+                "/bin/sh", "-c", worker]
+        env = dh.job_env()
+        procs = [hosts.start(i, args, env) for i in (1, 2)]
+        endpoint = f"{hosts.addr(1)}:29400"
+        # Every worker of both nodes has reached the store.
+        r = subprocess.run(hosts.command(2, [store_cli, "--endpoint", endpoint, "--timeout",
+                                             "120", "wait", "w0", "w1", "w2", "w3"]),
+                           capture_output=True, text=True, timeout=180)
+        assert r.returncode == 0, r.stderr
+        refused = subprocess.run(hosts.command(3, [dh.PYTHON, "-c", PROBE, hosts.addr(1),
+                                                   "29400"]),
+                                 capture_output=True, text=True, timeout=60)
+        assert refused.stdout.strip() == "closed", refused.stderr
+        subprocess.run(hosts.command(2, [store_cli, "--endpoint", endpoint, "set", "probed",
+                                         "1"]), check=True, capture_output=True, timeout=60)
+        outs = [p.communicate(timeout=180) for p in procs]
+    for p, (_, err) in zip(procs, outs):
+        assert p.returncode == 0, err
+    lines = [line for line in outs[0][1].splitlines() if "refused connection" in line]
+    assert len(lines) == 1, outs[0][1]
+    assert re.search(r"from (::ffff:)?10\.77\.0\.3:\d+: its address is outside "
+                     r"--store-allow-networks 10\.77\.0\.2/32$", lines[0]), outs[0][1]
