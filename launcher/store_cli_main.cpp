@@ -39,6 +39,7 @@ int serve(const std::string& host, std::uint16_t port, std::uint64_t max_value_b
   store_server_options options;
   options.host = host;
   options.port = port;
+  if (auto why = same_user_rule_unavailable(access); !why.empty()) throw store_error(why);
   options.admit = make_admit(std::move(access));
   options.limits.max_value_bytes = max_value_bytes;
   options.limits.max_request_bytes = std::max(options.limits.max_request_bytes,

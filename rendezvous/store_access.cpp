@@ -12,7 +12,9 @@
 #include <unistd.h>
 
 #include <boost/algorithm/string/trim.hpp>
+#include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/network_v4.hpp>
+#include <boost/asio/ip/tcp.hpp>
 #include <fmt/format.h>
 
 #include "rendezvous/peer_credentials.h"
@@ -166,6 +168,34 @@ std::function<std::string(int fd)> make_admit(store_access_options options) {
     if (o.same_user_only) return check_user(o, euid, fd);
     return {};
   };
+}
+
+std::string same_user_rule_unavailable(const store_access_options& options) {
+  if (!options.same_user_only) return {};
+  boost::asio::io_context io;
+  boost::system::error_code ec;
+  ip::tcp::acceptor acceptor(io);
+  ip::tcp::socket client(io);
+  ip::tcp::socket accepted(io);
+  ip::tcp::endpoint loopback(ip::make_address_v4("127.0.0.1"), 0);
+  acceptor.open(loopback.protocol(), ec);
+  if (!ec) acceptor.bind(loopback, ec);
+  if (!ec) acceptor.listen(1, ec);
+  if (!ec) client.connect(acceptor.local_endpoint(), ec);
+  if (!ec) acceptor.accept(accepted, ec);
+  std::string why;
+  if (ec) {
+    why = fmt::format("a test connection on 127.0.0.1 failed: {}", ec.message());
+  } else if (auto peer = local_peer_uid(accepted.native_handle()); !peer.uid) {
+    why = peer.error;
+  } else if (*peer.uid != ::geteuid()) {
+    why = fmt::format("the kernel names uid {} as the owner of our own socket", *peer.uid);
+  } else {
+    return {};
+  }
+  return fmt::format("cannot tell which user connects to the store ({}); {} lets every local "
+                     "user use it",
+                     why, options.same_user_opt_out);
 }
 
 }  // namespace dtrun::rendezvous

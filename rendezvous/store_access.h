@@ -61,4 +61,12 @@ struct store_access_options {
 // client outside the allowed networks).
 std::function<std::string(int fd)> make_admit(store_access_options options);
 
+// Whether the same-user rule can work on this machine, tried once on a
+// private loopback connection: "" when it can (or the rule is off), else
+// one line saying why not and naming options.same_user_opt_out. Called at
+// startup so that a sandbox without socket diagnostics fails the launch
+// with that line instead of refusing every worker. Blocks for one local
+// connect (microseconds); call it before the event loop runs.
+std::string same_user_rule_unavailable(const store_access_options& options);
+
 }  // namespace dtrun::rendezvous

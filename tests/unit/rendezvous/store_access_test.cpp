@@ -156,3 +156,10 @@ TEST_CASE("a store with the same-user rule serves our own client") {
   CHECK(server.stats().connections_refused == 0);
   CHECK(server.stats().connections_accepted == 1);
 }
+
+TEST_CASE("the same-user rule reports that it works on this machine") {
+  // Where socket diagnostics are missing this fails with the reason, the
+  // same line a launch would stop with.
+  CHECK(same_user_rule_unavailable({.same_user_only = true}) == "");
+  CHECK(same_user_rule_unavailable({}) == "");
+}
