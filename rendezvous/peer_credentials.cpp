@@ -54,6 +54,9 @@ bool client_tuple(const sockaddr_storage& local, const sockaddr_storage& peer,
       std::memcpy(req.id.idiag_dst, l.sin6_addr.s6_addr + 12, 4);
     } else {
       req.sdiag_family = AF_INET6;
+      // A link-local client socket is bound to its interface; the lookup
+      // only matches it with that interface named.
+      req.id.idiag_if = p.sin6_scope_id;
       std::memcpy(req.id.idiag_src, &p.sin6_addr, sizeof p.sin6_addr);
       std::memcpy(req.id.idiag_dst, &l.sin6_addr, sizeof l.sin6_addr);
     }

@@ -124,6 +124,16 @@ def test_allow_any_user_serves_other_users(tmp_path, how):
             job.proc.wait()
 
 
+@pytest.mark.skipif(root_reason() is not None, reason=root_reason() or "")
+def test_store_serve_same_user():
+    with sh.StoreServer("--same-user") as server:
+        assert probe_as_nobody(server.port) == "closed"
+        sh.v2_connection(server.port).close()
+        line = server.wait_for_log("refused connection")
+    assert "leaving out --same-user admits every user" in line, line
+    assert len([x for x in server.log_lines() if "refused" in x]) == 1
+
+
 def dry_run(*flags):
     r = dh.run(["--dry-run", *flags, "--no-python", "/bin/true"])
     return r
