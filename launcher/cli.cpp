@@ -82,6 +82,13 @@ void define_flags(CLI::App& app, launch_options& o) {
       ->group(group_rdzv);
   add_option(app, "local-addr", o.local_addr, "This node's address, as the others reach it")
       ->group(group_rdzv);
+  add_flag(app, "store-allow-any-user", o.store_allow_any_user,
+           "Let every local user's processes use the single-node store (default: yours only)")
+      ->group(group_rdzv);
+  add_option(app, "store-allow-networks", o.store_allow_networks,
+             "Multi-node store: admit clients from these networks only (and this machine), "
+             "e.g. 10.0.0.0/8,fd00::/8")
+      ->group(group_rdzv);
 
   const std::string group_supervision = "Supervision";
   add_option(app, "max-restarts", o.max_restarts,

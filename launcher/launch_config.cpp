@@ -122,6 +122,28 @@ std::string random_run_id() {
   return id;
 }
 
+namespace {
+
+// --store-allow-networks, parsed; the same-user rule is decided with the
+// kind of run (it guards the single-node store on loopback).
+rendezvous::store_access_options parse_store_access(const launch_options& o) {
+  rendezvous::store_access_options access;
+  try {
+    access.allowed_networks = rendezvous::parse_client_networks(o.store_allow_networks);
+  } catch (const std::invalid_argument& e) {
+    throw usage_error(fmt::format("--store-allow-networks: {}", e.what()));
+  }
+  return access;
+}
+
+nlohmann::json to_json(const rendezvous::store_access_options& a) {
+  nlohmann::json networks = nlohmann::json::array();
+  for (const auto& n : a.allowed_networks) networks.push_back(n.text);
+  return {{"same_user_only", a.same_user_only}, {"allowed_networks", networks}};
+}
+
+}  // namespace
+
 launch_config resolve_launch_config(const launch_options& o, const agent::env_map& env) {
   launch_config c;
   c.nnodes = naming_the_variable(o, "nnodes", [&] { return parse_nnodes(o.nnodes); });
@@ -131,14 +153,17 @@ launch_config resolve_launch_config(const launch_options& o, const agent::env_ma
     throw usage_error("use either --no-python or -m/--module, not both");
   }
   c.logs = resolve_log_spec(o, c.nproc_per_node, env, c.warnings);
+  c.store_access = parse_store_access(o);
   if (o.standalone) {
     // As torchrun: a fresh run id; any --rdzv-* values are ignored.
     c.spec.run_id = random_run_id();
+    c.store_access.same_user_only = !o.store_allow_any_user;
   } else if (auto multi_node = resolve_multi_node(o, c.nnodes.min, c.nnodes.max,
                                                   c.nproc_per_node)) {
     c.standalone = false;
     c.spec.run_id = o.rdzv_id;
     multi_node->rendezvous.max_restarts = o.max_restarts;
+    multi_node->rendezvous.store_access = c.store_access;
     c.store_host = multi_node->rendezvous.endpoint_host;
     c.store_port = multi_node->rendezvous.endpoint_port;
     c.multi_node = std::move(multi_node);
@@ -146,6 +171,7 @@ launch_config resolve_launch_config(const launch_options& o, const agent::env_ma
     // One node and nobody to meet: the same as --standalone, but the run id
     // is the given one and an explicit --master-port is honoured.
     c.spec.run_id = o.rdzv_id;
+    c.store_access.same_user_only = !o.store_allow_any_user;
     if (o.master_port_given) {
       if (o.master_port < 0 || o.master_port > max_port) {
         throw usage_error(fmt::format("--master-port: '{}' is not a whole number from 0 to {}",
@@ -153,6 +179,10 @@ launch_config resolve_launch_config(const launch_options& o, const agent::env_ma
       }
       c.store_port = static_cast<std::uint16_t>(o.master_port);
     }
+  }
+  if (!c.multi_node && !c.store_access.allowed_networks.empty()) {
+    c.warnings.push_back("--store-allow-networks has no effect on a single-node run: its store "
+                         "listens on 127.0.0.1 only");
   }
   c.spec.role = o.role;
   c.spec.local_world_size = c.nproc_per_node;
@@ -220,6 +250,7 @@ nlohmann::json to_json(const launch_config& c, const agent::env_map& env) {
       {"stop_timeout_s", static_cast<double>(c.stop_timeout.count()) / 1000.0},
       {"signals_to_handle", signals},
       {"use_agent_store", c.spec.use_agent_store},
+      {"store_access", to_json(c.store_access)},
       {"log_dir", c.log_dir},
       {"logs", to_json(c.logs, c.nproc_per_node)},
       {"event_log", c.report.event_log},

@@ -60,7 +60,8 @@ int launch(const launcher::launch_config& config, const agent::env_map& env) {
   } else {
     rendezvous = std::make_unique<rendezvous::standalone_rendezvous>(
         io, rendezvous::standalone_rendezvous_options{config.spec.run_id, config.nproc_per_node,
-                                                      config.store_host, config.store_port});
+                                                      config.store_host, config.store_port,
+                                                      config.store_access});
   }
 
   agent::agent_options options;

@@ -23,6 +23,7 @@
 #include "launcher/cli.h"
 #include "launcher/number_checks.h"
 #include "rendezvous/endpoint.h"
+#include "rendezvous/store_access.h"
 #include "rendezvous/store_server.h"
 #include "rendezvous/tcp_store_client.h"
 
@@ -64,11 +65,14 @@ struct client_flags {
   double connect_timeout_s = 10;
 };
 
-int serve(const std::string& host, std::uint16_t port, std::uint64_t max_value_bytes) {
+int serve(const std::string& host, std::uint16_t port, std::uint64_t max_value_bytes,
+          store_access_options access) {
   boost::asio::io_context io;
   store_server_options options;
   options.host = host;
   options.port = port;
+  if (auto why = same_user_rule_unavailable(access); !why.empty()) throw store_error(why);
+  options.admit = make_admit(std::move(access));
   options.limits.max_value_bytes = max_value_bytes;
   options.limits.max_request_bytes = std::max(options.limits.max_request_bytes,
                                                4 * max_value_bytes);
@@ -136,6 +140,14 @@ int main(int argc, char** argv) {
   serve_cmd->add_option("--max-value-bytes", max_value_bytes, "largest value a client may set")
       ->check(dtrun::launcher::whole_number("--max-value-bytes", 1, max_value_bytes_limit))
       ->capture_default_str();
+  store_access_options access{.same_user_opt_out = "leaving out --same-user",
+                              .networks_option = "--allow-networks"};
+  std::string allow_networks;
+  serve_cmd->add_flag("--same-user", access.same_user_only,
+                      "admit only this user's processes on this machine (docs/store.md)");
+  serve_cmd->add_option("--allow-networks", allow_networks,
+                        "admit clients from these networks only (and this machine), "
+                        "e.g. 10.0.0.0/8,fd00::/8");
 
   std::string key, value;
   std::int64_t delta = 1;
@@ -171,7 +183,14 @@ int main(int argc, char** argv) {
   }
 
   try {
-    if (serve_cmd->parsed()) return serve(host, port, max_value_bytes);
+    if (serve_cmd->parsed()) {
+      try {
+        access.allowed_networks = parse_client_networks(allow_networks);
+      } catch (const std::invalid_argument& e) {
+        return usage(fmt::format("--allow-networks: {}", e.what()));
+      }
+      return serve(host, port, max_value_bytes, std::move(access));
+    }
   } catch (const std::exception& e) {  // cannot listen: port in use, bad host
     return fail(exit_store_error, e);
   }

@@ -154,8 +154,10 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
     if (options_.host_store) {
       // Every interface: the other nodes reach us through the endpoint's
       // address, whichever interface that is.
-      server_ = std::make_unique<store_server>(io_, store_server_options{
-                                                        .host = "", .port = options_.endpoint_port});
+      server_ = std::make_unique<store_server>(
+          io_, store_server_options{.host = "",
+                                    .port = options_.endpoint_port,
+                                    .admit = make_admit(options_.store_access)});
       options_.log(fmt::format("hosting the rendezvous store on port {}", server_->port()));
     }
   }

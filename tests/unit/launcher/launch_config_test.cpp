@@ -111,6 +111,37 @@ TEST_CASE("nnodes=1 without an endpoint behaves like standalone") {
   CHECK(resolve_launch_config(o, {}).store_port == 29555);
 }
 
+TEST_CASE("the single-node store serves only its user unless told otherwise") {
+  launch_options o = standalone_options();
+  CHECK(resolve_launch_config(o, {}).store_access.same_user_only);
+  o.standalone = false;  // nnodes=1 without an endpoint: the same store
+  CHECK(resolve_launch_config(o, {}).store_access.same_user_only);
+  o.store_allow_any_user = true;
+  CHECK_FALSE(resolve_launch_config(o, {}).store_access.same_user_only);
+  o.store_allow_networks = "10.0.0.0/8";
+  auto c = resolve_launch_config(o, {});
+  REQUIRE(c.warnings.size() == 1);
+  CHECK_THAT(c.warnings[0], Catch::Contains("--store-allow-networks has no effect"));
+}
+
+TEST_CASE("a multi-node store takes the allow-list and no same-user rule") {
+  launch_options o = standalone_options();
+  o.standalone = false;
+  o.nnodes = "2";
+  o.rdzv_endpoint = "192.0.2.1:1234";
+  o.store_allow_networks = "10.0.0.0/8,fd00::/8";
+  auto c = resolve_launch_config(o, {});
+  REQUIRE(c.multi_node);
+  const auto& access = c.multi_node->rendezvous.store_access;
+  CHECK_FALSE(access.same_user_only);
+  REQUIRE(access.allowed_networks.size() == 2);
+  CHECK(access.allowed_networks[1].text == "fd00::/8");
+  CHECK(c.warnings.empty());
+  o.store_allow_networks = "10.0.0.0/8;fd00::/8";
+  CHECK_THROWS_WITH(resolve_launch_config(o, {}),
+                    Catch::StartsWith("--store-allow-networks: '10.0.0.0/8;fd00::/8' is not"));
+}
+
 TEST_CASE("an endpoint means c10d rendezvous, and the endpoint's node hosts the store") {
   launch_options o = standalone_options();
   o.standalone = false;
