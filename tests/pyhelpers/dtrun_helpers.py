@@ -20,6 +20,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from contextlib import contextmanager
@@ -86,20 +87,36 @@ def start(args: list[str], env: dict[str, str]) -> subprocess.Popen:
 
 
 def wait_for_stderr(proc: subprocess.Popen, needle: str, timeout: float = 30) -> str:
-    """Reads the agent's stderr until a line contains `needle`."""
-    deadline = time.monotonic() + timeout
+    """Reads the agent's stderr until a line contains `needle`.
+
+    Plain blocking readline, no select(): the text wrapper reads ahead, so
+    a second line that arrived with the first sits in its buffer where
+    select() cannot see it (a wait for it would time out by chance). The
+    deadline is a timer that kills the agent (its workers follow through the
+    parent-death signal), which ends the read with EOF."""
+    lock = threading.Lock()
+    state = {"done": False, "killed": False}
+
+    def give_up():
+        with lock:
+            if not state["done"]:
+                state["killed"] = True
+                proc.kill()
+
+    timer = threading.Timer(timeout, give_up)
+    timer.start()
     seen = []
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([proc.stderr], [], [], deadline - time.monotonic())
-        if not ready:
-            break
-        line = proc.stderr.readline()
-        if not line:
-            break
-        seen.append(line)
-        if needle in line:
-            return line
-    raise AssertionError(f"no stderr line with {needle!r} within {timeout}s; got {seen!r}")
+    try:
+        for line in iter(proc.stderr.readline, ""):
+            seen.append(line)
+            if needle in line:
+                return line
+    finally:
+        with lock:
+            state["done"] = True
+        timer.cancel()
+    why = f"within {timeout}s (killed it)" if state["killed"] else "before dtrun closed its stderr"
+    raise AssertionError(f"no stderr line with {needle!r} {why}; got {seen!r}")
 
 
 class Fifo:
