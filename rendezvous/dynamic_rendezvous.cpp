@@ -484,7 +484,7 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
         return self->fail(error_of(fmt::format(
             "round {} did not gather {} node(s) within the join timeout ({} s); start the "
             "missing nodes or lower --nnodes",
-            r, self->options_.min_nodes, self->options_.join_timeout.count() / 1000)));
+            r, self->options_.min_nodes, self->options_.join_timeout.count() / 1000.0)));
       }
       int members = std::stoi(c.value);
       if (self->arrival_ > members) {
