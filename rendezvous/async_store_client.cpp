@@ -119,14 +119,31 @@ class async_store_client::impl : public std::enable_shared_from_this<async_store
 
   void try_connect() {
     auto self = shared_from_this();
+    // The attempt itself ends at the deadline: a host that drops SYNs (down,
+    // firewalled, a full accept queue) would hold it for the kernel's
+    // retries, minutes beyond connect_timeout.
+    attempt_expired_ = false;
+    retry_timer_.expires_at(connect_deadline_);
+    retry_timer_.async_wait(
+        [self, armed = ++retry_generation_](const boost::system::error_code& ec) {
+          if (ec || self->closed_ || self->connected_ || armed != self->retry_generation_) return;
+          self->attempt_expired_ = true;
+          boost::system::error_code ignored;
+          self->resolver_.cancel();
+          self->socket_.close(ignored);  // its handler runs with an error (or a stale success)
+        });
     resolver_.async_resolve(
         options_.host, std::to_string(options_.port), tcp::resolver::numeric_service,
         [self](const boost::system::error_code& ec, tcp::resolver::results_type results) {
           if (self->closed_) return;
+          if (self->attempt_expired_) return self->retry_connect("no answer");
           if (ec) return self->retry_connect(ec.message());
           asio::async_connect(self->socket_, results,
                               [self](const boost::system::error_code& e, const tcp::endpoint&) {
                                 if (self->closed_) return;
+                                // Checked first: a success queued before the
+                                // deadline closed the socket is no success.
+                                if (self->attempt_expired_) return self->retry_connect("no answer");
                                 if (e) return self->retry_connect(e.message());
                                 self->on_connected();
                               });
@@ -157,6 +174,8 @@ class async_store_client::impl : public std::enable_shared_from_this<async_store
   }
 
   void on_connected() {
+    ++retry_generation_;  // the attempt's deadline no longer applies
+    retry_timer_.cancel();
     boost::system::error_code ignored;
     socket_.set_option(tcp::no_delay(true), ignored);
     connected_ = true;
@@ -409,7 +428,7 @@ class async_store_client::impl : public std::enable_shared_from_this<async_store
   std::string endpoint_text_;
   tcp::socket socket_;
   asio::steady_timer timer_;        // the head operation's timeout
-  asio::steady_timer retry_timer_;  // the pause between connection attempts
+  asio::steady_timer retry_timer_;  // a connection attempt's deadline, then the pause after it
   tcp::resolver resolver_;
   std::mt19937 rng_{std::random_device{}()};
   std::chrono::milliseconds backoff_{10};
@@ -421,6 +440,7 @@ class async_store_client::impl : public std::enable_shared_from_this<async_store
   std::string cancel_request_;
   bool connected_ = false, in_flight_ = false, sent_ = false, closed_ = false;
   bool connect_started_ = false;
+  bool attempt_expired_ = false;  // the current connection attempt ran out of time
   std::uint64_t last_id_ = 0;
   std::uint64_t timer_generation_ = 0;  // bumped by every arm and disarm of timer_
   std::uint64_t retry_generation_ = 0;  // likewise for retry_timer_

@@ -6,6 +6,7 @@
 #include <random>
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <fmt/format.h>
 
@@ -464,4 +465,40 @@ TEST_CASE("a wait whose key arrives as it times out completes once even with a z
     CHECK(calls == 1);
   }
   CHECK(succeeded + timed_out == 300);
+}
+
+TEST_CASE("a connection attempt that gets no answer ends at connect_timeout") {
+  // A listener whose accept queue is full drops further SYNs (Linux's
+  // default), like a host that is down or firewalled: the attempt would
+  // otherwise wait for the kernel's retries, minutes.
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::acceptor listener(io);
+  boost::asio::ip::tcp::endpoint where(boost::asio::ip::make_address("127.0.0.1"), 0);
+  listener.open(where.protocol());
+  listener.bind(where);
+  listener.listen(0);
+  where = listener.local_endpoint();
+  std::vector<std::unique_ptr<boost::asio::ip::tcp::socket>> fillers;
+  for (int i = 0; i < 4; ++i) {
+    auto& s = fillers.emplace_back(std::make_unique<boost::asio::ip::tcp::socket>(io));
+    s->async_connect(where, [](const boost::system::error_code&) {});
+  }
+  tcp_store_client_options options;
+  options.port = where.port();
+  options.connect_timeout = 300ms;
+  auto c = async_store_client::create(io, options);
+  int calls = 0;
+  std::string message;
+  c->connect([&](store_result r) {
+    ++calls;
+    CHECK(holds<store_timeout>(r.error, &message));
+    boost::system::error_code ignored;
+    for (auto& s : fillers) s->close(ignored);
+    listener.close(ignored);
+  });
+  io.run();
+  CHECK(calls == 1);
+  // Refused (a kernel that resets instead of dropping) also ends in time.
+  CHECK_THAT(message, Catch::Contains("could not reach the store") &&
+                          (Catch::Contains("no answer") || Catch::Contains("refused")));
 }
