@@ -166,11 +166,11 @@ class async_store_client::impl : public std::enable_shared_from_this<async_store
     // Its own timer and generation: an expiry that was already queued when
     // the timer was re-armed or the client connected or closed is stale.
     retry_timer_.expires_after(pause);
-    retry_timer_.async_wait(
-        [self = shared_from_this(), armed = ++retry_generation_](const boost::system::error_code& ec) {
-          if (ec || self->closed_ || self->connected_ || armed != self->retry_generation_) return;
-          self->try_connect();
-        });
+    retry_timer_.async_wait([self = shared_from_this(),
+                             armed = ++retry_generation_](const boost::system::error_code& ec) {
+      if (ec || self->closed_ || self->connected_ || armed != self->retry_generation_) return;
+      self->try_connect();
+    });
   }
 
   void on_connected() {

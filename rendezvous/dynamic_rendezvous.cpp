@@ -259,15 +259,15 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
     cancel(heartbeat_timer_, heartbeat_armed_);
     cancel(deadline_timer_, deadline_armed_);
     auto self = shared_from_this();
-    reconnect([self](std::exception_ptr error) {
+    reconnect([self, epoch = epoch_](std::exception_ptr error) {
       if (error) return self->fail(error);
       // A job that failed on another node is over for us too.
-      self->ops_->check({self->key("failed")}, [self, epoch = self->epoch_](store_result f) {
+      self->ops_->check({self->key("failed")}, [self, epoch](store_result f) {
         if (self->epoch_ != epoch) return;  // a stale round's reply
         if (f.error) return self->fail(f.error);
         if (f.flag) return self->report_job_failed();
         // The newest round anyone started; 0 when we are first.
-        self->ops_->add(self->key("round"), 0, [self, epoch = self->epoch_](store_result r) {
+        self->ops_->add(self->key("round"), 0, [self, epoch](store_result r) {
           if (self->epoch_ != epoch) return;  // a stale round's reply
           if (r.error) return self->fail(r.error);
           self->look_at_round(std::max<std::int64_t>(r.number, self->last_round_ + 1));
@@ -280,10 +280,11 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   // (set before `failed`, on the same connection), for the summary.
   void report_job_failed() {
     auto self = shared_from_this();
-    ops_->get(key("failed"), options_.close_timeout, [self, epoch = self->epoch_](store_result why) {
+    auto epoch = epoch_;
+    ops_->get(key("failed"), options_.close_timeout, [self, epoch](store_result why) {
       if (self->epoch_ != epoch) return;  // a stale round's reply
       self->ops_->get(self->key("failed_round"), self->options_.close_timeout,
-                      [self, why, epoch = self->epoch_](store_result r) {
+                      [self, why, epoch](store_result r) {
                         if (self->epoch_ != epoch) return;  // a stale round's reply
                         std::int64_t failed_round = self->last_round_;
                         try {
@@ -363,12 +364,13 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   // in (when there is room) and join the next one.
   void look_at_round(std::int64_t r) {
     auto self = shared_from_this();
-    ops_->check({round_key(r, "closed")}, [self, r, epoch = self->epoch_](store_result c) {
+    auto epoch = epoch_;
+    ops_->check({round_key(r, "closed")}, [self, r, epoch](store_result c) {
       if (self->epoch_ != epoch) return;  // a stale round's reply
       if (c.error) return self->fail(c.error);
       if (!c.flag) return self->join(r);
       self->ops_->get(self->round_key(r, "closed"), self->options_.close_timeout,
-                      [self, r, epoch = self->epoch_](store_result n) {
+                      [self, r, epoch](store_result n) {
                         if (self->epoch_ != epoch) return;  // a stale round's reply
                         if (n.error) return self->fail(n.error);
                         self->wait_for_next_round(r, std::stoi(n.value));
@@ -378,6 +380,7 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
 
   void wait_for_next_round(std::int64_t r, int members) {
     auto self = shared_from_this();
+    auto epoch = epoch_;
     if (members < options_.max_nodes) {
       options_.log(fmt::format("round {} is running with {} of at most {} nodes; asking to join",
                                r, members, options_.max_nodes));
@@ -385,7 +388,7 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
       return join(r + 1);
     }
     options_.log(fmt::format("round {} is full ({} nodes); waiting for the next one", r, members));
-    waits_->wait({round_key(r, "over")}, options_.join_timeout, [self, r, epoch = self->epoch_](store_result w) {
+    waits_->wait({round_key(r, "over")}, options_.join_timeout, [self, r, epoch](store_result w) {
       if (self->epoch_ != epoch) return;  // a stale round's reply
       if (w.error) return self->fail(w.error);
       self->join(r + 1);
@@ -395,8 +398,9 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   void join(std::int64_t r) {
     round_ = r;
     auto self = shared_from_this();
+    auto epoch = epoch_;
     ops_->compare_set(key("round"), std::to_string(r - 1), std::to_string(r), [](store_result) {});
-    ops_->add(round_key(r, "joined"), 1, [self, r, epoch = self->epoch_](store_result a) {
+    ops_->add(round_key(r, "joined"), 1, [self, r, epoch](store_result a) {
       if (self->epoch_ != epoch) return;  // a stale round's reply
       if (a.error) return self->fail(a.error);
       int index = static_cast<int>(a.number);
@@ -418,12 +422,14 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
         // Enough nodes: give latecomers last_call_timeout, then close with
         // whoever is there.
         self->deadline_timer_.expires_after(bounded(self->options_.last_call_timeout));
-        self->deadline_timer_.async_wait([self, r, armed = ++self->deadline_armed_](
+        self->deadline_timer_.async_wait([self, r, epoch, armed = ++self->deadline_armed_](
                                              const boost::system::error_code& ec) {
           // Only this arming: not an expiry queued before the round closed
           // or before a later round (maybe with the same number) re-armed it.
-          if (ec || armed != self->deadline_armed_ || self->round_ != r) return;
-          self->ops_->add(self->round_key(r, "joined"), 0, [self, r, epoch = self->epoch_](store_result n) {
+          if (ec || armed != self->deadline_armed_ || self->epoch_ != epoch || self->round_ != r) {
+            return;
+          }
+          self->ops_->add(self->round_key(r, "joined"), 0, [self, r, epoch](store_result n) {
             if (self->epoch_ != epoch) return;  // a stale round's reply
             if (n.error) return self->fail(n.error);
             self->close_round(r, static_cast<int>(std::min<std::int64_t>(
@@ -439,8 +445,9 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   // count win and everyone reads the same one.
   void close_round(std::int64_t r, int members) {
     auto self = shared_from_this();
+    auto epoch = epoch_;
     auto count = std::to_string(members);
-    ops_->compare_set(round_key(r, "closed"), "", count, [self, r, count, epoch = self->epoch_](store_result c) {
+    ops_->compare_set(round_key(r, "closed"), "", count, [self, r, count, epoch](store_result c) {
       if (self->epoch_ != epoch) return;  // a stale round's reply
       if (c.error) return self->fail(c.error);
       if (c.value != count) return;  // someone else closed it, with another count
@@ -452,7 +459,8 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
     std::vector<std::string> keys;
     for (int i = 1; i <= members; ++i) keys.push_back(round_key(r, fmt::format("node/{}", i)));
     auto self = shared_from_this();
-    ops_->multi_get(keys, options_.close_timeout, [self, r, epoch = self->epoch_](store_result all) {
+    auto epoch = epoch_;
+    ops_->multi_get(keys, options_.close_timeout, [self, r, epoch](store_result all) {
       if (self->epoch_ != epoch) return;  // a stale round's reply
       if (all.error) return self->fail(all.error);
       std::vector<node_descriptor> nodes;
@@ -478,7 +486,8 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
 
   void await_close(std::int64_t r) {
     auto self = shared_from_this();
-    waits_->get(round_key(r, "closed"), options_.join_timeout, [self, r, epoch = self->epoch_](store_result c) {
+    auto epoch = epoch_;
+    waits_->get(round_key(r, "closed"), options_.join_timeout, [self, r, epoch](store_result c) {
       if (self->epoch_ != epoch) return;  // a stale round's reply
       if (c.error) {
         return self->fail(error_of(fmt::format(
@@ -492,7 +501,7 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
         return self->wait_for_next_round(r, members);
       }
       self->waits_->get(self->round_key(r, "ranks"), self->options_.close_timeout,
-                        [self, r, members, epoch = self->epoch_](store_result t) {
+                        [self, r, members, epoch](store_result t) {
                           if (self->epoch_ != epoch) return;  // a stale round's reply
                           if (t.error) return self->fail(t.error);
                           self->complete_round(r, members, t.value);

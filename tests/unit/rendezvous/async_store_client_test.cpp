@@ -235,7 +235,8 @@ int chaos_round(std::mt19937& rng, wire::dialect dialect, int max_ms, int ops) {
     auto key = fmt::format("k{}", i);
     auto value = fmt::format("value {}", i);
     // The key arrives around the deadline of whoever waits for it.
-    auto& t = timers.emplace_back(std::make_unique<boost::asio::steady_timer>(io, up_to(rng, max_ms)));
+    auto& t = timers.emplace_back(
+        std::make_unique<boost::asio::steady_timer>(io, up_to(rng, max_ms)));
     t->async_wait([&, key, value](const boost::system::error_code&) {
       writer->set(key, value, [](store_result) {});
     });
@@ -268,7 +269,8 @@ int chaos_round(std::mt19937& rng, wire::dialect dialect, int max_ms, int ops) {
     }
   }
   if (std::uniform_int_distribution<int>(0, 3)(rng) == 0) {
-    auto& t = timers.emplace_back(std::make_unique<boost::asio::steady_timer>(io, up_to(rng, max_ms)));
+    auto& t = timers.emplace_back(
+        std::make_unique<boost::asio::steady_timer>(io, up_to(rng, max_ms)));
     t->async_wait([&](const boost::system::error_code&) { client->close(); });
   }
   io.run();
@@ -291,7 +293,7 @@ TEST_CASE("timeouts of zero fail or complete each operation exactly once") {
   }
 }
 
-TEST_CASE("random small timeouts and closes leave every callback called once with the right value") {
+TEST_CASE("random small timeouts and closes call every callback once with the right value") {
   auto seed = test_seed();
   fmt::print(stderr, "random small timeouts: DTRUN_TEST_SEED={}\n", seed);
   INFO("DTRUN_TEST_SEED=" << seed);
@@ -419,7 +421,7 @@ TEST_CASE("timeouts beyond the clock's range behave as no timeout") {
   CHECK(got == "v");
 }
 
-TEST_CASE("a wait whose key arrives as it times out completes once even with a zero request timeout") {
+TEST_CASE("a wait whose key arrives as it times out completes once with a 0 ms request timeout") {
   // The wait's deadline and the key's arrival coincide, so the CANCEL_WAIT
   // goes out while STOP_WAITING is on its way; with a 0 ms request timeout
   // the cancel's own timer expires as that reply is read: the reply and the
