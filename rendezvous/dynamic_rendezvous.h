@@ -67,6 +67,9 @@ class dynamic_rendezvous final : public rendezvous_handler {
   dynamic_rendezvous(boost::asio::io_context& io, dynamic_rendezvous_options options);
   ~dynamic_rendezvous() override;
 
+  // As rendezvous_handler's; calling it again before `done` ran abandons
+  // that call, which then completes with a store_error, and no reply of
+  // the abandoned round acts on the new one.
   void next_round(completion done) override;
   const std::string& run_id() const override;
   void shutdown() override;
