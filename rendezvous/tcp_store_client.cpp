@@ -105,7 +105,9 @@ class tcp_store_client::impl {
         handshake_rejected_ = true;
         throw store_connection_error(
             "the server closed the connection after the PyTorch 2.x handshake; if it is a "
-            "PyTorch 1.13 TCPStore, use the 1.13 dialect (dtrun-store --dialect v1.13)");
+            "PyTorch 1.13 TCPStore, use the 1.13 dialect (dtrun-store --dialect v1.13); if it "
+            "is a dtrun store, its log says why it refused this client (same-user rule, "
+            "allowed networks)");
       }
       if (!answered) {
         close();
