@@ -219,7 +219,11 @@ def test_multi_node_job_with_an_allow_list():
                                                    "29400"]),
                                  capture_output=True, text=True, timeout=60)
         assert refused.stdout.strip() == "closed", refused.stderr
-        subprocess.run(hosts.command(2, [store_cli, "--endpoint", endpoint, "set", "probed",
+        # ADD, not SET: its reply leaves the store in the same turn that
+        # wakes the workers, before the job can finish and close the store
+        # (dtrun-store's SET needs a second round trip, which could meet a
+        # store already gone).
+        subprocess.run(hosts.command(2, [store_cli, "--endpoint", endpoint, "add", "probed",
                                          "1"]), check=True, capture_output=True, timeout=60)
         outs = [p.communicate(timeout=180) for p in procs]
     for p, (_, err) in zip(procs, outs):
