@@ -4,6 +4,8 @@
 
 #include <cerrno>
 
+#include "rendezvous/printable.h"
+
 namespace dtrun::agent {
 namespace {
 
@@ -44,7 +46,7 @@ void agent_log::block(std::string_view text) const {
     std::size_t end = text.find('\n', start);
     if (end == std::string_view::npos) end = text.size();
     out.append(prefix);
-    out.append(text.substr(start, end - start));
+    out.append(printable(text.substr(start, end - start)));
     out += '\n';
     start = end + 1;
   }
@@ -53,7 +55,7 @@ void agent_log::block(std::string_view text) const {
 
 void agent_log::emit(std::string_view message) const {
   std::string line(prefix);
-  line.append(message);
+  line.append(printable(message));
   line += '\n';
   out_(line);
 }

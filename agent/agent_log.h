@@ -6,6 +6,12 @@
 //   verbose  plus debug detail: worker pids, error-file paths (-v)
 //
 // Machine-readable events go to the event log instead (event_log.h).
+//
+// Every line is escaped with dtrun::printable on its way out: messages
+// carry outside text (a worker's error message, a peer's reason, a
+// hostname from the store), and a control character in it must neither
+// drive the terminal nor start a line that reads as dtrun's. Callers
+// escape too, where they build the text (escaping twice changes nothing).
 #pragma once
 
 #include <functional>
@@ -23,11 +29,13 @@ class agent_log {
 
   explicit agent_log(verbosity level = verbosity::normal, sink out = {});
 
+  // One line each; a '\n' inside `message` is shown as "\n".
   void error(std::string_view message) const;  // always shown
   void info(std::string_view message) const;   // not with --quiet
   void debug(std::string_view message) const;  // only with -v
   // A multi-line block (the failure summary): always shown, each line
-  // prefixed, written at once so concurrent agents do not interleave it.
+  // escaped and prefixed, written at once so concurrent agents do not
+  // interleave it.
   void block(std::string_view text) const;
 
   verbosity level() const { return level_; }

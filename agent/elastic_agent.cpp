@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
@@ -370,8 +371,10 @@ class elastic_agent::impl {
       return;
     }
     stop_timer_.expires_after(options_.stop_timeout);
-    stop_timer_.async_wait([this](const boost::system::error_code& ec) {
-      if (ec || phase_ != phase::stopping) return;
+    // Only this stop's grace period: an expiry queued before cancel_stop_timer()
+    // must not SIGKILL the workers of a later stop before their grace.
+    stop_timer_.async_wait([this, armed = ++stop_armed_](const boost::system::error_code& ec) {
+      if (ec || armed != stop_armed_ || phase_ != phase::stopping) return;
       log(fmt::format("workers still running {} ms after the stop signal; sending SIGKILL",
                       options_.stop_timeout.count()));
       signal_workers(SIGKILL);
@@ -391,7 +394,7 @@ class elastic_agent::impl {
 
   // Every worker of the round has been reaped.
   void group_stopped() {
-    stop_timer_.cancel();
+    cancel_stop_timer();
     end_round();
     if (stop_signal_ != 0) {
       finish(128 + stop_signal_);
@@ -419,6 +422,9 @@ class elastic_agent::impl {
   void count_restart(const std::string& reason) {
     awaiting_restart_count_ = false;
     rendezvous_.report_failure(reason, [this](std::exception_ptr error, int restarts) {
+      // The agent may have finished meanwhile (a signal, or shutdown()
+      // failing this call): nothing to decide any more.
+      if (phase_ == phase::done) return;
       if (error) {
         log_error("could not reach the rendezvous to report the failure; not restarting");
         restarts = options_.spec.max_restarts + 1;
@@ -432,6 +438,10 @@ class elastic_agent::impl {
   }
 
   void decide_restart() {
+    if (stop_signal_ != 0) {  // a signal came while we waited for the count
+      finish(128 + stop_signal_);
+      return;
+    }
     int restarts = *job_restarts_;
     if (!failure_->spawn_failed && restarts <= options_.spec.max_restarts) {
       log(fmt::format("restarting the workers (restart {} of {})", restarts,
@@ -451,6 +461,7 @@ class elastic_agent::impl {
     rendezvous_.fail_job(
         fmt::format("worker rank {} {}", failure_->rank, describe(failure_->status)),
         [this, code, said_why, outcome] {
+          if (phase_ == phase::done) return;  // finished meanwhile
           if (said_why) {
             reporter_.job_failed(outcome);
             return finish(code);
@@ -484,15 +495,23 @@ class elastic_agent::impl {
     output_->end_round();
   }
 
+  // Once: a completion that arrives after (shutdown() fails pending
+  // rendezvous calls synchronously) must not change the exit code.
   void finish(int code) {
+    if (phase_ == phase::done) return;
     phase_ = phase::done;
     exit_code_ = code;
     reporter_.agent_exiting(code);
-    stop_timer_.cancel();
+    cancel_stop_timer();
     rendezvous_.shutdown();
     // The signal set stays installed until the agent is destroyed, so a
     // late Ctrl-C cannot kill the agent halfway through its teardown.
     io_.stop();
+  }
+
+  void cancel_stop_timer() {
+    ++stop_armed_;
+    stop_timer_.cancel();
   }
 
   asio::io_context& io_;
@@ -517,6 +536,7 @@ class elastic_agent::impl {
   std::optional<int> job_restarts_;
   bool awaiting_restart_count_ = false;
   int exit_code_ = 1;
+  std::uint64_t stop_armed_ = 0;  // generation of stop_timer_: bumped by each arm and cancel
 };
 
 elastic_agent::elastic_agent(asio::io_context& io, agent_options options,

@@ -9,6 +9,19 @@
 // torch's @record opens the file with "w": a file left from before is
 // overwritten, never appended to. dtrun removes any file at that path
 // before it starts the worker, so what it reads is this worker's.
+//
+// The worker controls what is at the path, so reading it must be safe on
+// the agent's one event loop: only a regular file is read (a FIFO would
+// block the read, a directory fails it, a link to /dev/zero never ends);
+// at most max_file_bytes + 1 bytes are read whatever st_size says (the
+// file may grow); a symbolic link is refused, not followed (torch's @record
+// creates a plain file, so a link there is never the worker's report, and
+// following one would open whatever it names: a device, a FIFO, a file
+// of someone else's that would then be printed and published to every
+// node). The JSON is parsed without exceptions, its nesting is bounded
+// (dumping a deeply nested value would recurse off the stack) and every
+// field is checked for its type. The text is kept as the worker wrote
+// it: whoever prints it escapes it (dtrun::printable).
 #pragma once
 
 #include <cstddef>
@@ -26,6 +39,7 @@ struct error_file_limits {
   std::size_t max_file_bytes = 4 * 1024 * 1024;  // larger files are not parsed
   std::size_t max_message_bytes = 2 * 1024;      // head kept
   std::size_t max_traceback_bytes = 4 * 1024;    // tail kept (the innermost frames)
+  int max_depth = 32;  // deeper JSON is refused (torch's files are 3 deep)
 };
 
 struct error_file_contents {
@@ -39,17 +53,29 @@ struct error_file_contents {
 
 // What reading the file at a path gave.
 struct error_file_result {
-  bool present = false;                      // a file existed at the path
+  bool present = false;                      // something existed at the path
   std::optional<error_file_contents> contents;  // parsed, when present and valid
-  std::string problem;  // why a present file could not be used ("not JSON: ...")
+  // Why a present file could not be used, e.g. "not a regular file (a
+  // FIFO)", "not valid JSON", "cannot be read: Permission denied".
+  std::string problem;
 };
 
-// Parses a file's text. nullopt with `problem` set when it is not JSON or
-// not in either shape.
+// `text` parsed as JSON, without exceptions: discarded (is_discarded())
+// when it is not JSON; `too_deep` set, and discarded, when an array or
+// object nests deeper than `max_depth`. For any JSON from outside (error
+// files, records read from the store): copying or dumping a value
+// recurses, so depth must be bounded before either.
+nlohmann::json parse_json_bounded(std::string_view text, int max_depth, bool& too_deep);
+
+// Parses a file's text. nullopt with `problem` set when it is not JSON,
+// nested deeper than limits.max_depth, or not in either shape. Never
+// throws on any input.
 std::optional<error_file_contents> parse_error_file(std::string_view text, std::string& problem,
                                                     const error_file_limits& limits = {});
 
-// Reads and parses the file at `path` (bounded by limits.max_file_bytes).
+// Reads and parses the file at `path`: a regular file only, not through a
+// symbolic link, at most limits.max_file_bytes. Never blocks on what is at
+// the path and never throws; anything unusable is a `problem`.
 error_file_result load_error_file(const std::string& path, const error_file_limits& limits = {});
 
 // Just the message: nullopt when the file is missing or unusable.

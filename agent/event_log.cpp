@@ -42,6 +42,7 @@ event_log::~event_log() {
 }
 
 void event_log::open(const std::string& path) {
+  path_ = path == "-" ? "- (stderr)" : path;
   if (path == "-") {
     fd_ = STDERR_FILENO;
     owned_ = false;
@@ -50,7 +51,8 @@ void event_log::open(const std::string& path) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) {
     throw std::system_error(errno, std::generic_category(),
-                            fmt::format("cannot open the event log {}", path));
+                            fmt::format("cannot open the event log {} for appending (--event-log)",
+                                        path));
   }
   fd_ = fd;
   owned_ = true;
@@ -65,7 +67,27 @@ void event_log::emit(std::string_view event, const nlohmann::ordered_json& field
   for (;;) {
     ssize_t n = ::write(fd_, line.data(), line.size());
     if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return write_failed(errno);
+    if (static_cast<std::size_t>(n) < line.size()) return write_failed(ENOSPC);
+    wrote_ = true;
     return;
+  }
+}
+
+void event_log::write_failed(int error) const {
+  if (!wrote_) {
+    throw std::system_error(error, std::generic_category(),
+                            fmt::format("cannot write the event log {} (--event-log)", path_));
+  }
+  if (warned_) return;
+  warned_ = true;
+  std::string message = fmt::format(
+      "warning: cannot write the event log {}: {}; the job goes on, later events may be lost",
+      path_, std::generic_category().message(error));
+  if (warn_) {
+    warn_(message);
+  } else {
+    fmt::print(stderr, "dtrun: {}\n", message);
   }
 }
 

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -40,18 +41,34 @@ class event_log {
   // with a message naming the file when it cannot be opened.
   void open(const std::string& path);
 
+  // Where the one warning about a failed write goes (default: a
+  // "dtrun: warning: ..." line on stderr).
+  void set_warning_sink(std::function<void(const std::string&)> sink) {
+    warn_ = std::move(sink);
+  }
+
   bool enabled() const { return fd_ >= 0; }
 
   // Fields every line carries (host, agent pid), after time and event.
   void set_identity(nlohmann::ordered_json identity) { identity_ = std::move(identity); }
 
-  // Writes one event stamped now. A failed write is ignored: the log must
-  // never stop the job.
+  // Writes one event stamped now. The first line is the probe of the
+  // file: when it cannot be written (a full disk, /dev/full, a read-only
+  // mount behind a writable descriptor) emit throws std::system_error
+  // naming the file, so the run fails at its start, before any worker.
+  // A later failure does not stop the job: it is reported once through
+  // the warning sink and the events after it may be lost.
   void emit(std::string_view event, const nlohmann::ordered_json& fields = nlohmann::ordered_json::object()) const;
 
  private:
+  void write_failed(int error) const;
+
   int fd_ = -1;
   bool owned_ = false;
+  std::string path_;
+  mutable bool wrote_ = false;   // a whole line went out
+  mutable bool warned_ = false;  // the one warning was given
+  std::function<void(const std::string&)> warn_;
   nlohmann::ordered_json identity_ = nlohmann::ordered_json::object();
 };
 

@@ -7,11 +7,13 @@
 #include <algorithm>
 #include <cerrno>
 #include <filesystem>
+#include <limits>
 #include <tuple>
 
 #include <fmt/format.h>
 
 #include "agent/event_log.h"
+#include "rendezvous/printable.h"
 
 namespace dtrun::agent {
 namespace {
@@ -63,19 +65,41 @@ std::string rank_ranges(std::vector<int> ranks) {
   return out;
 }
 
+// Records come from other nodes through the store, where anyone who can
+// reach it may write one: every field is checked for its type and range
+// (a float cast to int out of range is undefined), and text is bounded.
+constexpr std::size_t max_record_text = 1024;  // host, paths, the problem
+constexpr std::size_t max_record_lines = 64;   // log_tail
+
 template <typename T>
-void get_if(const json& j, const char* key, T& out) {
-  if (!j.contains(key)) return;
-  try {
-    j.at(key).get_to(out);
-  } catch (const json::exception&) {
+void get_int(const json& j, const char* key, T& out) {
+  auto it = j.find(key);
+  if (it == j.end()) return;
+  if (it->is_number_unsigned()) {
+    auto v = it->template get<std::uint64_t>();
+    if (v <= static_cast<std::uint64_t>(std::numeric_limits<T>::max())) out = static_cast<T>(v);
+  } else if (it->is_number_integer()) {
+    auto v = it->template get<std::int64_t>();
+    if (v >= std::numeric_limits<T>::min() && v <= std::numeric_limits<T>::max()) {
+      out = static_cast<T>(v);
+    }
   }
 }
 
+void get_text(const json& j, const char* key, std::string& out, std::size_t max_bytes,
+              bool keep_tail = false) {
+  auto it = j.find(key);
+  if (it != j.end() && it->is_string()) {
+    out = truncate_utf8(it->get_ref<const std::string&>(), max_bytes, keep_tail);
+  }
+}
+
+// Each line escaped (dtrun::printable) and indented under its field, so
+// no line of a worker's text can start a line that looks like dtrun's.
 void append_indented(std::string& out, const std::vector<std::string>& lines, std::size_t max) {
   std::size_t first = lines.size() > max ? lines.size() - max : 0;
   if (first > 0) out += fmt::format("    ... ({} earlier line(s) left out)\n", first);
-  for (std::size_t i = first; i < lines.size(); ++i) out += "    " + lines[i] + "\n";
+  for (std::size_t i = first; i < lines.size(); ++i) out += "    " + printable(lines[i]) + "\n";
 }
 
 }  // namespace
@@ -92,37 +116,50 @@ json to_json(const failure_record& r) {
 }
 
 std::optional<failure_record> failure_from_json(std::string_view text) {
-  json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  // Our records are 2 deep (log_tail); anything much deeper is not one.
+  bool too_deep = false;
+  json j = parse_json_bounded(text, 8, too_deep);
   if (!j.is_object()) return std::nullopt;
+  const error_file_limits limits;
   failure_record r;
-  get_if(j, "round", r.round);
-  get_if(j, "host", r.host);
-  get_if(j, "node_rank", r.node_rank);
-  get_if(j, "local_rank", r.local_rank);
-  get_if(j, "rank", r.rank);
-  get_if(j, "pid", r.pid);
-  get_if(j, "exit_code", r.exit_code);
-  get_if(j, "signal", r.signal);
-  get_if(j, "time_ms", r.time_ms);
-  get_if(j, "message", r.message);
-  get_if(j, "traceback", r.traceback);
-  get_if(j, "error_file", r.error_file);
-  get_if(j, "error_file_problem", r.error_file_problem);
-  get_if(j, "log_file", r.log_file);
-  get_if(j, "log_tail", r.log_tail);
-  if (j.contains("error_time") && j["error_time"].is_number_integer()) {
-    r.error_time = j["error_time"].get<std::int64_t>();
+  get_int(j, "round", r.round);
+  get_text(j, "host", r.host, max_record_text);
+  get_int(j, "node_rank", r.node_rank);
+  get_int(j, "local_rank", r.local_rank);
+  get_int(j, "rank", r.rank);
+  get_int(j, "pid", r.pid);
+  get_int(j, "exit_code", r.exit_code);
+  get_int(j, "signal", r.signal);
+  get_int(j, "time_ms", r.time_ms);
+  get_text(j, "message", r.message, limits.max_message_bytes + 4);
+  get_text(j, "traceback", r.traceback, limits.max_traceback_bytes + 32, /*keep_tail=*/true);
+  get_text(j, "error_file", r.error_file, max_record_text);
+  get_text(j, "error_file_problem", r.error_file_problem, max_record_text);
+  get_text(j, "log_file", r.log_file, max_record_text);
+  if (auto tail = j.find("log_tail"); tail != j.end() && tail->is_array()) {
+    for (const auto& line : *tail) {
+      if (line.is_string() && r.log_tail.size() < max_record_lines) {
+        r.log_tail.push_back(truncate_utf8(line.get_ref<const std::string&>(), max_record_text, false));
+      }
+    }
+  }
+  std::int64_t error_time = 0;
+  if (auto it = j.find("error_time"); it != j.end() && it->is_number_integer()) {
+    get_int(j, "error_time", error_time);
+    r.error_time = error_time;
   }
   return r;
 }
 
 std::vector<std::string> read_log_tail(const std::string& path, std::size_t max_lines,
                                        std::size_t max_bytes) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // The worker can replace its stderr.log (it writes to that folder): a
+  // FIFO must not block the agent, a link must not lead elsewhere.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY);
   if (fd < 0) return {};
   struct stat st{};
   std::string data;
-  if (::fstat(fd, &st) == 0 && st.st_size > 0) {
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
     auto size = static_cast<std::size_t>(st.st_size);
     std::size_t want = std::min(size, max_bytes);
     data.resize(want);
@@ -171,7 +208,7 @@ failure_record make_failure_record(const worker_exit& e, const error_file_limits
     // Written by --redirects/--tee; absent when the output went to the console.
     std::string log = (fs::path(e.rank_dir) / "stderr.log").string();
     std::error_code ec;
-    if (fs::is_regular_file(log, ec)) {
+    if (fs::is_regular_file(fs::symlink_status(log, ec))) {
       r.log_file = log;
       r.log_tail = read_log_tail(log);
     }
@@ -198,17 +235,17 @@ std::string format_summary(const std::vector<failure_record>& failures, const su
   const failure_record& root = failures[root_index];
   const std::string rule(72, '=');
   std::string out = rule + "\n";
-  out += fmt::format("job failed: {} (run {}, round {}; {})\n", ctx.program, ctx.run_id, root.round,
-                     ctx.outcome);
+  out += fmt::format("job failed: {} (run {}, round {}; {})\n", printable(ctx.program),
+                     printable(ctx.run_id), root.round, printable(ctx.outcome));
   out += "root cause (the first failure, by the time its agent saw the worker exit):\n";
   out += fmt::format("  time      : {}\n", time_text(root.time_ms));
-  out += fmt::format("  host      : {} (node rank {})\n", root.host, root.node_rank);
+  out += fmt::format("  host      : {} (node rank {})\n", printable(root.host), root.node_rank);
   out += fmt::format("  rank      : {} (local_rank {})\n", root.rank, root.local_rank);
   out += fmt::format("  pid       : {}\n", root.pid);
   out += fmt::format("  exit      : {}\n", describe_exit(root.exit_code, root.signal));
   if (!root.message.empty()) {
-    out += fmt::format("  error     : {}\n", root.message);
-    out += fmt::format("  error_file: {}\n", root.error_file);
+    out += fmt::format("  error     : {}\n", printable(root.message));
+    out += fmt::format("  error_file: {}\n", printable(root.error_file));
     auto lines = split_lines(root.traceback);
     if (!lines.empty()) {
       out += "  traceback :\n";
@@ -216,21 +253,23 @@ std::string format_summary(const std::vector<failure_record>& failures, const su
     }
   } else {
     if (!root.error_file_problem.empty()) {
-      out += fmt::format("  error_file: {} is unusable: {}\n", root.error_file, root.error_file_problem);
+      out += fmt::format("  error_file: {} is unusable: {}; ignored\n", printable(root.error_file),
+                         printable(root.error_file_problem));
     } else {
       out += "  error     : no error file (decorate the entrypoint with torch.distributed.elastic."
              "multiprocessing.errors.record to see the exception here)\n";
     }
     if (!root.log_tail.empty()) {
-      out += fmt::format("  stderr    : last {} line(s) of {}:\n", root.log_tail.size(), root.log_file);
+      out += fmt::format("  stderr    : last {} line(s) of {}:\n", root.log_tail.size(),
+                         printable(root.log_file));
       append_indented(out, root.log_tail, max_traceback_lines);
     } else if (!root.log_file.empty()) {
-      out += fmt::format("  stderr    : {} is empty\n", root.log_file);
+      out += fmt::format("  stderr    : {} is empty\n", printable(root.log_file));
     } else {
       out += fmt::format(
           "  output    : not captured: it went to the console of dtrun on {} (above, on that "
           "node); run with --log-dir DIR --redirects 3 (or --tee 3) to keep it in files\n",
-          root.host);
+          printable(root.host));
     }
   }
   std::vector<const failure_record*> others;
@@ -249,9 +288,9 @@ std::string format_summary(const std::vector<failure_record>& failures, const su
       const auto& o = *others[i];
       std::string why = !o.message.empty() ? o.message : std::string("no error file");
       out += fmt::format("  rank {} (local_rank {}) on {} (node rank {}), pid {}: {} at {}: {}\n",
-                         o.rank, o.local_rank, o.host, o.node_rank, o.pid,
+                         o.rank, o.local_rank, printable(o.host), o.node_rank, o.pid,
                          describe_exit(o.exit_code, o.signal), clock_text(o.time_ms),
-                         truncate_utf8(why, 160, false));
+                         printable(truncate_utf8(why, 160, false)));
     }
     if (counted - 1 > std::min(others.size(), max_other_failures)) {
       out += fmt::format("  ... and {} more\n", counted - 1 - std::min(others.size(), max_other_failures));
@@ -259,7 +298,7 @@ std::string format_summary(const std::vector<failure_record>& failures, const su
   }
   if (!ctx.stopped_ranks.empty()) {
     out += fmt::format("stopped by dtrun (not failures): rank(s) {} on {} (node rank {})\n",
-                       rank_ranges(ctx.stopped_ranks), ctx.this_host, ctx.this_node_rank);
+                       rank_ranges(ctx.stopped_ranks), printable(ctx.this_host), ctx.this_node_rank);
   }
   out += rule;
   return out;

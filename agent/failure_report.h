@@ -68,7 +68,9 @@ struct worker_exit {
 failure_record make_failure_record(const worker_exit& exit, const error_file_limits& limits = {});
 
 // The last `max_lines` lines of the file, reading at most `max_bytes` from
-// its end. Empty when the file is missing or empty.
+// its end. Empty when the file is missing, empty, or not a regular file
+// (a FIFO, a directory, a symbolic link: never opened for a read that
+// could block).
 std::vector<std::string> read_log_tail(const std::string& path, std::size_t max_lines = 8,
                                        std::size_t max_bytes = 2048);
 

@@ -6,6 +6,8 @@
 #include <boost/asio/ip/host_name.hpp>
 #include <fmt/format.h>
 
+#include "rendezvous/printable.h"
+
 namespace dtrun::agent {
 namespace {
 
@@ -121,7 +123,7 @@ std::optional<failure_record> run_reporter::worker_exited(const worker_exit& exi
     log_.error(fmt::format("worker local_rank={} (rank {}, pid {}) also failed: {}{}",
                            exit.local_rank, exit.rank, exit.pid,
                            describe_exit(record.exit_code, record.signal),
-                           record.message.empty() ? "" : ": " + record.message));
+                           record.message.empty() ? "" : ": " + printable(record.message)));
   }
   local_failures_.push_back(record);
   rendezvous_.publish_failure(record.round, to_json(record).dump(-1, ' ', false,
@@ -175,7 +177,9 @@ void run_reporter::summarize_failure(std::int64_t round, summary_context context
                                      {"reason", context.outcome},
                                      {"failures", std::max(total, failures.size())},
                                      {"root_cause", failure_fields(root)}});
-    done(root.exit_code != 0 ? root.exit_code : 1);
+    // A record from the store may carry any number: only 1..255 is an
+    // exit code (256 would read as success to the shell).
+    done(root.exit_code > 0 && root.exit_code < 256 ? root.exit_code : 1);
   });
 }
 

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -92,6 +93,7 @@ class worker_output {
     int open_pipes = 0;
     std::function<void()> waiter;
     std::unique_ptr<boost::asio::steady_timer> grace;
+    std::uint64_t grace_armed = 0;  // which arming of the grace timer is current
   };
 
   int open_stream(worker_slot& slot, int local_rank, stream_route route, int console_fd,
@@ -104,6 +106,7 @@ class worker_output {
   log_spec spec_;
   std::function<void(const std::string&)> log_;
   std::chrono::milliseconds drain_grace_;
+  std::uint64_t grace_armed_ = 0;  // last grace generation handed out
   int console_out_;
   int console_err_;
   std::optional<console_sink> stdout_sink_;

@@ -8,8 +8,16 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "launcher/number_checks.h"
+
 namespace dtrun::launcher {
 namespace {
+
+// 0 is meaningful: SIGKILL right after the stop signal, as torchrun.
+constexpr duration_limits stop_timeout_limits{true, max_duration_s};
+// torchrun sleeps this long between polls; dtrun does not poll, so even 0
+// (a busy loop in torchrun) costs nothing and is accepted.
+constexpr duration_limits monitor_interval_limits{true, max_duration_s};
 
 // "nproc-per-node" -> "--nproc-per-node,--nproc_per_node" (torchrun 2.x
 // accepts both; 1.13 scripts use the underscores).
@@ -65,32 +73,42 @@ void define_flags(CLI::App& app, launch_options& o) {
       ->group(group_rdzv);
   add_option(app, "rdzv-conf", o.rdzv_conf, "Rendezvous settings, k=v,k=v")->group(group_rdzv);
   add_option(app, "node-rank", o.node_rank, "This node's rank (static backend)")
+      ->check(whole_number("--node-rank", 0, max_nnodes - 1))
       ->group(group_rdzv);
   add_option(app, "master-addr", o.master_addr, "Address of the rank-0 node (static backend)")
       ->group(group_rdzv);
   add_option(app, "master-port", o.master_port, "Port of the store on the rank-0 node")
+      ->check(whole_number("--master-port", 0, max_port))
       ->group(group_rdzv);
   add_option(app, "local-addr", o.local_addr, "This node's address, as the others reach it")
+      ->group(group_rdzv);
+  add_flag(app, "store-allow-any-user", o.store_allow_any_user,
+           "Let every local user's processes use the single-node store (default: yours only)")
+      ->group(group_rdzv);
+  add_option(app, "store-allow-networks", o.store_allow_networks,
+             "Multi-node store: admit clients from these networks only (and this machine), "
+             "e.g. 10.0.0.0/8,fd00::/8")
       ->group(group_rdzv);
 
   const std::string group_supervision = "Supervision";
   add_option(app, "max-restarts", o.max_restarts,
              "Restarts of the worker group allowed after a failure")
-      ->check(CLI::NonNegativeNumber)
+      ->check(whole_number("--max-restarts", 0, max_restarts_limit))
       ->group(group_supervision);
   add_option(app, "stop-timeout", o.stop_timeout,
              "Seconds between the stop signal and SIGKILL (alias --shutdown-timeout)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(seconds_within("--stop-timeout", stop_timeout_limits))
       ->group(group_supervision);
   // torchrun's newer name, bound to the same value.
   app.add_option(both_spellings("shutdown-timeout"), o.stop_timeout)
-      ->check(CLI::NonNegativeNumber)
+      ->check(seconds_within("--shutdown-timeout", stop_timeout_limits))
       ->group("");
   add_option(app, "signals-to-handle", o.signals_to_handle,
              "Signals forwarded to the workers (SIGINT, SIGTERM, SIGHUP and SIGQUIT always are)")
       ->group(group_supervision);
   add_option(app, "monitor-interval", o.monitor_interval,
              "Accepted for torchrun compatibility; dtrun reacts to events, it does not poll")
+      ->check(seconds_within("--monitor-interval", monitor_interval_limits))
       ->group(group_supervision);
   add_option(app, "start-method", o.start_method,
              "Accepted for torchrun compatibility (spawn, fork, forkserver)")
@@ -209,6 +227,21 @@ void record_given(const CLI::App& app, const std::vector<std::string>& own,
   }
 }
 
+// "--master-port: ..." -> "PET_MASTER_PORT (--master-port): ..." when the
+// flag is not on the command line but its variable is set.
+std::string name_the_variable(const CLI::App& app, const std::vector<std::string>& own,
+                              const std::string& message) {
+  std::string flag = message.substr(0, message.find(':'));
+  const CLI::Option* opt = app.get_option_no_throw(flag);
+  if (opt == nullptr || opt->get_envname().empty()) return message;
+  for (const auto& arg : own) {
+    if (!is_flag_token(arg)) continue;
+    std::string name = arg.rfind("--", 0) == 0 ? arg.substr(0, arg.find('=')) : arg.substr(0, 2);
+    if (app.get_option_no_throw(name) == opt) return message;
+  }
+  return fmt::format("{} ({}){}", opt->get_envname(), flag, message.substr(flag.size()));
+}
+
 }  // namespace
 
 parse_result parse_command_line(const std::vector<std::string>& args) {
@@ -242,8 +275,17 @@ parse_result parse_command_line(const std::vector<std::string>& args) {
         "unrecognized arguments: {} (run 'dtrun --help' for dtrun's flags; the script's own "
         "flags go after the script)",
         extras));
+  } catch (const CLI::ArgumentMismatch& e) {
+    // "--max-restarts=": CLI11 says "1 required INT:0..1000000 missing".
+    std::string line = first_line(e.what());
+    throw usage_error(fmt::format("{}: needs a value (run 'dtrun --help')",
+                                  line.substr(0, line.find(':'))));
   } catch (const CLI::ParseError& e) {
     throw usage_error(fmt::format("{} (run 'dtrun --help')", first_line(e.what())));
+  } catch (const usage_error& e) {
+    // A bad number (launcher/number_checks.h). Say so when it came from
+    // PET_<FLAG> rather than the command line.
+    throw usage_error(name_the_variable(app, own_tokens, e.what()));
   }
   record_given(app, own_tokens, o.given);
   o.master_port_given = app.get_option("--master-port")->count() > 0;
@@ -252,11 +294,10 @@ parse_result parse_command_line(const std::vector<std::string>& args) {
       app.get_option("--shutdown-timeout")->count() == 0) {
     // torchrun's newer name for the same setting, from the environment.
     if (const char* env = std::getenv("PET_SHUTDOWN_TIMEOUT"); env != nullptr && *env != '\0') {
-      try {
-        o.stop_timeout = std::stod(env);
-      } catch (const std::exception&) {
-        throw usage_error(fmt::format("PET_SHUTDOWN_TIMEOUT={} is not a number of seconds", env));
-      }
+      o.stop_timeout = static_cast<double>(
+                           parse_duration_seconds(env, "PET_SHUTDOWN_TIMEOUT", stop_timeout_limits)
+                               .count()) /
+                       1000.0;
     }
   }
   if (o.script.empty()) {

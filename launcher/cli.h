@@ -38,6 +38,9 @@ struct launch_options {
   int master_port = 29500;
   bool master_port_given = false;  // on the command line or in PET_MASTER_PORT
   std::string local_addr;
+  // Who may connect to the store dtrun hosts (docs/store.md).
+  bool store_allow_any_user = false;
+  std::string store_allow_networks;
   // Supervision.
   int max_restarts = 0;
   double monitor_interval = 0.1;  // accepted; dtrun reacts to events instead

@@ -12,18 +12,25 @@
 
 #include "agent/exit_status.h"
 #include "launcher/log_options.h"
+#include "launcher/number_parse.h"
 
 namespace dtrun::launcher {
 namespace {
 
-// A whole positive number, or nothing.
-std::optional<int> parse_positive(const std::string& text) {
-  if (text.empty() || text.size() > 6 ||
-      !std::all_of(text.begin(), text.end(), [](unsigned char c) { return std::isdigit(c); })) {
-    return std::nullopt;
+// Runs parse(); when it refuses a value that came from PET_<FLAG> rather
+// than the command line, the message names the variable too.
+template <typename Parse>
+auto naming_the_variable(const launch_options& o, const char* flag, Parse parse) {
+  try {
+    return parse();
+  } catch (const usage_error& e) {
+    auto source = o.given.find(flag);
+    if (source == o.given.end() || source->second.rfind("PET_", 0) != 0) throw;
+    std::string message = e.what();
+    auto colon = message.find(':');
+    throw usage_error(fmt::format("{} ({}){}", source->second, message.substr(0, colon),
+                                  message.substr(colon)));
   }
-  int n = std::stoi(text);
-  return n > 0 ? std::optional<int>(n) : std::nullopt;
 }
 
 int cpu_count() {
@@ -45,8 +52,7 @@ int gpu_count() {
 }
 
 int parse_nproc(const std::string& text) {
-  if (auto n = parse_positive(text)) return *n;
-  if (text == "cpu") return cpu_count();
+  if (text == "cpu") return std::min<int>(cpu_count(), max_nproc_per_node);
   if (text == "gpu") {
     int gpus = gpu_count();
     if (gpus == 0) {
@@ -56,28 +62,32 @@ int parse_nproc(const std::string& text) {
   }
   if (text == "auto") {
     int gpus = gpu_count();
-    return gpus > 0 ? gpus : cpu_count();
+    return gpus > 0 ? gpus : std::min<int>(cpu_count(), max_nproc_per_node);
   }
-  throw usage_error(fmt::format(
-      "--nproc-per-node={} is not a positive number, 'auto', 'cpu' or 'gpu'", text));
+  try {
+    return static_cast<int>(parse_integer(text, "--nproc-per-node", 1, max_nproc_per_node));
+  } catch (const usage_error&) {
+    throw usage_error(fmt::format(
+        "--nproc-per-node: '{}' is not a whole number from 1 to {}, 'auto', 'cpu' or 'gpu'", text,
+        max_nproc_per_node));
+  }
 }
 
 node_range parse_nnodes(const std::string& text) {
   auto colon = text.find(':');
-  auto bad = [&] {
-    return usage_error(fmt::format(
-        "--nnodes={} is not N or MIN:MAX with 1 <= MIN <= MAX (e.g. --nnodes=2 or --nnodes=1:4)",
-        text));
-  };
   if (colon == std::string::npos) {
-    auto n = parse_positive(text);
-    if (!n) throw bad();
-    return {*n, *n};
+    int n = static_cast<int>(parse_integer(text, "--nnodes", 1, max_nnodes));
+    return {n, n};
   }
-  auto lo = parse_positive(text.substr(0, colon));
-  auto hi = parse_positive(text.substr(colon + 1));
-  if (!lo || !hi || *lo > *hi) throw bad();
-  return {*lo, *hi};
+  int lo = static_cast<int>(parse_integer(text.substr(0, colon), "--nnodes MIN", 1, max_nnodes));
+  int hi = static_cast<int>(parse_integer(text.substr(colon + 1), "--nnodes MAX", 1, max_nnodes));
+  if (lo > hi) {
+    throw usage_error(fmt::format(
+        "--nnodes: '{}' has MIN > MAX; give N or MIN:MAX with 1 <= MIN <= MAX <= {} (e.g. "
+        "--nnodes=1:4)",
+        text, max_nnodes));
+  }
+  return {lo, hi};
 }
 
 std::vector<int> parse_signals(const std::string& list) {
@@ -112,22 +122,48 @@ std::string random_run_id() {
   return id;
 }
 
+namespace {
+
+// --store-allow-networks, parsed; the same-user rule is decided with the
+// kind of run (it guards the single-node store on loopback).
+rendezvous::store_access_options parse_store_access(const launch_options& o) {
+  rendezvous::store_access_options access;
+  try {
+    access.allowed_networks = rendezvous::parse_client_networks(o.store_allow_networks);
+  } catch (const std::invalid_argument& e) {
+    throw usage_error(fmt::format("--store-allow-networks: {}", e.what()));
+  }
+  return access;
+}
+
+nlohmann::json to_json(const rendezvous::store_access_options& a) {
+  nlohmann::json networks = nlohmann::json::array();
+  for (const auto& n : a.allowed_networks) networks.push_back(n.text);
+  return {{"same_user_only", a.same_user_only}, {"allowed_networks", networks}};
+}
+
+}  // namespace
+
 launch_config resolve_launch_config(const launch_options& o, const agent::env_map& env) {
   launch_config c;
-  c.nnodes = parse_nnodes(o.nnodes);
-  c.nproc_per_node = parse_nproc(o.nproc_per_node);
+  c.nnodes = naming_the_variable(o, "nnodes", [&] { return parse_nnodes(o.nnodes); });
+  c.nproc_per_node =
+      naming_the_variable(o, "nproc-per-node", [&] { return parse_nproc(o.nproc_per_node); });
   if (o.module && o.no_python) {
     throw usage_error("use either --no-python or -m/--module, not both");
   }
   c.logs = resolve_log_spec(o, c.nproc_per_node, env, c.warnings);
+  c.store_access = parse_store_access(o);
   if (o.standalone) {
     // As torchrun: a fresh run id; any --rdzv-* values are ignored.
     c.spec.run_id = random_run_id();
+    c.store_access.same_user_only = !o.store_allow_any_user;
   } else if (auto multi_node = resolve_multi_node(o, c.nnodes.min, c.nnodes.max,
                                                   c.nproc_per_node)) {
     c.standalone = false;
     c.spec.run_id = o.rdzv_id;
     multi_node->rendezvous.max_restarts = o.max_restarts;
+    multi_node->rendezvous.store_access = c.store_access;
     c.store_host = multi_node->rendezvous.endpoint_host;
     c.store_port = multi_node->rendezvous.endpoint_port;
     c.multi_node = std::move(multi_node);
@@ -135,18 +171,30 @@ launch_config resolve_launch_config(const launch_options& o, const agent::env_ma
     // One node and nobody to meet: the same as --standalone, but the run id
     // is the given one and an explicit --master-port is honoured.
     c.spec.run_id = o.rdzv_id;
+    c.store_access.same_user_only = !o.store_allow_any_user;
     if (o.master_port_given) {
-      if (o.master_port < 0 || o.master_port > 65535) {
-        throw usage_error(fmt::format("--master-port={} is not a port number", o.master_port));
+      if (o.master_port < 0 || o.master_port > max_port) {
+        throw usage_error(fmt::format("--master-port: '{}' is not a whole number from 0 to {}",
+                                      o.master_port, max_port));
       }
       c.store_port = static_cast<std::uint16_t>(o.master_port);
     }
+  }
+  if (!c.multi_node && !c.store_access.allowed_networks.empty()) {
+    c.warnings.push_back("--store-allow-networks has no effect on a single-node run: its store "
+                         "listens on 127.0.0.1 only");
   }
   c.spec.role = o.role;
   c.spec.local_world_size = c.nproc_per_node;
   c.spec.max_restarts = o.max_restarts;
   c.spec.use_agent_store = !c.multi_node || c.multi_node->rendezvous.workers_use_agent_store;
-  c.stop_timeout = std::chrono::milliseconds(static_cast<long long>(o.stop_timeout * 1000.0));
+  // Checked again here: options may come from elsewhere than the command
+  // line (tests, scheduler detection), and a NaN would become any duration.
+  c.stop_timeout = seconds_to_duration(o.stop_timeout, "--stop-timeout", {true, max_duration_s});
+  if (o.max_restarts < 0 || o.max_restarts > max_restarts_limit) {
+    throw usage_error(fmt::format("--max-restarts: '{}' is not a whole number from 0 to {}",
+                                  o.max_restarts, max_restarts_limit));
+  }
   c.signals = parse_signals(o.signals_to_handle);
   c.log_dir = o.log_dir;
   if (o.quiet && o.verbose) {
@@ -202,6 +250,7 @@ nlohmann::json to_json(const launch_config& c, const agent::env_map& env) {
       {"stop_timeout_s", static_cast<double>(c.stop_timeout.count()) / 1000.0},
       {"signals_to_handle", signals},
       {"use_agent_store", c.spec.use_agent_store},
+      {"store_access", to_json(c.store_access)},
       {"log_dir", c.log_dir},
       {"logs", to_json(c.logs, c.nproc_per_node)},
       {"event_log", c.report.event_log},

@@ -16,6 +16,7 @@
 #include "agent/worker_env.h"
 #include "launcher/cli.h"
 #include "launcher/rendezvous_config.h"
+#include "rendezvous/store_access.h"
 
 namespace dtrun::launcher {
 
@@ -34,6 +35,8 @@ struct launch_config {
   std::optional<multi_node_config> multi_node;
   std::string store_host = "127.0.0.1";
   std::uint16_t store_port = 0;  // 0: a free port
+  // Who may connect to the store this node hosts.
+  rendezvous::store_access_options store_access;
   agent::worker_group_spec spec;
   // What each worker runs: the program (a name, resolved on PATH when the
   // launch starts) and its arguments after argv[0].

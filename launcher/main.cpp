@@ -19,6 +19,7 @@
 #include "launcher/legacy_launch.h"
 #include "launcher/scheduler_env.h"
 #include "rendezvous/dynamic_rendezvous.h"
+#include "rendezvous/printable.h"
 #include "rendezvous/standalone_rendezvous.h"
 
 namespace {
@@ -26,7 +27,7 @@ namespace {
 using namespace dtrun;
 
 int fail(int code, const std::string& message) {
-  fmt::print(stderr, "dtrun: error: {}\n", message);
+  fmt::print(stderr, "dtrun: error: {}\n", printable(message));  // may quote a peer or the store
   return code;
 }
 
@@ -59,7 +60,8 @@ int launch(const launcher::launch_config& config, const agent::env_map& env) {
   } else {
     rendezvous = std::make_unique<rendezvous::standalone_rendezvous>(
         io, rendezvous::standalone_rendezvous_options{config.spec.run_id, config.nproc_per_node,
-                                                      config.store_host, config.store_port});
+                                                      config.store_host, config.store_port,
+                                                      config.store_access});
   }
 
   agent::agent_options options;

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "launcher/number_parse.h"
 #include "rendezvous/endpoint.h"
 
 namespace dtrun::launcher {
@@ -19,21 +20,18 @@ std::string trim(std::string s) {
   return s;
 }
 
-double seconds(const std::map<std::string, std::string>& conf, const std::string& key,
-               double fallback) {
+// Every rendezvous duration must be positive, as torchrun's
+// RendezvousTimeout demands: dtrun also uses close_timeout as the limit of
+// each store operation and keep_alive_interval as a timer period, where 0
+// would fail every operation or spin.
+constexpr duration_limits rdzv_duration_limits{false, max_duration_s};
+constexpr std::int64_t max_keep_alive_attempts = 1'000'000;
+
+std::chrono::milliseconds duration(const std::map<std::string, std::string>& conf,
+                                   const std::string& key, std::chrono::milliseconds fallback) {
   auto it = conf.find(key);
   if (it == conf.end()) return fallback;
-  try {
-    std::size_t used = 0;
-    double v = std::stod(it->second, &used);
-    if (used == it->second.size() && v >= 0) return v;
-  } catch (const std::exception&) {
-  }
-  throw usage_error(fmt::format("--rdzv-conf {}={} is not a number of seconds", key, it->second));
-}
-
-std::chrono::milliseconds ms(double s) {
-  return std::chrono::milliseconds(static_cast<long long>(s * 1000.0));
+  return parse_duration_seconds(it->second, "--rdzv-conf " + key, rdzv_duration_limits);
 }
 
 std::optional<bool> boolean(const std::map<std::string, std::string>& conf,
@@ -101,14 +99,20 @@ std::optional<multi_node_config> resolve_multi_node(const launch_options& o, int
   r.max_nodes = max_nodes;
   r.local_world_size = nproc_per_node;
   r.local_addr = o.local_addr;
-  r.join_timeout = ms(seconds(conf, "join_timeout", seconds(conf, "timeout", 600)));
-  r.last_call_timeout = ms(seconds(conf, "last_call_timeout", 30));
-  r.close_timeout = ms(seconds(conf, "close_timeout", 30));
-  r.keep_alive_interval = ms(seconds(conf, "keep_alive_interval", 5));
-  r.exit_barrier_timeout = ms(seconds(conf, "exit_barrier_timeout", 300));
-  auto attempts = seconds(conf, "keep_alive_max_attempt", 3);
-  if (attempts < 1) throw usage_error("--rdzv-conf keep_alive_max_attempt must be at least 1");
-  r.keep_alive_max_attempt = static_cast<int>(attempts);
+  using std::chrono::seconds;
+  r.join_timeout =
+      duration(conf, "join_timeout", duration(conf, "timeout", seconds(600)));
+  r.last_call_timeout = duration(conf, "last_call_timeout", seconds(30));
+  r.close_timeout = duration(conf, "close_timeout", seconds(30));
+  r.keep_alive_interval = duration(conf, "keep_alive_interval", seconds(5));
+  r.exit_barrier_timeout = duration(conf, "exit_barrier_timeout", seconds(300));
+  // Accepted for torchrun compatibility (dtrun derives these), but checked.
+  duration(conf, "read_timeout", seconds(60));
+  duration(conf, "heartbeat_timeout", seconds(30));
+  if (auto it = conf.find("keep_alive_max_attempt"); it != conf.end()) {
+    r.keep_alive_max_attempt = static_cast<int>(parse_integer(
+        it->second, "--rdzv-conf keep_alive_max_attempt", 1, max_keep_alive_attempts));
+  }
   // Say that nobody hosts the store well before giving up.
   r.no_host_warning = std::min<std::chrono::milliseconds>(std::chrono::seconds(5),
                                                            r.join_timeout / 2);
@@ -135,8 +139,9 @@ std::optional<multi_node_config> resolve_multi_node(const launch_options& o, int
       throw usage_error(fmt::format("--node-rank={} is not in 0..{} (--nnodes={})", o.node_rank,
                                     max_nodes - 1, max_nodes));
     }
-    if (o.master_port < 0 || o.master_port > 65535) {
-      throw usage_error(fmt::format("--master-port={} is not a port number", o.master_port));
+    if (o.master_port < 0 || o.master_port > max_port) {
+      throw usage_error(fmt::format("--master-port: '{}' is not a whole number from 0 to {}",
+                                    o.master_port, max_port));
     }
     r.fixed_rank = o.node_rank;
     where = o.rdzv_endpoint.empty() ? fmt::format("{}:{}", o.master_addr, o.master_port)

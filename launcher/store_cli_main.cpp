@@ -6,23 +6,56 @@
 //   ... add KEY DELTA | wait KEY... | check KEY... | delete KEY | num-keys
 //
 // Exit codes: 0 success; 1 `check` found a key missing or `delete` found
-// nothing; 2 usage error; 3 store unreachable or connection lost; 4 timed
-// out; 5 any other store error.
+// nothing; 2 usage error (CLI11's parse errors included, and every number
+// out of its range); 3 store unreachable (refused, unresolvable, nothing
+// answered within --connect-timeout) or connection lost; 4 timed out
+// waiting for a key or a reply; 5 any other store error (also `serve`
+// failing to listen).
 #include <cstdio>
 #include <iostream>
+#include <limits>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "launcher/cli.h"
+#include "launcher/number_checks.h"
 #include "rendezvous/endpoint.h"
+#include "rendezvous/store_access.h"
 #include "rendezvous/store_server.h"
 #include "rendezvous/tcp_store_client.h"
 
 namespace {
 
 using namespace dtrun::rendezvous;
+using dtrun::launcher::usage_error;
+
+constexpr int exit_usage = 2;
+constexpr int exit_unreachable = 3;
+constexpr int exit_timeout = 4;
+constexpr int exit_store_error = 5;
+
+// The largest --max-value-bytes: a store is for coordination, and the
+// server buffers a whole request (up to 4 values) in memory.
+constexpr std::int64_t max_value_bytes_limit = std::int64_t{1} << 30;
+
+// Waits and connections: positive (a 0 wait would fail at once) and at
+// most 10 years.
+constexpr dtrun::launcher::duration_limits client_duration_limits{false,
+                                                                  dtrun::launcher::max_duration_s};
+
+int usage(const std::string& message) {
+  fmt::print(stderr, "dtrun-store: error: {} (run 'dtrun-store --help')\n",
+             message.substr(0, message.find('\n')));
+  return exit_usage;
+}
+
+int fail(int code, const std::exception& e) {
+  fmt::print(stderr, "dtrun-store: {}\n", e.what());
+  return code;
+}
 
 struct client_flags {
   std::string endpoint = "127.0.0.1:29500";
@@ -32,11 +65,14 @@ struct client_flags {
   double connect_timeout_s = 10;
 };
 
-int serve(const std::string& host, std::uint16_t port, std::uint64_t max_value_bytes) {
+int serve(const std::string& host, std::uint16_t port, std::uint64_t max_value_bytes,
+          store_access_options access) {
   boost::asio::io_context io;
   store_server_options options;
   options.host = host;
   options.port = port;
+  if (auto why = same_user_rule_unavailable(access); !why.empty()) throw store_error(why);
+  options.admit = make_admit(std::move(access));
   options.limits.max_value_bytes = max_value_bytes;
   options.limits.max_request_bytes = std::max(options.limits.max_request_bytes,
                                                4 * max_value_bytes);
@@ -55,20 +91,19 @@ int serve(const std::string& host, std::uint16_t port, std::uint64_t max_value_b
 std::unique_ptr<tcp_store_client> connect(const client_flags& flags) {
   auto ep = parse_endpoint(flags.endpoint, 29500);
   if (!ep) {
-    throw CLI::ValidationError("--endpoint", "'" + flags.endpoint +
-                                                 "' is not host:port (IPv6 as [addr]:port)");
-  }
-  if (flags.dialect != "v2" && flags.dialect != "v1.13") {
-    throw CLI::ValidationError("--dialect", "must be v2 or v1.13");
+    throw usage_error(fmt::format(
+        "--endpoint: '{}' is not host:port with a port from 0 to 65535 (IPv6 as [addr]:port)",
+        flags.endpoint));
   }
   tcp_store_client_options options;
   options.host = ep->host;
   options.port = ep->port;
   options.dialect = flags.dialect == "v2" ? wire::dialect::v2 : wire::dialect::v1_13;
   options.key_prefix = flags.raw_keys ? "" : "/";
-  options.timeout = std::chrono::milliseconds(static_cast<long>(flags.timeout_s * 1000));
-  options.connect_timeout =
-      std::chrono::milliseconds(static_cast<long>(flags.connect_timeout_s * 1000));
+  options.timeout =
+      dtrun::launcher::seconds_to_duration(flags.timeout_s, "--timeout", client_duration_limits);
+  options.connect_timeout = dtrun::launcher::seconds_to_duration(
+      flags.connect_timeout_s, "--connect-timeout", client_duration_limits);
   return std::make_unique<tcp_store_client>(options);
 }
 
@@ -83,11 +118,14 @@ int main(int argc, char** argv) {
   app.add_flag("--raw-keys", flags.raw_keys,
                "address wire keys as they are (without PyTorch's '/' prefix)");
   app.add_option("--dialect", flags.dialect, "v2 (PyTorch 2.x, dtrun) or v1.13")
+      ->check(CLI::IsMember({"v2", "v1.13"}))
       ->capture_default_str();
   app.add_option("--timeout", flags.timeout_s, "seconds to wait for keys and replies")
+      ->check(dtrun::launcher::seconds_within("--timeout", client_duration_limits))
       ->capture_default_str();
   app.add_option("--connect-timeout", flags.connect_timeout_s,
                  "seconds to keep retrying the connection")
+      ->check(dtrun::launcher::seconds_within("--connect-timeout", client_duration_limits))
       ->capture_default_str();
 
   std::string host = "127.0.0.1";
@@ -97,9 +135,19 @@ int main(int argc, char** argv) {
   serve_cmd->add_option("--host", host, "address to listen on ('' for all interfaces)")
       ->capture_default_str();
   serve_cmd->add_option("--port", port, "port; 0 picks a free one (printed)")
+      ->check(dtrun::launcher::whole_number("--port", 0, dtrun::launcher::max_port))
       ->capture_default_str();
   serve_cmd->add_option("--max-value-bytes", max_value_bytes, "largest value a client may set")
+      ->check(dtrun::launcher::whole_number("--max-value-bytes", 1, max_value_bytes_limit))
       ->capture_default_str();
+  store_access_options access{.same_user_opt_out = "leaving out --same-user",
+                              .networks_option = "--allow-networks"};
+  std::string allow_networks;
+  serve_cmd->add_flag("--same-user", access.same_user_only,
+                      "admit only this user's processes on this machine (docs/store.md)");
+  serve_cmd->add_option("--allow-networks", allow_networks,
+                        "admit clients from these networks only (and this machine), "
+                        "e.g. 10.0.0.0/8,fd00::/8");
 
   std::string key, value;
   std::int64_t delta = 1;
@@ -111,7 +159,10 @@ int main(int argc, char** argv) {
   get_cmd->add_option("key", key)->required();
   auto* add_cmd = app.add_subcommand("add", "add DELTA to the counter KEY, print the result");
   add_cmd->add_option("key", key)->required();
-  add_cmd->add_option("delta", delta)->capture_default_str();
+  add_cmd->add_option("delta", delta)
+      ->check(dtrun::launcher::whole_number("add DELTA", std::numeric_limits<std::int64_t>::min(),
+                                            std::numeric_limits<std::int64_t>::max()))
+      ->capture_default_str();
   auto* wait_cmd = app.add_subcommand("wait", "wait until every KEY exists");
   wait_cmd->add_option("keys", keys)->required();
   auto* check_cmd = app.add_subcommand("check", "exit 0 when every KEY exists, else 1");
@@ -120,11 +171,42 @@ int main(int argc, char** argv) {
   delete_cmd->add_option("key", key)->required();
   auto* num_keys_cmd = app.add_subcommand("num-keys", "print the number of keys");
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help is a "parse error" with exit code 0; every real one is a
+    // usage error, exit 2 (not CLI11's own 104-109).
+    if (e.get_exit_code() == 0) return app.exit(e);
+    return usage(e.what());
+  } catch (const usage_error& e) {  // a bad number (number_checks.h)
+    return usage(e.what());
+  }
 
   try {
-    if (serve_cmd->parsed()) return serve(host, port, max_value_bytes);
-    auto client = connect(flags);
+    if (serve_cmd->parsed()) {
+      try {
+        access.allowed_networks = parse_client_networks(allow_networks);
+      } catch (const std::invalid_argument& e) {
+        return usage(fmt::format("--allow-networks: {}", e.what()));
+      }
+      return serve(host, port, max_value_bytes, std::move(access));
+    }
+  } catch (const std::exception& e) {  // cannot listen: port in use, bad host
+    return fail(exit_store_error, e);
+  }
+
+  std::unique_ptr<tcp_store_client> client;
+  try {
+    client = connect(flags);
+  } catch (const usage_error& e) {
+    return usage(e.what());
+  } catch (const store_error& e) {
+    // Refused, unresolvable, or nothing answered within --connect-timeout
+    // (that last one is a store_timeout, but the store was never reached).
+    return fail(exit_unreachable, e);
+  }
+
+  try {
     if (set_cmd->parsed()) {
       client->set(key, value);
       // SET has no reply; a round trip proves the server took it before
@@ -150,16 +232,11 @@ int main(int argc, char** argv) {
       fmt::print("{}\n", client->num_keys());
     }
     return 0;
-  } catch (const CLI::Error& e) {
-    return app.exit(e);
   } catch (const store_timeout& e) {
-    fmt::print(stderr, "dtrun-store: {}\n", e.what());
-    return 4;
+    return fail(exit_timeout, e);
   } catch (const store_connection_error& e) {
-    fmt::print(stderr, "dtrun-store: {}\n", e.what());
-    return 3;
-  } catch (const store_error& e) {
-    fmt::print(stderr, "dtrun-store: {}\n", e.what());
-    return 5;
+    return fail(exit_unreachable, e);
+  } catch (const std::exception& e) {
+    return fail(exit_store_error, e);
   }
 }

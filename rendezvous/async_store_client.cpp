@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <deque>
 #include <optional>
@@ -64,6 +65,12 @@ reply_reader no_reply() {
   return [](reply_cursor&, store_result&) { return true; };
 }
 
+// Any duration a caller passes becomes a timer setting that cannot
+// overflow the clock: negative is "now", beyond no_timeout is no_timeout.
+store_duration bounded(store_duration d) {
+  return std::clamp(d, store_duration::zero(), no_timeout);
+}
+
 std::string describe(const std::vector<std::string>& keys) {
   return fmt::format("'{}'", fmt::join(keys, "', '"));
 }
@@ -88,27 +95,55 @@ class async_store_client::impl : public std::enable_shared_from_this<async_store
         endpoint_text_(fmt::format("{}:{}", options_.host, options_.port)),
         socket_(io),
         timer_(io),
+        retry_timer_(io),
         resolver_(io) {}
 
   // --- connecting -------------------------------------------------------
 
   void connect(store_callback done) {
+    if (closed_ || connect_started_) {
+      // Exactly one completion per call, from the loop as always.
+      auto error = std::make_exception_ptr(store_connection_error(
+          closed_ ? fmt::format("the connection to the store at {} is closed", endpoint_text_)
+                  : fmt::format("connect() was already called for the store at {}",
+                                endpoint_text_)));
+      asio::post(io_, [done = std::move(done), error] { done({.error = error}); });
+      return;
+    }
+    connect_started_ = true;
     connect_done_ = std::move(done);
-    connect_deadline_ = store_clock::now() + options_.connect_timeout;
+    connect_deadline_ = store_clock::now() + bounded(options_.connect_timeout);
     backoff_ = std::chrono::milliseconds(10);
     try_connect();
   }
 
   void try_connect() {
     auto self = shared_from_this();
+    // The attempt itself ends at the deadline: a host that drops SYNs (down,
+    // firewalled, a full accept queue) would hold it for the kernel's
+    // retries, minutes beyond connect_timeout.
+    attempt_expired_ = false;
+    retry_timer_.expires_at(connect_deadline_);
+    retry_timer_.async_wait(
+        [self, armed = ++retry_generation_](const boost::system::error_code& ec) {
+          if (ec || self->closed_ || self->connected_ || armed != self->retry_generation_) return;
+          self->attempt_expired_ = true;
+          boost::system::error_code ignored;
+          self->resolver_.cancel();
+          self->socket_.close(ignored);  // its handler runs with an error (or a stale success)
+        });
     resolver_.async_resolve(
         options_.host, std::to_string(options_.port), tcp::resolver::numeric_service,
         [self](const boost::system::error_code& ec, tcp::resolver::results_type results) {
           if (self->closed_) return;
+          if (self->attempt_expired_) return self->retry_connect("no answer");
           if (ec) return self->retry_connect(ec.message());
           asio::async_connect(self->socket_, results,
                               [self](const boost::system::error_code& e, const tcp::endpoint&) {
                                 if (self->closed_) return;
+                                // Checked first: a success queued before the
+                                // deadline closed the socket is no success.
+                                if (self->attempt_expired_) return self->retry_connect("no answer");
                                 if (e) return self->retry_connect(e.message());
                                 self->on_connected();
                               });
@@ -128,13 +163,19 @@ class async_store_client::impl : public std::enable_shared_from_this<async_store
     backoff_ = std::min<std::chrono::milliseconds>(backoff_ * 2, std::chrono::seconds(1));
     boost::system::error_code ignored;
     socket_.close(ignored);
-    timer_.expires_after(pause);
-    timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
-      if (!ec && !self->closed_) self->try_connect();
+    // Its own timer and generation: an expiry that was already queued when
+    // the timer was re-armed or the client connected or closed is stale.
+    retry_timer_.expires_after(pause);
+    retry_timer_.async_wait([self = shared_from_this(),
+                             armed = ++retry_generation_](const boost::system::error_code& ec) {
+      if (ec || self->closed_ || self->connected_ || armed != self->retry_generation_) return;
+      self->try_connect();
     });
   }
 
   void on_connected() {
+    ++retry_generation_;  // the attempt's deadline no longer applies
+    retry_timer_.cancel();
     boost::system::error_code ignored;
     socket_.set_option(tcp::no_delay(true), ignored);
     connected_ = true;
@@ -238,16 +279,32 @@ class async_store_client::impl : public std::enable_shared_from_this<async_store
                       });
   }
 
+  // A timeout acts only on the operation that armed it. Asio runs a wait's
+  // handler with success when the timer had expired before cancel() or
+  // expires_after(), so "cancelled" handlers still run: each arming gets a
+  // generation number, the handler carries it and the operation's id, and
+  // does nothing unless both still describe the head in flight. Completing
+  // or closing bumps the generation (disarm), so does re-arming after
+  // CANCEL_WAIT: a stale first expiry cannot act on the second arming.
   void arm_timer() {
     auto& head = queue_.front();
-    timer_.expires_after(head.wait_timeout && !head.cancelling ? *head.wait_timeout
-                                                                : options_.timeout);
-    timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
-      if (!ec && !self->closed_) self->on_timeout();
+    timer_.expires_after(bounded(head.wait_timeout && !head.cancelling ? *head.wait_timeout
+                                                                        : options_.timeout));
+    timer_.async_wait([self = shared_from_this(), id = head.id,
+                       armed = ++timer_generation_](const boost::system::error_code& ec) {
+      if (ec || armed != self->timer_generation_) return;
+      self->on_timeout(id);
     });
   }
 
-  void on_timeout() {
+  void disarm_timer() {
+    ++timer_generation_;
+    timer_.cancel();
+  }
+
+  void on_timeout(std::uint64_t id) {
+    if (closed_ || !in_flight_ || !sent_ || queue_.empty() || queue_.front().id != id) return;
+    disarm_timer();  // this arming is used up
     auto& head = queue_.front();
     if (head.wait_timeout && !head.cancelling && options_.dialect == wire::dialect::v2) {
       // Ask the server to drop the wait; it answers WAIT_CANCELED, after a
@@ -326,7 +383,7 @@ class async_store_client::impl : public std::enable_shared_from_this<async_store
       auto done = std::move(head.done);
       queue_.pop_front();
       in_flight_ = false;
-      timer_.cancel();
+      disarm_timer();
       done(std::move(result));
       pump();
     }
@@ -353,7 +410,9 @@ class async_store_client::impl : public std::enable_shared_from_this<async_store
     closed_ = true;
     connected_ = false;
     boost::system::error_code ignored;
-    timer_.cancel();
+    disarm_timer();
+    ++retry_generation_;
+    retry_timer_.cancel();
     resolver_.cancel();
     socket_.close(ignored);
     auto pending = std::move(queue_);
@@ -368,7 +427,8 @@ class async_store_client::impl : public std::enable_shared_from_this<async_store
   tcp_store_client_options options_;
   std::string endpoint_text_;
   tcp::socket socket_;
-  asio::steady_timer timer_;
+  asio::steady_timer timer_;        // the head operation's timeout
+  asio::steady_timer retry_timer_;  // a connection attempt's deadline, then the pause after it
   tcp::resolver resolver_;
   std::mt19937 rng_{std::random_device{}()};
   std::chrono::milliseconds backoff_{10};
@@ -379,7 +439,11 @@ class async_store_client::impl : public std::enable_shared_from_this<async_store
   std::size_t begin_ = 0, end_ = 0;
   std::string cancel_request_;
   bool connected_ = false, in_flight_ = false, sent_ = false, closed_ = false;
+  bool connect_started_ = false;
+  bool attempt_expired_ = false;  // the current connection attempt ran out of time
   std::uint64_t last_id_ = 0;
+  std::uint64_t timer_generation_ = 0;  // bumped by every arm and disarm of timer_
+  std::uint64_t retry_generation_ = 0;  // likewise for retry_timer_
 };
 
 std::shared_ptr<async_store_client> async_store_client::create(asio::io_context& io,

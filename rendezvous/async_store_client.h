@@ -8,6 +8,10 @@
 // could be answered first and the replies could not be matched. Code that
 // must keep talking while it waits opens a second client.
 //
+// Every callback runs exactly once, from the loop. A timeout acts only on
+// the operation that armed it (docs/rendezvous.md, Timers); timeouts are
+// clamped to [0, no_timeout].
+//
 // A lost connection fails the operation in flight and every queued one
 // with store_connection_error; the client does not reconnect by itself
 // (the caller knows whether replaying is safe).
@@ -45,8 +49,11 @@ class async_store_client : public std::enable_shared_from_this<async_store_clien
                                                     tcp_store_client_options options);
   ~async_store_client();
 
-  // Connects, retrying with backoff and jitter until connect_timeout, then
-  // validates (v2). Operations called before it completes are queued.
+  // Connects, retrying with backoff and jitter until connect_timeout (an
+  // attempt that gets no answer ends then too), then validates (v2).
+  // Operations called before it completes are queued. Call it once: a
+  // second call, or one after close(), completes (from the loop) with
+  // store_connection_error.
   void connect(store_callback done);
 
   void set(std::string key, std::string value, store_callback done);

@@ -100,6 +100,12 @@ std::vector<int> assign_ranks(const std::vector<node_descriptor>& nodes) {
   return rank;
 }
 
+// A timer setting that cannot overflow the clock, whatever value the
+// options hold: negative is "now", beyond no_timeout is no_timeout.
+std::chrono::milliseconds bounded(std::chrono::milliseconds d) {
+  return std::clamp<std::chrono::milliseconds>(d, std::chrono::milliseconds::zero(), no_timeout);
+}
+
 std::exception_ptr error_of(const std::string& message) {
   return std::make_exception_ptr(store_error(message));
 }
@@ -154,8 +160,10 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
     if (options_.host_store) {
       // Every interface: the other nodes reach us through the endpoint's
       // address, whichever interface that is.
-      server_ = std::make_unique<store_server>(io_, store_server_options{
-                                                        .host = "", .port = options_.endpoint_port});
+      server_ = std::make_unique<store_server>(
+          io_, store_server_options{.host = "",
+                                    .port = options_.endpoint_port,
+                                    .admit = make_admit(options_.store_access)});
       options_.log(fmt::format("hosting the rendezvous store on port {}", server_->port()));
     }
   }
@@ -192,10 +200,11 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
     auto failed = std::make_shared<std::exception_ptr>();
     warn_if_no_host();
     auto self = shared_from_this();
-    auto one_done = [self, pending, failed, then](store_result r) {
+    auto one_done = [self, pending, failed, then, epoch = epoch_](store_result r) {
+      if (self->epoch_ != epoch) return;  // clients a later round closed
       if (r.error && !*failed) *failed = r.error;
       if (--*pending > 0) return;
-      self->warning_timer_.cancel();
+      self->cancel(self->warning_timer_, self->warning_armed_);
       if (*failed) {
         then(*failed);
         return;
@@ -215,9 +224,12 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
 
   void warn_if_no_host() {
     if (server_) return;
-    warning_timer_.expires_after(options_.no_host_warning);
-    warning_timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
-      if (ec) return;
+    warning_timer_.expires_after(bounded(options_.no_host_warning));
+    warning_timer_.async_wait([self = shared_from_this(), armed = ++warning_armed_](
+                                  const boost::system::error_code& ec) {
+      // Connected (or failed) meanwhile: an expiry queued before the
+      // cancel must not say that nobody answers.
+      if (ec || armed != self->warning_armed_) return;
       self->options_.log(fmt::format(
           "no store answers at {}:{} yet; the agent on that host hosts it: check that "
           "--rdzv-endpoint names the first node's address (or pass --rdzv-conf is_host=1 "
@@ -230,6 +242,14 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   // --- joining ----------------------------------------------------------
 
   void next_round(completion done) {
+    if (auto abandoned = std::exchange(done_, nullptr)) {
+      // Still exactly once: the call this one replaces ends with an error.
+      asio::post(io_, [abandoned] {
+        abandoned(error_of("the round was abandoned: next_round() was called again before it "
+                           "completed"),
+                  {});
+      });
+    }
     done_ = std::move(done);
     on_over_ = nullptr;
     pending_over_.clear();
@@ -238,16 +258,19 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
     ++epoch_;
     round_over_ = false;
     all_done_ = false;
-    heartbeat_timer_.cancel();
+    cancel(heartbeat_timer_, heartbeat_armed_);
+    cancel(deadline_timer_, deadline_armed_);
     auto self = shared_from_this();
-    reconnect([self](std::exception_ptr error) {
+    reconnect([self, epoch = epoch_](std::exception_ptr error) {
       if (error) return self->fail(error);
       // A job that failed on another node is over for us too.
-      self->ops_->check({self->key("failed")}, [self](store_result f) {
+      self->ops_->check({self->key("failed")}, [self, epoch](store_result f) {
+        if (self->epoch_ != epoch) return;  // a stale round's reply
         if (f.error) return self->fail(f.error);
         if (f.flag) return self->report_job_failed();
         // The newest round anyone started; 0 when we are first.
-        self->ops_->add(self->key("round"), 0, [self](store_result r) {
+        self->ops_->add(self->key("round"), 0, [self, epoch](store_result r) {
+          if (self->epoch_ != epoch) return;  // a stale round's reply
           if (r.error) return self->fail(r.error);
           self->look_at_round(std::max<std::int64_t>(r.number, self->last_round_ + 1));
         });
@@ -259,9 +282,12 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   // (set before `failed`, on the same connection), for the summary.
   void report_job_failed() {
     auto self = shared_from_this();
-    ops_->get(key("failed"), options_.close_timeout, [self](store_result why) {
+    auto epoch = epoch_;
+    ops_->get(key("failed"), options_.close_timeout, [self, epoch](store_result why) {
+      if (self->epoch_ != epoch) return;  // a stale round's reply
       self->ops_->get(self->key("failed_round"), self->options_.close_timeout,
-                      [self, why](store_result r) {
+                      [self, why, epoch](store_result r) {
+                        if (self->epoch_ != epoch) return;  // a stale round's reply
                         std::int64_t failed_round = self->last_round_;
                         try {
                           if (!r.error) failed_round = std::stoll(r.value);
@@ -340,11 +366,14 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   // in (when there is room) and join the next one.
   void look_at_round(std::int64_t r) {
     auto self = shared_from_this();
-    ops_->check({round_key(r, "closed")}, [self, r](store_result c) {
+    auto epoch = epoch_;
+    ops_->check({round_key(r, "closed")}, [self, r, epoch](store_result c) {
+      if (self->epoch_ != epoch) return;  // a stale round's reply
       if (c.error) return self->fail(c.error);
       if (!c.flag) return self->join(r);
       self->ops_->get(self->round_key(r, "closed"), self->options_.close_timeout,
-                      [self, r](store_result n) {
+                      [self, r, epoch](store_result n) {
+                        if (self->epoch_ != epoch) return;  // a stale round's reply
                         if (n.error) return self->fail(n.error);
                         self->wait_for_next_round(r, std::stoi(n.value));
                       });
@@ -353,6 +382,7 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
 
   void wait_for_next_round(std::int64_t r, int members) {
     auto self = shared_from_this();
+    auto epoch = epoch_;
     if (members < options_.max_nodes) {
       options_.log(fmt::format("round {} is running with {} of at most {} nodes; asking to join",
                                r, members, options_.max_nodes));
@@ -360,7 +390,8 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
       return join(r + 1);
     }
     options_.log(fmt::format("round {} is full ({} nodes); waiting for the next one", r, members));
-    waits_->wait({round_key(r, "over")}, options_.join_timeout, [self, r](store_result w) {
+    waits_->wait({round_key(r, "over")}, options_.join_timeout, [self, r, epoch](store_result w) {
+      if (self->epoch_ != epoch) return;  // a stale round's reply
       if (w.error) return self->fail(w.error);
       self->join(r + 1);
     });
@@ -369,8 +400,10 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   void join(std::int64_t r) {
     round_ = r;
     auto self = shared_from_this();
+    auto epoch = epoch_;
     ops_->compare_set(key("round"), std::to_string(r - 1), std::to_string(r), [](store_result) {});
-    ops_->add(round_key(r, "joined"), 1, [self, r](store_result a) {
+    ops_->add(round_key(r, "joined"), 1, [self, r, epoch](store_result a) {
+      if (self->epoch_ != epoch) return;  // a stale round's reply
       if (a.error) return self->fail(a.error);
       int index = static_cast<int>(a.number);
       self->arrival_ = index;
@@ -390,10 +423,16 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
       } else if (index == self->options_.min_nodes) {
         // Enough nodes: give latecomers last_call_timeout, then close with
         // whoever is there.
-        self->deadline_timer_.expires_after(self->options_.last_call_timeout);
-        self->deadline_timer_.async_wait([self, r](const boost::system::error_code& ec) {
-          if (ec || self->round_ != r) return;
-          self->ops_->add(self->round_key(r, "joined"), 0, [self, r](store_result n) {
+        self->deadline_timer_.expires_after(bounded(self->options_.last_call_timeout));
+        self->deadline_timer_.async_wait([self, r, epoch, armed = ++self->deadline_armed_](
+                                             const boost::system::error_code& ec) {
+          // Only this arming: not an expiry queued before the round closed
+          // or before a later round (maybe with the same number) re-armed it.
+          if (ec || armed != self->deadline_armed_ || self->epoch_ != epoch || self->round_ != r) {
+            return;
+          }
+          self->ops_->add(self->round_key(r, "joined"), 0, [self, r, epoch](store_result n) {
+            if (self->epoch_ != epoch) return;  // a stale round's reply
             if (n.error) return self->fail(n.error);
             self->close_round(r, static_cast<int>(std::min<std::int64_t>(
                                      n.number, self->options_.max_nodes)));
@@ -408,8 +447,10 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   // count win and everyone reads the same one.
   void close_round(std::int64_t r, int members) {
     auto self = shared_from_this();
+    auto epoch = epoch_;
     auto count = std::to_string(members);
-    ops_->compare_set(round_key(r, "closed"), "", count, [self, r, count](store_result c) {
+    ops_->compare_set(round_key(r, "closed"), "", count, [self, r, count, epoch](store_result c) {
+      if (self->epoch_ != epoch) return;  // a stale round's reply
       if (c.error) return self->fail(c.error);
       if (c.value != count) return;  // someone else closed it, with another count
       self->publish_ranks(r, std::stoi(count));
@@ -420,7 +461,9 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
     std::vector<std::string> keys;
     for (int i = 1; i <= members; ++i) keys.push_back(round_key(r, fmt::format("node/{}", i)));
     auto self = shared_from_this();
-    ops_->multi_get(keys, options_.close_timeout, [self, r](store_result all) {
+    auto epoch = epoch_;
+    ops_->multi_get(keys, options_.close_timeout, [self, r, epoch](store_result all) {
+      if (self->epoch_ != epoch) return;  // a stale round's reply
       if (all.error) return self->fail(all.error);
       std::vector<node_descriptor> nodes;
       try {
@@ -445,12 +488,14 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
 
   void await_close(std::int64_t r) {
     auto self = shared_from_this();
-    waits_->get(round_key(r, "closed"), options_.join_timeout, [self, r](store_result c) {
+    auto epoch = epoch_;
+    waits_->get(round_key(r, "closed"), options_.join_timeout, [self, r, epoch](store_result c) {
+      if (self->epoch_ != epoch) return;  // a stale round's reply
       if (c.error) {
         return self->fail(error_of(fmt::format(
             "round {} did not gather {} node(s) within the join timeout ({} s); start the "
             "missing nodes or lower --nnodes",
-            r, self->options_.min_nodes, self->options_.join_timeout.count() / 1000)));
+            r, self->options_.min_nodes, self->options_.join_timeout.count() / 1000.0)));
       }
       int members = std::stoi(c.value);
       if (self->arrival_ > members) {
@@ -458,7 +503,8 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
         return self->wait_for_next_round(r, members);
       }
       self->waits_->get(self->round_key(r, "ranks"), self->options_.close_timeout,
-                        [self, r, members](store_result t) {
+                        [self, r, members, epoch](store_result t) {
+                          if (self->epoch_ != epoch) return;  // a stale round's reply
                           if (t.error) return self->fail(t.error);
                           self->complete_round(r, members, t.value);
                         });
@@ -503,7 +549,7 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
     group_rank_ = info.group_rank;
     members_ = members;
     last_round_ = r;
-    deadline_timer_.cancel();
+    cancel(deadline_timer_, deadline_armed_);
     // If this node dies, its connection closes and the server ends the
     // round for everyone at once.
     ops_->set(will_key(), fmt::format("/{}\nnode {} ({}) was lost", round_key(r, "over"),
@@ -526,7 +572,7 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
       // lost connection then is the end of the job, not of the round.
       if (o.error && self->all_done_) return;
       self->round_over_ = true;
-      self->heartbeat_timer_.cancel();
+      self->cancel(self->heartbeat_timer_, self->heartbeat_armed_);
       std::string reason = o.error ? "the connection to the rendezvous store was lost" : o.value;
       if (auto cb = std::exchange(self->on_over_, nullptr)) {
         cb(reason);
@@ -549,17 +595,35 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
     schedule_heartbeat(r);
   }
 
+  // The next beat is armed when the store has counted this one, so a
+  // short (even 0) interval cannot queue operations faster than the store
+  // answers them.
   void schedule_heartbeat(std::int64_t r) {
-    heartbeat_timer_.expires_after(options_.keep_alive_interval);
-    heartbeat_timer_.async_wait([self = shared_from_this(), r](const boost::system::error_code& ec) {
-      if (ec || self->round_ != r || self->round_over_) return;
+    heartbeat_timer_.expires_after(bounded(options_.keep_alive_interval));
+    heartbeat_timer_.async_wait([self = shared_from_this(), r, epoch = epoch_,
+                                 armed = ++heartbeat_armed_](const boost::system::error_code& ec) {
+      // Only this arming, of this round: an expiry queued before a cancel
+      // must not beat for a round that is over or re-arm the timer.
+      if (ec || armed != self->heartbeat_armed_ || self->epoch_ != epoch || self->round_ != r ||
+          self->round_over_) {
+        return;
+      }
       self->ops_->add(self->round_key(r, fmt::format("hb/{}", self->group_rank_)), 1,
-                      [](store_result) {});
+                      [self, r, epoch](store_result h) {
+                        if (h.error || self->epoch_ != epoch || self->round_ != r ||
+                            self->round_over_) {
+                          return;
+                        }
+                        self->schedule_heartbeat(r);
+                      });
       if (self->members_ > 1) {
         int next = (self->group_rank_ + 1) % self->members_;
         self->ops_->add(self->round_key(r, fmt::format("hb/{}", next)), 0,
-                        [self, r, next](store_result h) {
-                          if (h.error || self->round_ != r || self->round_over_) return;
+                        [self, r, next, epoch](store_result h) {
+                          if (h.error || self->epoch_ != epoch || self->round_ != r ||
+                              self->round_over_) {
+                            return;
+                          }
                           if (h.number == self->last_seen_) {
                             if (++self->misses_ >= self->options_.keep_alive_max_attempt) {
                               self->ops_->set(
@@ -574,7 +638,6 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
                           }
                         });
       }
-      self->schedule_heartbeat(r);
     });
   }
 
@@ -590,7 +653,7 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   void report_failure(std::string reason, restart_completion done) {
     auto self = shared_from_this();
     round_over_ = true;  // our own doing: no on_over callback
-    heartbeat_timer_.cancel();
+    cancel(heartbeat_timer_, heartbeat_armed_);
     ops_->add(key("restarts"), 1, [self, reason, done](store_result n) {
       if (n.error) return done(n.error, 0);
       if (n.number > self->options_.max_restarts) {
@@ -619,7 +682,7 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   void fail_job(std::string reason, std::function<void()> done) {
     auto self = shared_from_this();
     round_over_ = true;
-    heartbeat_timer_.cancel();
+    cancel(heartbeat_timer_, heartbeat_armed_);
     auto why = fmt::format("node {}: {}", group_rank_, reason);
     mark_job_failed(why);
     ops_->set(round_key(round_, "over"), why, [](store_result) {});
@@ -669,7 +732,7 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   // ended badly and try to rejoin a store that is gone.
   void leave(std::int64_t r, bool everyone_done) {
     all_done_ = everyone_done;
-    heartbeat_timer_.cancel();
+    cancel(heartbeat_timer_, heartbeat_armed_);
     if (!everyone_done) return finish_with(nullptr);
     auto self = shared_from_this();
     ops_->add(round_key(r, "left"), 1, [self, r](store_result n) {
@@ -688,15 +751,23 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   }
 
   void fail(std::exception_ptr error) {
-    deadline_timer_.cancel();
-    warning_timer_.cancel();
+    cancel(deadline_timer_, deadline_armed_);
+    cancel(warning_timer_, warning_armed_);
     if (auto done = std::exchange(done_, nullptr)) done(error, {});
   }
 
+  // Cancels `timer` and retires its current arming: a handler whose
+  // expiry was queued before the cancel (Asio then runs it with success)
+  // sees a generation that is no longer current and does nothing.
+  static void cancel(asio::steady_timer& timer, std::uint64_t& armed) {
+    ++armed;
+    timer.cancel();
+  }
+
   void shutdown() {
-    heartbeat_timer_.cancel();
-    deadline_timer_.cancel();
-    warning_timer_.cancel();
+    cancel(heartbeat_timer_, heartbeat_armed_);
+    cancel(deadline_timer_, deadline_armed_);
+    cancel(warning_timer_, warning_armed_);
     round_over_ = true;
     if (ops_) ops_->close();
     if (waits_) waits_->close();
@@ -721,6 +792,8 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   std::uint64_t epoch_ = 0;  // next_round() calls so far
   std::int64_t last_seen_ = -1;
   int misses_ = 0;
+  // Generations of the three timers: bumped by every arm and cancel.
+  std::uint64_t heartbeat_armed_ = 0, deadline_armed_ = 0, warning_armed_ = 0;
 };
 
 dynamic_rendezvous::dynamic_rendezvous(asio::io_context& io, dynamic_rendezvous_options options)

@@ -20,6 +20,7 @@
 #include <boost/asio/io_context.hpp>
 
 #include "rendezvous/rendezvous_handler.h"
+#include "rendezvous/store_access.h"
 
 namespace dtrun::rendezvous {
 
@@ -55,6 +56,8 @@ struct dynamic_rendezvous_options {
   int max_restarts = 0;
   // How long to wait for the store before saying that nobody hosts it.
   std::chrono::milliseconds no_host_warning = std::chrono::seconds(5);
+  // Who may connect to the store this node hosts (--store-allow-networks).
+  store_access_options store_access;
   std::function<void(const std::string&)> log;
 };
 
@@ -64,6 +67,9 @@ class dynamic_rendezvous final : public rendezvous_handler {
   dynamic_rendezvous(boost::asio::io_context& io, dynamic_rendezvous_options options);
   ~dynamic_rendezvous() override;
 
+  // As rendezvous_handler's; calling it again before `done` ran abandons
+  // that call, which then completes with a store_error, and no reply of
+  // the abandoned round acts on the new one.
   void next_round(completion done) override;
   const std::string& run_id() const override;
   void shutdown() override;

@@ -4,14 +4,22 @@
 
 #include <boost/asio/post.hpp>
 
+#include "rendezvous/store.h"
+
 namespace dtrun::rendezvous {
 
 standalone_rendezvous::standalone_rendezvous(boost::asio::io_context& io,
                                              standalone_rendezvous_options options)
     : io_(io), options_(std::move(options)) {
+  // Fail the launch with one line, rather than refuse every worker, where
+  // the same-user rule cannot work (no socket diagnostics in a sandbox).
+  if (auto why = same_user_rule_unavailable(options_.access); !why.empty()) {
+    throw store_error(why);
+  }
   store_server_options server_options;
   server_options.host = options_.host;
   server_options.port = options_.port;
+  server_options.admit = make_admit(options_.access);
   server_ = std::make_unique<store_server>(io_, std::move(server_options));
 }
 

@@ -12,6 +12,7 @@
 #include <boost/asio/io_context.hpp>
 
 #include "rendezvous/rendezvous_handler.h"
+#include "rendezvous/store_access.h"
 #include "rendezvous/store_server.h"
 
 namespace dtrun::rendezvous {
@@ -24,6 +25,9 @@ struct standalone_rendezvous_options {
   std::string host = "127.0.0.1";
   // 0 picks a free port (no EADDRINUSE races on a fixed port).
   std::uint16_t port = 0;
+  // Who may connect: by default only this user's processes, since any
+  // local user can reach loopback (docs/store.md, "Who may connect").
+  store_access_options access{.same_user_only = true};
 };
 
 class standalone_rendezvous final : public rendezvous_handler {

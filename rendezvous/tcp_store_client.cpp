@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <random>
 
 #include <boost/asio/connect.hpp>
@@ -27,6 +28,16 @@ std::string describe(const std::vector<std::string>& keys) {
 
 // Blocking calls are asynchronous operations on a private io_context run
 // until a deadline: one mechanism gives every call its timeout.
+namespace {
+
+// now + d without overflowing the clock, whatever the caller passed:
+// negative is now, beyond no_timeout is no_timeout.
+store_clock::time_point deadline_after(store_duration d) {
+  return store_clock::now() + std::clamp(d, store_duration::zero(), no_timeout);
+}
+
+}  // namespace
+
 class tcp_store_client::impl {
  public:
   explicit impl(tcp_store_client_options options)
@@ -36,7 +47,7 @@ class tcp_store_client::impl {
   // --- connection -------------------------------------------------------
 
   void connect() {
-    const auto deadline = store_clock::now() + options_.connect_timeout;
+    const auto deadline = deadline_after(options_.connect_timeout);
     std::mt19937 rng(std::random_device{}());
     auto backoff = std::chrono::milliseconds(10);
     std::string last_error;
@@ -94,7 +105,9 @@ class tcp_store_client::impl {
         handshake_rejected_ = true;
         throw store_connection_error(
             "the server closed the connection after the PyTorch 2.x handshake; if it is a "
-            "PyTorch 1.13 TCPStore, use the 1.13 dialect (dtrun-store --dialect v1.13)");
+            "PyTorch 1.13 TCPStore, use the 1.13 dialect (dtrun-store --dialect v1.13); if it "
+            "is a dtrun store, its log says why it refused this client (same-user rule, "
+            "allowed networks)");
       }
       if (!answered) {
         close();
@@ -136,7 +149,7 @@ class tcp_store_client::impl {
     return wire::encode_request(options_.dialect, r);
   }
 
-  store_clock::time_point reply_deadline() const { return store_clock::now() + options_.timeout; }
+  store_clock::time_point reply_deadline() const { return deadline_after(options_.timeout); }
 
   std::string key(std::string_view k) const { return options_.key_prefix + std::string(k); }
   std::vector<std::string> keys(const std::vector<std::string>& ks) const {
@@ -148,7 +161,7 @@ class tcp_store_client::impl {
 
   void wait(const std::vector<std::string>& user_keys, store_duration timeout) {
     request({.kind = op::wait, .keys = keys(user_keys)});
-    auto deadline = store_clock::now() + timeout;
+    auto deadline = deadline_after(timeout);
     std::uint8_t reply = 0;
     try {
       // A one-byte reply cannot be half-read, so a timeout leaves the

@@ -173,14 +173,15 @@ def test_node_added_mid_training_joins_the_group(tmp_path):
 def test_unreachable_endpoint_fails_cleanly(tmp_path):
     with netns_hosts.Hosts(2) as hosts:
         e = env()
-        start = time.monotonic()
-        # Nobody runs on host 1, so nobody hosts the store.
+        # Nobody runs on host 1, so nobody hosts the store. join_timeout=2
+        # must end it: finish() fails the test on a hang (its bound is far
+        # above 2 s so that a loaded machine cannot fail it, and far below
+        # the default join timeout of 600 s that a dtrun ignoring the flag
+        # would wait).
         p = hosts.start(2, [str(dh.DTRUN), "--nnodes=2", "--nproc-per-node=1",
                             f"--rdzv-endpoint={hosts.addr(1)}:{PORT}",
                             "--rdzv-conf=join_timeout=2", "--no-python", "/bin/true"], e)
-        (code, _, stderr), = finish([p], timeout=60)
-        elapsed = time.monotonic() - start
+        (code, _, stderr), = finish([p], timeout=120)
     assert code != 0
     assert "could not reach the store" in stderr
-    assert elapsed < 30
     assert dh.gone_within(e["DTRUN_TEST_MARK"]) == []

@@ -12,6 +12,7 @@ Tasks share the machine's file system, so result files and FIFOs in a
 temporary folder are seen by the test and by both nodes."""
 
 import collections
+import fcntl
 import json
 import os
 import re
@@ -56,20 +57,61 @@ def packages_reason():
     return None
 
 
+# The test cluster is one per machine (its bridge, subnet, slurmctld port
+# and state file are fixed), so two suites on one machine (two clones, CI
+# beside a developer) take turns: each holds this lock from start to stop.
+# Without it the second one's start fails and its clean-up stops the
+# first one's cluster under its running jobs.
+CLUSTER_LOCK = "/run/dtrun-slurm-cluster.lock"
+LOCK_WAIT_S = 300
+
+
+def lock_cluster():
+    """The cluster lock's file, locked; waits (bounded) for another holder."""
+    f = open(CLUSTER_LOCK, "a")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return f
+    except BlockingIOError:
+        print(f"waiting up to {LOCK_WAIT_S} s for another Slurm test cluster ({CLUSTER_LOCK})")
+    # SIGALRM interrupts the blocking flock: a bounded wait, no polling.
+    def give_up(*_):
+        raise TimeoutError(f"another Slurm test cluster held {CLUSTER_LOCK} "
+                           f"for more than {LOCK_WAIT_S} s")
+    previous = signal.signal(signal.SIGALRM, give_up)
+    signal.alarm(LOCK_WAIT_S)
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX)
+    except BaseException:
+        f.close()
+        raise
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    return f
+
+
 @pytest.fixture(scope="module")
 def slurm_conf():
     reason = packages_reason()
     if reason:
         print(f"skipping the Slurm tests: {reason}")
         pytest.skip(reason)
-    try:
-        r = subprocess.run([str(CLUSTER), "start"], capture_output=True, text=True, timeout=120)
-        assert r.returncode == 0, f"scripts/slurm-cluster start failed:\n{r.stderr}"
-        conf = re.search(r"^export SLURM_CONF=(\S+)$", r.stdout, re.M)
-        assert conf, r.stdout
-        yield conf.group(1)
-    finally:
-        subprocess.run([str(CLUSTER), "stop"], capture_output=True, timeout=120)
+    with lock_cluster():
+        try:
+            # A cluster still up now is the remains of a killed run (a suite
+            # holding the lock would be using it): it goes, so that one lost
+            # run does not fail every later one with "already running".
+            subprocess.run([str(CLUSTER), "stop"], capture_output=True, timeout=120)
+            r = subprocess.run([str(CLUSTER), "start"], capture_output=True, text=True,
+                               timeout=120)
+            assert r.returncode == 0, f"scripts/slurm-cluster start failed:\n{r.stderr}"
+            conf = re.search(r"^export SLURM_CONF=(\S+)$", r.stdout, re.M)
+            assert conf, r.stdout
+            yield conf.group(1)
+        finally:
+            # Ours to stop (we hold the lock): also the remains of a failed start.
+            subprocess.run([str(CLUSTER), "stop"], capture_output=True, timeout=120)
 
 
 @pytest.fixture

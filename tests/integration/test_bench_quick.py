@@ -8,6 +8,10 @@ Replaces the store and rendezvous benchmarks' own smoke tests: the store's
 load client reports no error (the store benchmark exits non-zero otherwise),
 every real agent of the rendezvous got its rank and exited 0, and the
 in-process round costs O(1) store requests per node.
+
+torchrun is only a comparison here: when it fails (the benchmark prints
+"anchor torchrun failed: ..."), the failure is printed, its anchor cells
+must then read "-" (not measured), and dtrun's results are still checked.
 """
 
 import json
@@ -23,6 +27,23 @@ sys.path.insert(0, str(SOURCE_DIR / "tests" / "pyhelpers"))
 import netns_hosts  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+ANCHOR_FAILED = "anchor torchrun failed:"
+
+
+def bench_env(**extra: str) -> dict:
+    """Our environment without the benchmarks' anchor overrides
+    (DTRUN_BENCH_TORCHRUN/_PYTHON): the suite measures the repository's own."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DTRUN_BENCH_")}
+    env.update(extra)
+    return env
+
+
+def anchor_failures(stderr: str, bench: str) -> list[str]:
+    """What one benchmark said of its anchor's failures, from
+    "anchor torchrun failed:" on (bench/all prefixes each benchmark's lines
+    with "[name]")."""
+    return [line[line.index(ANCHOR_FAILED):].strip() for line in stderr.splitlines()
+            if f"[{bench}]" in line and ANCHOR_FAILED in line]
 
 
 def table(text: str, heading: str) -> list[dict]:
@@ -51,7 +72,7 @@ def test_quick_suite_writes_every_benchmarks_row_and_the_plot(tmp_path):
     out = tmp_path / "results"
     r = subprocess.run([str(SOURCE_DIR / "scripts" / "bench" / "all"), "--quick", "--no-build",
                         "--build-dir", str(BUILD_DIR), "--out", str(out)],
-                       capture_output=True, text=True, timeout=400)
+                       capture_output=True, text=True, timeout=400, env=bench_env())
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
     md = (out / "bench-results.md").read_text()
     assert md.strip() == r.stdout.strip()  # what it printed is what it wrote
@@ -73,12 +94,20 @@ def test_quick_suite_writes_every_benchmarks_row_and_the_plot(tmp_path):
         else:
             assert text == "ok", (name, status, (out / f"{name}.log").read_text()[-3000:])
 
+    # --quick runs torchrun in the launch benchmark only.
+    torchrun_failed = anchor_failures(r.stderr, "launch")
+    for line in torchrun_failed:
+        print(line)
+    assert all(line in md for line in torchrun_failed), md  # listed in the results too
+
     rows = table(md, "Summary")
-    # (benchmark, metric prefix, anchor measured in --quick too)
-    wanted = [("launch", "4 x /bin/true, wall; vs torchrun", True),
+    # (benchmark, metric prefix, anchor measured in --quick too); "torchrun":
+    # measured unless the anchor torchrun failed.
+    torchrun = "torchrun"
+    wanted = [("launch", "4 x /bin/true, wall; vs torchrun", torchrun),
               ("launch", "same; vs fork/exec floor", True),
-              ("restart", "crash -> last replacement running", True),
-              ("agent memory", "agent peak RSS", True),
+              ("restart", "crash -> last replacement running", torchrun),
+              ("agent memory", "agent peak RSS", torchrun),
               ("real job", "4-rank gloo DDP, wall; vs Python-import floor", True),
               ("store", "set+get ops/s @ 1 conns", True),
               ("store", "set+get p50 latency @ 8 conns", True),
@@ -94,7 +123,9 @@ def test_quick_suite_writes_every_benchmarks_row_and_the_plot(tmp_path):
         row = find(rows, bench, metric)
         assert number(row["dtrun median"]) > 0, row
         assert row["n"] == "1", row  # --quick: one measured run
-        if anchored:
+        if anchored == torchrun and torchrun_failed:
+            assert row["anchor median"] == "-", row  # not measured, not made up
+        elif anchored:
             assert number(row["anchor median"]) > 0, row
             assert re.fullmatch(r"[\d.]+x (faster|slower|higher|lower|smaller|larger)",
                                 row["dtrun vs anchor"]), row
@@ -114,3 +145,25 @@ def test_quick_suite_writes_every_benchmarks_row_and_the_plot(tmp_path):
 
     png = (out / "bench-results.png").read_bytes()
     assert png[:8] == PNG_MAGIC and len(png) > 10_000, png[:16]
+
+
+def test_a_failing_anchor_is_reported_and_dtrun_still_measured(tmp_path):
+    """The launch benchmark with a torchrun that cannot start: it says so in
+    one line, exits 0, and records dtrun's numbers and no torchrun ones."""
+    broken = tmp_path / "broken-torchrun"
+    broken.write_text("import sys\nsys.exit('torchrun broken on purpose')\n")
+    raw = tmp_path / "raw.jsonl"
+    r = subprocess.run([str(SOURCE_DIR / "scripts" / "bench" / "launch"), "--quick",
+                        "--build-dir", str(BUILD_DIR), "--json", str(raw)],
+                       capture_output=True, text=True, timeout=300,
+                       env=bench_env(DTRUN_BENCH_TORCHRUN=str(broken),
+                                     DTRUN_BENCH_PYTHON="/usr/bin/python3"))
+    assert r.returncode == 0, r.stderr
+    failed = [line for line in r.stderr.splitlines() if ANCHOR_FAILED in line]
+    assert len(failed) == 1 and "torchrun broken on purpose" in failed[0], r.stderr
+    assert "dtrun's results are still checked" in failed[0]
+    samples = [json.loads(line) for line in raw.read_text().splitlines()]
+    subjects = {(s["bench"], s["subject"]) for s in samples}
+    assert {("launch", "dtrun"), ("restart", "dtrun"), ("rss", "dtrun")} <= subjects, subjects
+    assert not any(subject.startswith("torchrun") for _, subject in subjects), subjects
+    assert all(s["values"] and min(s["values"]) > 0 for s in samples), samples

@@ -5,6 +5,8 @@ import json
 import os
 import sys
 
+import pytest
+
 sys.path.insert(0, os.path.join(os.environ["DTRUN_SOURCE_DIR"], "tests", "pyhelpers"))
 import dtrun_helpers as dh  # noqa: E402
 
@@ -38,6 +40,64 @@ def test_bad_values_are_usage_errors():
         r = dh.run(["--standalone", *args])
         assert r.returncode == 2, (args, r.stderr)
         assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+SECONDS = "is not a number of seconds from 0 to 315360000 (10 years)"
+POSITIVE = "is not a number of seconds from 0.001 to 315360000 (10 years)"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--max-restarts=-1"], "--max-restarts: '-1' is not a whole number from 0 to 1000000"),
+    (["--max-restarts=99999999999999999999"],
+     "--max-restarts: '99999999999999999999' is not a whole number from 0 to 1000000"),
+    (["--stop-timeout=nan"], f"--stop-timeout: 'nan' {SECONDS}"),
+    (["--stop-timeout=1e300"], f"--stop-timeout: '1e300' {SECONDS}"),
+    (["--shutdown-timeout=inf"], f"--shutdown-timeout: 'inf' {SECONDS}"),
+    (["--monitor-interval=-1"], f"--monitor-interval: '-1' {SECONDS}"),
+    (["--master-port=65536"], "--master-port: '65536' is not a whole number from 0 to 65535"),
+    (["--nproc-per-node=0"], "--nproc-per-node: '0' is not a whole number from 1 to 4096, 'auto', 'cpu' or 'gpu'"),
+    (["--nnodes=1:0x10"], "--nnodes MAX: '0x10' is not a whole number from 1 to 100000"),
+    (["--nnodes=2", "--rdzv-endpoint=192.0.2.1", "--rdzv-conf=keep_alive_interval=0"],
+     f"--rdzv-conf keep_alive_interval: '0' {POSITIVE}"),
+    (["--nnodes=2", "--rdzv-endpoint=192.0.2.1", "--rdzv-conf=join_timeout=1e20"],
+     f"--rdzv-conf join_timeout: '1e20' {POSITIVE}"),
+    (["--nnodes=2", "--rdzv-endpoint=192.0.2.1", "--rdzv-conf=keep_alive_max_attempt=2.5"],
+     "--rdzv-conf keep_alive_max_attempt: '2.5' is not a whole number from 1 to 1000000"),
+])
+def test_bad_numbers_are_one_line_usage_errors_naming_the_flag(args, message):
+    r = dh.run([*args, "--dry-run", "x.py"])
+    assert r.returncode == 2, r
+    assert r.stdout == ""
+    assert r.stderr.strip().splitlines() == [f"dtrun: error: {message}"]
+
+
+def test_a_bad_number_from_a_pet_variable_names_the_variable():
+    r = dh.run(["--dry-run", "x.py"], env=dh.job_env(PET_STOP_TIMEOUT="-5"))
+    assert r.returncode == 2, r
+    assert r.stderr.strip().splitlines() == [f"dtrun: error: PET_STOP_TIMEOUT (--stop-timeout): "
+                                             f"'-5' {SECONDS}"]
+    r = dh.run(["--dry-run", "x.py"], env=dh.job_env(PET_NPROC_PER_NODE="1e3"))
+    assert r.returncode == 2, r
+    assert r.stderr.strip().splitlines() == [
+        "dtrun: error: PET_NPROC_PER_NODE (--nproc-per-node): '1e3' is not a whole number from 1 "
+        "to 4096, 'auto', 'cpu' or 'gpu'"]
+    r = dh.run(["--dry-run", "x.py"], env=dh.job_env(PET_SHUTDOWN_TIMEOUT="nan"))
+    assert r.returncode == 2, r
+    assert r.stderr.strip().splitlines() == [f"dtrun: error: PET_SHUTDOWN_TIMEOUT: 'nan' {SECONDS}"]
+
+
+def test_an_event_log_that_cannot_be_written_fails_the_start(tmp_path):
+    ran = tmp_path / "ran"
+    for log in ("/dev/full", str(tmp_path / "missing" / "events.jsonl")):
+        r = dh.run(["--standalone", f"--event-log={log}", "--no-python", "touch", str(ran)])
+        assert r.returncode == 1, r
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1, r.stderr
+        assert lines[0].startswith("dtrun: error: cannot "), lines[0]
+        assert f"the event log {log}" in lines[0] and "(--event-log)" in lines[0], lines[0]
+        assert not ran.exists(), "no worker may start when the event log is unusable"
+    assert "No space left on device" in dh.run(
+        ["--standalone", "--event-log=/dev/full", "--no-python", "true"]).stderr
 
 
 def test_multi_node_dry_run_shows_how_the_nodes_meet():

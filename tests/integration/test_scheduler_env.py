@@ -7,7 +7,6 @@ argument parsed by a real PyTorch script."""
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -169,18 +168,12 @@ def test_node_env_inside_a_torchrun_worker_is_not_taken_for_a_pod():
     assert config["standalone"] is True
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.parametrize("ntasks_per_node", [1, 2])
 def test_both_slurm_styles_run_real_agents(tmp_path, ntasks_per_node):
     """The tasks of a 2-node step, all on this machine (the node list names
     localhost): one agent per node with 2 workers each, or one worker per
     task; the workers must see the same ranks either way."""
-    port = str(free_port())
+    port = str(dh.free_port())  # not bind-0-and-close: see its comment
     procs = []
     for procid in range(2 * ntasks_per_node):
         node, localid = divmod(procid, ntasks_per_node)

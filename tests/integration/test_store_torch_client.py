@@ -79,7 +79,9 @@ def test_wait_times_out_within_its_timeout(server):
     with pytest.raises(RuntimeError, match="[Tt]imeout"):
         lonely.wait(["never_set"], datetime.timedelta(milliseconds=500))
     elapsed = time.monotonic() - start
-    assert 0.45 <= elapsed < 3, elapsed
+    # Not before the timeout; the upper bound only catches a hang (a loaded
+    # CI machine can be seconds late, so it is no performance check).
+    assert 0.45 <= elapsed < 60, elapsed
 
 
 # A 1.13 client cannot cancel a timed-out WAIT, so a later SET of that key
@@ -100,9 +102,9 @@ def test_stale_wait_reply_does_not_turn_into_a_silent_empty_get(server):
 def test_wait_for_present_keys_returns_at_once(store):
     store.set("present_a", "1")
     store.set("present_b", "2")
-    start = time.monotonic()
-    store.wait(["present_a", "present_b"], datetime.timedelta(seconds=5))
-    assert time.monotonic() - start < 1
+    # A server that waited for the keys anyway would raise at the timeout;
+    # returning at all is the proof (no clock involved).
+    store.wait(["present_a", "present_b"], datetime.timedelta(seconds=120))
 
 
 def test_wait_completes_when_another_client_sets_later(server):

@@ -108,7 +108,7 @@ def test_wait_times_out_with_exit_code_4(endpoint):
     elapsed = time.monotonic() - start
     assert r.returncode == sh.EXIT_TIMEOUT, r
     assert b"never_set" in r.stderr and b"timed out" in r.stderr
-    assert 0.5 <= elapsed < 5, elapsed
+    assert 0.5 <= elapsed < 60, elapsed  # the upper bound only catches a hang
     # get = wait + get: the same timeout.
     assert ours(endpoint, "get", "never_set", timeout_s=0.3).returncode == sh.EXIT_TIMEOUT
 
@@ -141,8 +141,11 @@ def test_v2_dialect_against_a_1_13_server_fails_cleanly(master, endpoint):
 
 
 def test_the_2x_dialect_against_a_113_server_says_which_dialect_to_use(endpoint):
+    # A connect timeout of 10 minutes: returning well before it shows the
+    # refusal was reported at once, not retried until the deadline.
     start = time.monotonic()
-    r = sh.cli(endpoint, "get", "anything", dialect="v2")
+    r = sh.cli(endpoint, "get", "anything", dialect="v2", connect_timeout_s=600,
+               run_timeout_s=300)
     assert r.returncode == 3, r  # connection refused by the protocol, not a timeout
     assert b"--dialect v1.13" in r.stderr, r
-    assert time.monotonic() - start < 5  # no point retrying until the connect timeout
+    assert time.monotonic() - start < 300

@@ -19,6 +19,8 @@ import os
 import select
 import signal
 import subprocess
+import sys
+import threading
 import time
 import uuid
 from contextlib import contextmanager
@@ -28,8 +30,32 @@ SOURCE_DIR = Path(os.environ.get("DTRUN_SOURCE_DIR", Path(__file__).resolve().pa
 BUILD_DIR = Path(os.environ.get("DTRUN_BUILD_DIR", SOURCE_DIR / "build"))
 DTRUN = BUILD_DIR / "launcher" / "dtrun"
 PYTHON = "/usr/bin/python3"  # the one with torch
-TORCHRUN = SOURCE_DIR.parent / "shared" / "tools" / "torchrun-py311"
 EXAMPLES = SOURCE_DIR / "examples"
+
+# The torchrun the comparisons run: the repository's own wrapper of Debian's
+# torchrun 1.13 (scripts/bench/torchrun-anchor says what it fixes), always,
+# so the tests do not depend on anything outside the checkout nor on the
+# benchmarks' DTRUN_BENCH_TORCHRUN.
+TORCHRUN = SOURCE_DIR / "scripts" / "bench" / "torchrun-anchor"
+sys.path.insert(0, str(SOURCE_DIR / "scripts" / "bench"))
+import anchor  # noqa: E402
+import ports  # noqa: E402
+
+
+def free_port() -> int:
+    """A port for a test whose processes must all be told it in advance (a
+    static rendezvous's MASTER_PORT), where no one process can bind port 0
+    and report it. Drawn below the kernel's ephemeral range, so no other
+    test's port-0 bind or connection can take it before the job binds it
+    (scripts/bench/ports.py explains)."""
+    return ports.free_port("")
+
+
+def torchrun_standalone(*args: str) -> list[str]:
+    """argv of `torchrun --standalone ARGS` without its fixed port 29400
+    (two at once would share one store): the same c10d rendezvous on a
+    port the kernel picks (scripts/bench/anchor.py explains)."""
+    return [PYTHON, str(TORCHRUN), *anchor.standalone_flags(), *args]
 
 
 def job_env(**extra: str) -> dict[str, str]:
@@ -61,20 +87,36 @@ def start(args: list[str], env: dict[str, str]) -> subprocess.Popen:
 
 
 def wait_for_stderr(proc: subprocess.Popen, needle: str, timeout: float = 30) -> str:
-    """Reads the agent's stderr until a line contains `needle`."""
-    deadline = time.monotonic() + timeout
+    """Reads the agent's stderr until a line contains `needle`.
+
+    Plain blocking readline, no select(): the text wrapper reads ahead, so
+    a second line that arrived with the first sits in its buffer where
+    select() cannot see it (a wait for it would time out by chance). The
+    deadline is a timer that kills the agent (its workers follow through the
+    parent-death signal), which ends the read with EOF."""
+    lock = threading.Lock()
+    state = {"done": False, "killed": False}
+
+    def give_up():
+        with lock:
+            if not state["done"]:
+                state["killed"] = True
+                proc.kill()
+
+    timer = threading.Timer(timeout, give_up)
+    timer.start()
     seen = []
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([proc.stderr], [], [], deadline - time.monotonic())
-        if not ready:
-            break
-        line = proc.stderr.readline()
-        if not line:
-            break
-        seen.append(line)
-        if needle in line:
-            return line
-    raise AssertionError(f"no stderr line with {needle!r} within {timeout}s; got {seen!r}")
+    try:
+        for line in iter(proc.stderr.readline, ""):
+            seen.append(line)
+            if needle in line:
+                return line
+    finally:
+        with lock:
+            state["done"] = True
+        timer.cancel()
+    why = f"within {timeout}s (killed it)" if state["killed"] else "before dtrun closed its stderr"
+    raise AssertionError(f"no stderr line with {needle!r} {why}; got {seen!r}")
 
 
 class Fifo:

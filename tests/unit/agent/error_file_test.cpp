@@ -1,6 +1,9 @@
 #include <unistd.h>
 
+#include <sys/stat.h>
+
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -46,6 +49,7 @@ TEST_CASE("missing or malformed error files give nothing") {
 }
 
 using dtrun::agent::error_file_limits;
+using dtrun::agent::error_file_result;
 using dtrun::agent::load_error_file;
 using dtrun::agent::parse_error_file;
 
@@ -125,4 +129,154 @@ TEST_CASE("truncation never splits a UTF-8 character") {
   CHECK(dtrun::agent::truncate_utf8(text, 3, false) == "\xc3\xa9");
   CHECK(dtrun::agent::truncate_utf8(text, 3, true) == "\xc3\xa9");
   CHECK(dtrun::agent::truncate_utf8(text, 10, true) == text);
+}
+
+// What is at the error-file path is the worker's choice: whatever it is,
+// reading it returns at once, names what was wrong and never throws.
+namespace {
+
+struct scratch_dir {
+  std::string path;
+  scratch_dir() {
+    char pattern[] = "/tmp/dtrun_error_dir_XXXXXX";
+    REQUIRE(::mkdtemp(pattern) != nullptr);
+    path = pattern;
+  }
+  ~scratch_dir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  std::string file(const char* name) const { return path + "/" + name; }
+};
+
+}  // namespace
+
+TEST_CASE("a FIFO at the path is refused without blocking") {
+  scratch_dir dir;
+  std::string path = dir.file("error.json");
+  REQUIRE(::mkfifo(path.c_str(), 0600) == 0);
+  // With no writer, an open or a read of this FIFO would block forever.
+  auto result = load_error_file(path);
+  CHECK(result.present);
+  CHECK_FALSE(result.contents);
+  CHECK(result.problem == "not a regular file (a FIFO)");
+}
+
+TEST_CASE("a directory at the path is refused without an exception") {
+  scratch_dir dir;
+  std::string path = dir.file("error.json");
+  REQUIRE(::mkdir(path.c_str(), 0700) == 0);
+  error_file_result result;
+  REQUIRE_NOTHROW(result = load_error_file(path));
+  CHECK(result.present);
+  CHECK_FALSE(result.contents);
+  CHECK(result.problem == "not a regular file (a directory)");
+}
+
+TEST_CASE("a symbolic link is refused even to a regular file") {
+  scratch_dir dir;
+  std::string to_zero = dir.file("zero.json");
+  REQUIRE(::symlink("/dev/zero", to_zero.c_str()) == 0);
+  auto zero = load_error_file(to_zero);  // never ends if followed and read
+  CHECK(zero.present);
+  CHECK_FALSE(zero.contents);
+  CHECK(zero.problem == "not a regular file (a symbolic link)");
+
+  std::string real = dir.file("real.json");
+  std::ofstream(real) << R"({"message": "from elsewhere"})";
+  std::string to_real = dir.file("error.json");
+  REQUIRE(::symlink(real.c_str(), to_real.c_str()) == 0);
+  auto linked = load_error_file(to_real);
+  CHECK_FALSE(linked.contents);
+  CHECK(linked.problem == "not a regular file (a symbolic link)");
+  CHECK(load_error_file(real).contents);  // the same file, named directly, is read
+
+  std::string dangling = dir.file("dangling.json");
+  REQUIRE(::symlink(dir.file("nothing").c_str(), dangling.c_str()) == 0);
+  CHECK(load_error_file(dangling).problem == "not a regular file (a symbolic link)");
+}
+
+TEST_CASE("a huge sparse file is refused after reading one byte past the limit") {
+  scratch_dir dir;
+  std::string path = dir.file("error.json");
+  {
+    std::ofstream out(path);
+    out << R"({"message": "x"})";
+  }
+  // 1 TiB by st_size: nothing may be sized or read by it.
+  REQUIRE(::truncate(path.c_str(), off_t{1} << 40) == 0);
+  error_file_limits small;
+  small.max_file_bytes = 4096;
+  auto result = load_error_file(path, small);
+  CHECK(result.present);
+  CHECK_FALSE(result.contents);
+  CHECK(result.problem == "more than the 4096 bytes dtrun reads");
+}
+
+TEST_CASE("an unreadable file is named with the reason") {
+  scratch_dir dir;
+  std::string path = dir.file("error.json");
+  std::ofstream(path) << R"({"message": "secret"})";
+  REQUIRE(::chmod(path.c_str(), 0) == 0);
+  auto result = load_error_file(path);
+  if (::geteuid() == 0) {
+    WARN("running as root: permissions do not stop the read, only the rest is checked");
+    CHECK(result.contents);
+  } else {
+    CHECK(result.present);
+    CHECK_FALSE(result.contents);
+    CHECK(result.problem == "cannot be read: Permission denied");
+  }
+}
+
+TEST_CASE("fields of the wrong type never throw and are shown or ignored") {
+  std::string problem;
+  auto number = parse_error_file(R"({"message": 42, "timestamp": "soon"})", problem);
+  REQUIRE(number);
+  CHECK(number->message == "42");
+  CHECK_FALSE(number->timestamp);
+  auto object = parse_error_file(
+      R"({"message": {"message": {"a": [1, 2]}, "errorCode": "x", "extraInfo": {"py_callstack": 7, "timestamp": 1e300}}})",
+      problem);
+  REQUIRE(object);
+  CHECK(object->message == R"({"a":[1,2]})");
+  CHECK(object->traceback == "7");
+  CHECK_FALSE(object->error_code);
+  CHECK_FALSE(object->timestamp);  // a double out of the int64 range is not cast
+  auto big = parse_error_file(
+      R"({"message": {"message": "m", "errorCode": 99999999999, "extraInfo": "not an object"}})",
+      problem);
+  REQUIRE(big);
+  CHECK_FALSE(big->error_code);  // does not fit an int
+  CHECK(parse_error_file(R"({"message": "m", "timestamp": 18446744073709551615})", problem));
+  CHECK_FALSE(parse_error_file(R"("just a string")", problem));
+  CHECK(problem == "no \"message\" field");
+  CHECK_FALSE(parse_error_file("", problem));
+  CHECK(problem == "not valid JSON");
+}
+
+TEST_CASE("deeply nested JSON is refused before anything recurses over it") {
+  std::string bomb = R"({"message": )" + std::string(1'000'000, '[') + std::string(1'000'000, ']') + "}";
+  std::string problem;
+  CHECK_FALSE(parse_error_file(bomb, problem));
+  CHECK(problem == "JSON nested deeper than 32 levels");
+  // Unclosed, as a file cut short would be.
+  CHECK_FALSE(parse_error_file(R"({"message": )" + std::string(1'000'000, '{'), problem));
+  scratch_dir dir;
+  std::string path = dir.file("error.json");
+  std::ofstream(path) << bomb;
+  auto result = load_error_file(path);
+  CHECK_FALSE(result.contents);
+  CHECK(result.problem == "JSON nested deeper than 32 levels");
+}
+
+TEST_CASE("invalid UTF-8 is not JSON and control characters are kept for the printer") {
+  std::string problem;
+  CHECK_FALSE(parse_error_file("{\"message\": \"bad \xff\xfe byte\"}", problem));
+  CHECK(problem == "not valid JSON");
+  // Escapes in JSON give the raw characters; dtrun::printable escapes
+  // them where they are printed (failure_report_test).
+  auto c = parse_error_file(R"({"message": "\u001b[2K\rFAKE dtrun: job succeeded\n"})", problem);
+  REQUIRE(c);
+  CHECK(c->message == "\x1b[2K\rFAKE dtrun: job succeeded\n");
 }

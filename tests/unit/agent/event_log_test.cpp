@@ -1,9 +1,12 @@
 #include <unistd.h>
 
+#include <csignal>
+
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
@@ -63,6 +66,37 @@ TEST_CASE("the event log appends whole lines to its file") {
   event_log bad;
   CHECK_THROWS_WITH(bad.open("/nonexistent/dir/events.jsonl"),
                     Catch::Contains("cannot open the event log /nonexistent/dir/events.jsonl"));
+}
+
+TEST_CASE("an event log that cannot take its first line fails the start") {
+  event_log full;
+  full.open("/dev/full");  // opens fine; every write fails with ENOSPC
+  CHECK_THROWS_WITH(full.emit("agent_started"),
+                    Catch::Contains("cannot write the event log /dev/full (--event-log)") &&
+                        Catch::Contains("No space left on device"));
+}
+
+TEST_CASE("a write failure after the first line is a warning given once") {
+  // A pipe whose reader goes away: the first line fits in the pipe, the
+  // next writes fail with EPIPE (SIGPIPE ignored meanwhile).
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);
+  auto old_handler = std::signal(SIGPIPE, SIG_IGN);
+  std::vector<std::string> warnings;
+  {
+    event_log log;
+    log.open("/dev/fd/" + std::to_string(fds[1]));
+    log.set_warning_sink([&warnings](const std::string& line) { warnings.push_back(line); });
+    log.emit("agent_started");
+    ::close(fds[0]);
+    log.emit("worker_started");
+    log.emit("worker_exited");
+  }
+  std::signal(SIGPIPE, old_handler);
+  ::close(fds[1]);
+  REQUIRE(warnings.size() == 1);
+  CHECK(warnings[0].find("cannot write the event log /dev/fd/") != std::string::npos);
+  CHECK(warnings[0].find("the job goes on") != std::string::npos);
 }
 
 TEST_CASE("verbosity filters the agent's messages, never errors or the summary") {

@@ -1,5 +1,7 @@
 #include <unistd.h>
 
+#include <sys/stat.h>
+
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
@@ -8,6 +10,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "agent/agent_log.h"
 #include "agent/failure_report.h"
 
 using namespace dtrun::agent;
@@ -185,4 +188,154 @@ TEST_CASE("the log tail reads a bounded amount from the end") {
   auto tail = read_log_tail(file.string(), 3, 64);
   CHECK(tail == std::vector<std::string>{"line 99997", "line 99998", "line 99999"});
   CHECK(read_log_tail((dir.path / "missing.log").string()).empty());
+}
+
+namespace {
+
+// The summary as the user sees it: through the agent's log, each line
+// prefixed "dtrun: ".
+std::vector<std::string> printed_lines(const std::string& summary) {
+  std::string out;
+  agent_log log(verbosity::normal, [&out](const std::string& text) { out += text; });
+  log.block(summary);
+  std::vector<std::string> lines;
+  std::size_t start = 0;
+  while (start < out.size()) {
+    std::size_t end = out.find('\n', start);
+    lines.push_back(out.substr(start, end - start));
+    start = end + 1;
+  }
+  return lines;
+}
+
+bool has_control(const std::string& text) {
+  for (unsigned char c : text) {
+    if (c < 0x20 || c == 0x7f) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("outside text in the summary is escaped and cannot forge a line") {
+  const std::string forged = "\x1b[2K\rFAKE dtrun: job succeeded\n";
+  auto root = record(0, 0, 1000, "ValueError: " + forged + "tail \xff");
+  root.host = "evil\x1b]0;title\x07host";
+  root.traceback = "Traceback (most recent call last):\n" + forged + "\x1b[31m  red\r\nlast";
+  auto other = record(1, 1, 2000, forged);
+  other.host = "h2\nFAKE dtrun: other";
+  auto ctx = context();
+  ctx.stopped_ranks = {2};
+  std::string s = format_summary({root, other}, ctx);
+  INFO(s);
+  auto lines = printed_lines(s);
+  for (const auto& line : lines) {
+    INFO(line);
+    CHECK(line.rfind("dtrun: ", 0) == 0);
+    CHECK_FALSE(has_control(line));
+    CHECK(line.find("FAKE", 0) != 7);  // never right after the prefix
+  }
+  CHECK(s.find("  error     : ValueError: \\x1b[2K\\rFAKE dtrun: job succeeded\\ntail \\xff\n") !=
+        std::string::npos);
+  CHECK(s.find("  host      : evil\\x1b]0;title\\x07host (node rank 0)\n") != std::string::npos);
+  // Traceback lines stay lines, each escaped and indented under the field.
+  CHECK(s.find("\n    \\x1b[2K\\rFAKE dtrun: job succeeded\n") != std::string::npos);
+  CHECK(s.find("\n    \\x1b[31m  red\n    last\n") != std::string::npos);
+  CHECK(s.find("on h2\\nFAKE dtrun: other (node rank 1)") != std::string::npos);
+}
+
+TEST_CASE("a redirected stderr tail is escaped inside the summary") {
+  auto r = record(0, 0, 1000);
+  r.log_file = "/logs/0/stderr.log";
+  r.log_tail = {"plain", "\x1b[2Jcleared\rFAKE dtrun: job succeeded"};
+  std::string s = format_summary({r}, context());
+  INFO(s);
+  CHECK(s.find("    plain\n    \\x1b[2Jcleared\\rFAKE dtrun: job succeeded\n") != std::string::npos);
+  for (const auto& line : printed_lines(s)) CHECK_FALSE(has_control(line));
+}
+
+TEST_CASE("an error file that is a FIFO keeps the worker's exit code and says why it was ignored") {
+  temp_dir dir;
+  auto file = dir.path / "error.json";
+  REQUIRE(::mkfifo(file.c_str(), 0600) == 0);
+  worker_exit e;
+  e.status = {3, 0};
+  e.error_file = file.string();
+  e.rank_dir = dir.path.string();
+  auto r = make_failure_record(e);  // returns: nothing blocks on the FIFO
+  CHECK(r.exit_code == 3);
+  CHECK(r.message.empty());
+  CHECK(r.error_file == file.string());
+  CHECK(r.error_file_problem == "not a regular file (a FIFO)");
+  std::string s = format_summary({r}, context());
+  INFO(s);
+  CHECK(s.find("  exit      : exit code 3\n") != std::string::npos);
+  CHECK(s.find("  error_file: " + file.string() +
+               " is unusable: not a regular file (a FIFO); ignored\n") != std::string::npos);
+}
+
+TEST_CASE("a directory as the error file keeps the worker's exit code") {
+  temp_dir dir;
+  auto file = dir.path / "error.json";
+  fs::create_directory(file);
+  worker_exit e;
+  e.status = {5, 0};
+  e.error_file = file.string();
+  failure_record r;
+  REQUIRE_NOTHROW(r = make_failure_record(e));
+  CHECK(r.exit_code == 5);
+  CHECK(r.error_file_problem == "not a regular file (a directory)");
+}
+
+TEST_CASE("records from the store are type checked and bounded") {
+  // Anyone who reaches the store can write a record.
+  auto odd = failure_from_json(
+      R"({"exit_code": 1e300, "signal": -1e300, "rank": 4294967296, "pid": "12",
+          "time_ms": 18446744073709551615, "error_time": 1.5, "log_tail": ["a", 7, ["b"], "c"],
+          "host": ["h"], "message": {"m": 1}})");
+  REQUIRE(odd);
+  CHECK(odd->exit_code == 0);
+  CHECK(odd->signal == 0);
+  CHECK(odd->rank == 0);
+  CHECK(odd->pid == -1);
+  CHECK(odd->time_ms == 0);
+  CHECK_FALSE(odd->error_time);
+  CHECK(odd->log_tail == std::vector<std::string>{"a", "c"});
+  CHECK(odd->host.empty());
+  CHECK(odd->message.empty());
+  nlohmann::json big{{"host", std::string(1 << 20, 'h')},
+                     {"message", std::string(1 << 20, 'm')},
+                     {"traceback", std::string(1 << 20, 't')},
+                     {"log_tail", std::vector<std::string>(10000, "line")}};
+  auto bounded = failure_from_json(big.dump());
+  REQUIRE(bounded);
+  CHECK(bounded->host.size() <= 1024);
+  CHECK(bounded->message.size() <= 4096);
+  CHECK(bounded->traceback.size() <= 8192);
+  CHECK(bounded->log_tail.size() <= 64);
+  CHECK_FALSE(failure_from_json(std::string(1'000'000, '[')));
+  CHECK_FALSE(failure_from_json(R"({"log_tail": )" + std::string(100, '[') + std::string(100, ']') + "}"));
+}
+
+TEST_CASE("the agent's single lines are escaped too") {
+  std::string out;
+  agent_log log(verbosity::normal, [&out](const std::string& text) { out += text; });
+  log.error("worker failed: boom\n\x1b[2KFAKE dtrun: job succeeded");
+  CHECK(out == "dtrun: worker failed: boom\\n\\x1b[2KFAKE dtrun: job succeeded\n");
+}
+
+TEST_CASE("the log tail refuses a FIFO or a symbolic link in place of stderr.log") {
+  temp_dir dir;
+  auto fifo = dir.path / "stderr.log";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK(read_log_tail(fifo.string()).empty());  // returns: nothing blocks
+  auto link = dir.path / "link.log";
+  fs::create_symlink("/dev/zero", link);
+  CHECK(read_log_tail(link.string()).empty());
+  worker_exit e;
+  e.status = {2, 0};
+  e.rank_dir = dir.path.string();
+  auto r = make_failure_record(e);
+  CHECK(r.log_file.empty());
+  CHECK(r.log_tail.empty());
 }

@@ -135,6 +135,79 @@ TEST_CASE("usage errors are one line") {
   CHECK(error_of({"--start-method=thread", "x.py"}) != "");
 }
 
+TEST_CASE("every numeric flag refuses bad values with its name and range") {
+  struct bad_value {
+    std::string arg;
+    std::string message;
+  };
+  const std::string seconds = "is not a number of seconds from 0 to 315360000 (10 years)";
+  const std::vector<bad_value> table = {
+      {"--max-restarts=-1", "--max-restarts: '-1' is not a whole number from 0 to 1000000"},
+      {"--max-restarts=99999999999999999999",
+       "--max-restarts: '99999999999999999999' is not a whole number from 0 to 1000000"},
+      {"--max-restarts=1e3", "--max-restarts: '1e3' is not a whole number from 0 to 1000000"},
+      {"--max-restarts=0x10", "--max-restarts: '0x10' is not a whole number from 0 to 1000000"},
+      {"--max-restarts=1000001", "--max-restarts: '1000001' is not a whole number"},
+      {"--max_restarts=2.5", "--max-restarts: '2.5' is not a whole number"},
+      {"--stop-timeout=nan", "--stop-timeout: 'nan' " + seconds},
+      {"--stop-timeout=inf", "--stop-timeout: 'inf' " + seconds},
+      {"--stop-timeout=1e300", "--stop-timeout: '1e300' " + seconds},
+      {"--stop-timeout=-1", "--stop-timeout: '-1' " + seconds},
+      {"--stop-timeout=5s", "--stop-timeout: '5s' " + seconds},
+      {"--shutdown-timeout=nan", "--shutdown-timeout: 'nan' " + seconds},
+      {"--monitor-interval=-0.1", "--monitor-interval: '-0.1' " + seconds},
+      {"--monitor-interval=inf", "--monitor-interval: 'inf' " + seconds},
+      {"--master-port=65536", "--master-port: '65536' is not a whole number from 0 to 65535"},
+      {"--master-port=-1", "--master-port: '-1' is not a whole number from 0 to 65535"},
+      {"--master-port=0x50", "--master-port: '0x50' is not a whole number from 0 to 65535"},
+      {"--node-rank=-1", "--node-rank: '-1' is not a whole number from 0 to 99999"},
+      {"--node-rank=4294967296", "--node-rank: '4294967296' is not a whole number"},
+      {"--max-restarts=", "--max-restarts: needs a value"},
+  };
+  for (const auto& [arg, message] : table) {
+    INFO(arg);
+    try {
+      parse_command_line({arg, "x.py"});
+      FAIL("accepted");
+    } catch (const usage_error& e) {
+      std::string what = e.what();
+      CHECK(what.rfind(message, 0) == 0);
+      CHECK(what.find('\n') == std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("numeric flags take plain and torchrun-style values") {
+  CHECK(parse({"--max-restarts= 3", "x.py"}).max_restarts == 3);
+  CHECK(parse({"--max-restarts=+3", "x.py"}).max_restarts == 3);
+  CHECK(parse({"--stop-timeout=1e1", "x.py"}).stop_timeout == 10.0);
+  CHECK(parse({"--stop-timeout=0", "x.py"}).stop_timeout == 0.0);
+  CHECK(parse({"--stop-timeout=0.25", "x.py"}).stop_timeout == 0.25);
+  CHECK(parse({"--master-port=0", "x.py"}).master_port == 0);
+  CHECK(parse({"--master-port=65535", "x.py"}).master_port == 65535);
+}
+
+TEST_CASE("a bad number from a PET_ variable names the variable") {
+  env_guard restarts("PET_MAX_RESTARTS", "-3");
+  CHECK_THROWS_WITH(parse({"x.py"}),
+                    "PET_MAX_RESTARTS (--max-restarts): '-3' is not a whole number from 0 to "
+                    "1000000");
+  // The command line wins, and its value is the one named.
+  CHECK_THROWS_WITH(parse({"--max-restarts=-2", "x.py"}),
+                    Catch::StartsWith("--max-restarts: '-2'"));
+  CHECK(parse({"--max-restarts=2", "x.py"}).max_restarts == 2);
+}
+
+TEST_CASE("PET_SHUTDOWN_TIMEOUT is checked like the flag") {
+  env_guard stop("PET_STOP_TIMEOUT", std::nullopt);
+  for (const char* bad : {"nan", "1e300", "-5", "soon"}) {
+    env_guard shutdown("PET_SHUTDOWN_TIMEOUT", bad);
+    CHECK_THROWS_WITH(parse({"x.py"}),
+                      "PET_SHUTDOWN_TIMEOUT: '" + std::string(bad) +
+                          "' is not a number of seconds from 0 to 315360000 (10 years)");
+  }
+}
+
 TEST_CASE("help is reported, with flags grouped") {
   parse_result r = parse_command_line({"--help"});
   CHECK(r.help);

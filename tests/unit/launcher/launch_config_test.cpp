@@ -1,5 +1,8 @@
 #include <csignal>
+#include <limits>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
@@ -108,6 +111,37 @@ TEST_CASE("nnodes=1 without an endpoint behaves like standalone") {
   CHECK(resolve_launch_config(o, {}).store_port == 29555);
 }
 
+TEST_CASE("the single-node store serves only its user unless told otherwise") {
+  launch_options o = standalone_options();
+  CHECK(resolve_launch_config(o, {}).store_access.same_user_only);
+  o.standalone = false;  // nnodes=1 without an endpoint: the same store
+  CHECK(resolve_launch_config(o, {}).store_access.same_user_only);
+  o.store_allow_any_user = true;
+  CHECK_FALSE(resolve_launch_config(o, {}).store_access.same_user_only);
+  o.store_allow_networks = "10.0.0.0/8";
+  auto c = resolve_launch_config(o, {});
+  REQUIRE(c.warnings.size() == 1);
+  CHECK_THAT(c.warnings[0], Catch::Contains("--store-allow-networks has no effect"));
+}
+
+TEST_CASE("a multi-node store takes the allow-list and no same-user rule") {
+  launch_options o = standalone_options();
+  o.standalone = false;
+  o.nnodes = "2";
+  o.rdzv_endpoint = "192.0.2.1:1234";
+  o.store_allow_networks = "10.0.0.0/8,fd00::/8";
+  auto c = resolve_launch_config(o, {});
+  REQUIRE(c.multi_node);
+  const auto& access = c.multi_node->rendezvous.store_access;
+  CHECK_FALSE(access.same_user_only);
+  REQUIRE(access.allowed_networks.size() == 2);
+  CHECK(access.allowed_networks[1].text == "fd00::/8");
+  CHECK(c.warnings.empty());
+  o.store_allow_networks = "10.0.0.0/8;fd00::/8";
+  CHECK_THROWS_WITH(resolve_launch_config(o, {}),
+                    Catch::StartsWith("--store-allow-networks: '10.0.0.0/8;fd00::/8' is not"));
+}
+
 TEST_CASE("an endpoint means c10d rendezvous, and the endpoint's node hosts the store") {
   launch_options o = standalone_options();
   o.standalone = false;
@@ -173,10 +207,83 @@ TEST_CASE("multi-node mistakes get one-line usage errors") {
   o.rdzv_conf = "bogus=1";
   CHECK_THROWS_WITH(resolve_launch_config(o, {}), Catch::Contains("unknown key 'bogus'"));
   o.rdzv_conf = "join_timeout=soon";
-  CHECK_THROWS_WITH(resolve_launch_config(o, {}), Catch::Contains("join_timeout=soon"));
+  CHECK_THROWS_WITH(resolve_launch_config(o, {}),
+                    Catch::Contains("--rdzv-conf join_timeout: 'soon' is not a number of seconds"));
   o.rdzv_conf = "";
   o.rdzv_backend = "etcd";
   CHECK_THROWS_WITH(resolve_launch_config(o, {}), Catch::Contains("use --rdzv-backend=c10d"));
+}
+
+TEST_CASE("every numeric rdzv-conf key refuses bad values with its name and range") {
+  launch_options o = standalone_options();
+  o.standalone = false;
+  o.nnodes = "1:2";
+  o.rdzv_backend = "c10d";
+  o.rdzv_backend_given = true;
+  o.rdzv_endpoint = "192.0.2.1:29400";
+  const std::string positive = "is not a number of seconds from 0.001 to 315360000 (10 years)";
+  const std::vector<std::pair<std::string, std::string>> table = {
+      {"keep_alive_interval=0", "--rdzv-conf keep_alive_interval: '0' " + positive},
+      {"keep_alive_interval=0.0001", "--rdzv-conf keep_alive_interval: '0.0001' " + positive},
+      {"join_timeout=1e20", "--rdzv-conf join_timeout: '1e20' " + positive},
+      {"join_timeout=nan", "--rdzv-conf join_timeout: 'nan' " + positive},
+      {"timeout=-1", "--rdzv-conf timeout: '-1' " + positive},
+      {"last_call_timeout=inf", "--rdzv-conf last_call_timeout: 'inf' " + positive},
+      {"close_timeout=0", "--rdzv-conf close_timeout: '0' " + positive},
+      {"exit_barrier_timeout=5s", "--rdzv-conf exit_barrier_timeout: '5s' " + positive},
+      {"read_timeout=abc", "--rdzv-conf read_timeout: 'abc' " + positive},
+      {"heartbeat_timeout=0x10", "--rdzv-conf heartbeat_timeout: '0x10' " + positive},
+      {"keep_alive_max_attempt=0",
+       "--rdzv-conf keep_alive_max_attempt: '0' is not a whole number from 1 to 1000000"},
+      {"keep_alive_max_attempt=3.5",
+       "--rdzv-conf keep_alive_max_attempt: '3.5' is not a whole number from 1 to 1000000"},
+      {"keep_alive_max_attempt=1e20",
+       "--rdzv-conf keep_alive_max_attempt: '1e20' is not a whole number from 1 to 1000000"},
+  };
+  for (const auto& [conf, message] : table) {
+    INFO(conf);
+    o.rdzv_conf = conf;
+    CHECK_THROWS_WITH(resolve_launch_config(o, {}), message);
+  }
+  o.rdzv_conf = "keep_alive_interval=0.5,join_timeout=1e3,keep_alive_max_attempt= 7";
+  auto r = resolve_launch_config(o, {}).multi_node->rendezvous;
+  CHECK(r.keep_alive_interval == std::chrono::milliseconds(500));
+  CHECK(r.join_timeout == std::chrono::seconds(1000));
+  CHECK(r.keep_alive_max_attempt == 7);
+}
+
+TEST_CASE("counts and the stop timeout are checked when the config is resolved") {
+  CHECK_THROWS_WITH(parse_nproc("0"), "--nproc-per-node: '0' is not a whole number from 1 to "
+                                      "4096, 'auto', 'cpu' or 'gpu'");
+  CHECK_THROWS_WITH(parse_nproc("4097"), Catch::StartsWith("--nproc-per-node: '4097'"));
+  CHECK_THROWS_WITH(parse_nproc("99999999999999999999"),
+                    Catch::StartsWith("--nproc-per-node: '99999999999999999999'"));
+  CHECK(parse_nproc(" 4") == 4);
+  CHECK_THROWS_WITH(parse_nnodes("100001"),
+                    "--nnodes: '100001' is not a whole number from 1 to 100000");
+  CHECK_THROWS_WITH(parse_nnodes("1:1e3"),
+                    "--nnodes MAX: '1e3' is not a whole number from 1 to 100000");
+  CHECK_THROWS_WITH(parse_nnodes("3:1"), Catch::Contains("MIN > MAX"));
+  launch_options o = standalone_options();
+  o.stop_timeout = std::numeric_limits<double>::quiet_NaN();
+  CHECK_THROWS_WITH(resolve_launch_config(o, {}), Catch::StartsWith("--stop-timeout: 'nan'"));
+  o.stop_timeout = 1e300;
+  CHECK_THROWS_WITH(resolve_launch_config(o, {}), Catch::StartsWith("--stop-timeout:"));
+  o.stop_timeout = 2.5;
+  CHECK(resolve_launch_config(o, {}).stop_timeout == std::chrono::milliseconds(2500));
+  o.max_restarts = -1;
+  CHECK_THROWS_WITH(resolve_launch_config(o, {}), Catch::StartsWith("--max-restarts: '-1'"));
+}
+
+TEST_CASE("a bad count from a PET_ variable names the variable") {
+  launch_options o = standalone_options();
+  o.nnodes = "0";
+  o.given["nnodes"] = "PET_NNODES";
+  CHECK_THROWS_WITH(resolve_launch_config(o, {}),
+                    "PET_NNODES (--nnodes): '0' is not a whole number from 1 to 100000");
+  o.given["nnodes"] = "command line";
+  CHECK_THROWS_WITH(resolve_launch_config(o, {}),
+                    "--nnodes: '0' is not a whole number from 1 to 100000");
 }
 
 TEST_CASE("OMP_NUM_THREADS: a warning when it is unset and there are several workers") {

@@ -3,14 +3,18 @@
 // without the network namespaces (those are in tests/e2e).
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
 #include <functional>
+#include <random>
 #include <map>
 #include <set>
 #include <optional>
 
 #include <boost/asio/io_context.hpp>
+#include <fmt/format.h>
 
 #include "rendezvous/dynamic_rendezvous.h"
+#include "rendezvous/store.h"
 #include "rendezvous/store_server.h"
 #include <boost/asio/ip/host_name.hpp>
 
@@ -402,4 +406,98 @@ TEST_CASE("failure reports reach every node, and the store's host waits until al
     REQUIRE(read[i].size() == 2);
     CHECK(read[i][0] == R"({"rank": 1, "message": "boom 42"})");
   }
+}
+
+// --- timeouts at 0 and at random points -------------------------------------
+
+namespace {
+
+unsigned test_seed() {
+  if (const char* s = std::getenv("DTRUN_TEST_SEED")) return static_cast<unsigned>(std::stoul(s));
+  return std::random_device{}();
+}
+
+std::chrono::milliseconds up_to(std::mt19937& rng, int ms) {
+  return std::chrono::milliseconds(std::uniform_int_distribution<int>(0, ms)(rng));
+}
+
+bool is_store_error(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const store_error&) {
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+}  // namespace
+
+TEST_CASE("rounds with zero and random tiny timeouts complete exactly once without crashing") {
+  auto seed = test_seed();
+  fmt::print(stderr, "rendezvous timeouts: DTRUN_TEST_SEED={}\n", seed);
+  INFO("DTRUN_TEST_SEED=" << seed);
+  std::mt19937 rng(seed);
+  int succeeded = 0;
+  for (int trial = 0; trial < 150; ++trial) {
+    cluster c;
+    int max_ms = trial < 50 ? 0 : 2;  // the first third at exactly 0
+    auto tweak = [&](dynamic_rendezvous_options& o) {
+      o.join_timeout = up_to(rng, max_ms);
+      o.last_call_timeout = up_to(rng, max_ms);
+      o.close_timeout = up_to(rng, max_ms);
+      o.keep_alive_interval = up_to(rng, max_ms);
+      o.no_host_warning = up_to(rng, max_ms);
+    };
+    int nodes = 1 + trial % 2;
+    for (int i = 0; i < nodes; ++i) c.add_with(1, 2, tweak);
+    std::vector<int> calls(nodes, 0);
+    int completed = 0;
+    for (int i = 0; i < nodes; ++i) {
+      c.nodes[i]->next_round([&, i](std::exception_ptr e, rendezvous_info) {
+        ++calls[i];
+        if (e) {
+          INFO("node " << i << ": " << message_of(e));
+          CHECK(is_store_error(e));
+        } else {
+          ++succeeded;
+        }
+        if (++completed == nodes) c.shutdown_all();
+      });
+    }
+    c.io.run();
+    for (int i = 0; i < nodes; ++i) CHECK(calls[i] == 1);
+  }
+  INFO("rounds that succeeded: " << succeeded);
+  SUCCEED();
+}
+
+TEST_CASE("a round started again at once ignores the abandoned round's replies") {
+  // The second next_round() closes the first's connections, whose
+  // callbacks then fail: they must not fail the new round, and the first
+  // call still completes, once, with an error.
+  cluster c;
+  auto& a = c.add(2, 2);
+  auto& b = c.add(2, 2);
+  int first_calls = 0;
+  std::string first_error;
+  a.next_round([&](std::exception_ptr e, rendezvous_info) {
+    ++first_calls;
+    if (e) first_error = message_of(e);
+  });
+  round_result again, other;
+  std::size_t completed = 0;
+  auto both = [&] {
+    if (++completed == 2) c.shutdown_all();
+  };
+  join(a, again, both);
+  join(b, other, both);
+  c.io.run();
+  CHECK(first_calls == 1);
+  CHECK_THAT(first_error, Catch::Contains("abandoned"));
+  REQUIRE(again.done);
+  REQUIRE(other.done);
+  CHECK_FALSE(again.error);
+  CHECK_FALSE(other.error);
+  CHECK(again.info.group_rank != other.info.group_rank);
 }

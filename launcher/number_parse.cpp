@@ -1,0 +1,86 @@
+#include "launcher/number_parse.h"
+
+#include <charconv>
+#include <cmath>
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "launcher/cli.h"
+
+namespace dtrun::launcher {
+namespace {
+
+// The token without surrounding blanks and without a leading '+' (which
+// Python accepts and std::from_chars does not).
+std::string_view token(std::string_view text) {
+  const char* blanks = " \t\n\r\f\v";
+  auto begin = text.find_first_not_of(blanks);
+  if (begin == std::string_view::npos) return {};
+  text = text.substr(begin, text.find_last_not_of(blanks) - begin + 1);
+  if (text.size() > 1 && text[0] == '+' && text[1] != '-' && text[1] != '+') text.remove_prefix(1);
+  return text;
+}
+
+std::optional<double> parse_double(std::string_view text) {
+  std::string_view t = token(text);
+  double value = 0;
+  auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), value);
+  if (t.empty() || ec != std::errc() || end != t.data() + t.size() || !std::isfinite(value)) {
+    return std::nullopt;  // also 1e400 (out of range) and inf/nan
+  }
+  return value;
+}
+
+std::string seconds_text(double s) { return fmt::format("{}", s); }
+
+usage_error bad_duration(std::string_view name, std::string_view text, duration_limits limits) {
+  return usage_error(
+      fmt::format("{}: '{}' is not a number of seconds {}", name, text, describe_range(limits)));
+}
+
+}  // namespace
+
+std::string describe_range(duration_limits limits) {
+  std::string max = limits.max_s == max_duration_s ? fmt::format("{} (10 years)", max_duration_s)
+                                                   : seconds_text(limits.max_s);
+  return limits.allow_zero ? fmt::format("from 0 to {}", max)
+                           : fmt::format("from {} to {}", min_positive_duration_s, max);
+}
+
+std::int64_t parse_integer(std::string_view text, std::string_view name, std::int64_t min,
+                           std::int64_t max) {
+  std::string_view t = token(text);
+  std::int64_t value = 0;
+  auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), value);
+  if (t.empty() || ec != std::errc() || end != t.data() + t.size() || value < min ||
+      value > max) {
+    throw usage_error(
+        fmt::format("{}: '{}' is not a whole number from {} to {}", name, text, min, max));
+  }
+  return value;
+}
+
+std::chrono::milliseconds seconds_to_duration(double seconds, std::string_view name,
+                                              duration_limits limits) {
+  double least = limits.allow_zero ? 0.0 : min_positive_duration_s;
+  // Written so that NaN fails too.
+  if (!(seconds >= least && seconds <= limits.max_s)) {
+    throw bad_duration(name, seconds_text(seconds), limits);
+  }
+  // max_s * 1000 is far below 2^63: the cast cannot overflow.
+  return std::chrono::milliseconds(std::llround(seconds * 1000.0));
+}
+
+std::chrono::milliseconds parse_duration_seconds(std::string_view text, std::string_view name,
+                                                 duration_limits limits) {
+  auto value = parse_double(text);
+  if (!value) throw bad_duration(name, text, limits);
+  try {
+    return seconds_to_duration(*value, name, limits);
+  } catch (const usage_error&) {
+    throw bad_duration(name, text, limits);  // quote the text as given
+  }
+}
+
+}  // namespace dtrun::launcher
