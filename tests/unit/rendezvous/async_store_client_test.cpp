@@ -12,6 +12,7 @@
 
 #include "rendezvous/async_store_client.h"
 #include "rendezvous/store_server.h"
+#include "server_fixture.h"
 
 using namespace dtrun::rendezvous;
 using namespace std::chrono_literals;
@@ -140,11 +141,8 @@ TEST_CASE("losing the server fails a pending wait at once, not at its timeout") 
 
 TEST_CASE("connecting to nothing gives up after connect_timeout with a clear error") {
   boost::asio::io_context io;
-  std::uint16_t port;
-  {
-    store_server s(io, {.host = "127.0.0.1"});
-    port = s.port();
-  }
+  testing::refusing_port refusing;
+  auto port = refusing.port();
   tcp_store_client_options options;
   options.port = port;
   options.connect_timeout = 300ms;
@@ -337,11 +335,8 @@ TEST_CASE("connection retries with tiny connect timeouts end exactly once") {
   std::mt19937 rng(seed);
   for (int round = 0; round < 100; ++round) {
     boost::asio::io_context io;
-    std::uint16_t port;
-    {
-      store_server s(io, {.host = "127.0.0.1"});
-      port = s.port();
-    }
+    testing::refusing_port refusing;
+    auto port = refusing.port();
     tcp_store_client_options o;
     o.port = port;
     o.connect_timeout = up_to(rng, 30);

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 
 #include "rendezvous/store_server.h"
@@ -45,6 +46,23 @@ class server_thread {
   boost::asio::io_context io_;
   store_server server_;
   std::thread thread_;
+};
+
+// A loopback port where every connection is refused, for as long as this
+// object lives: bound but never listening, so no other test or process can
+// take the port in the meantime (a port bound, closed and reused later
+// could be).
+class refusing_port {
+ public:
+  refusing_port() : socket_(io_) {
+    socket_.open(boost::asio::ip::tcp::v4());
+    socket_.bind({boost::asio::ip::make_address("127.0.0.1"), 0});
+  }
+  std::uint16_t port() const { return socket_.local_endpoint().port(); }
+
+ private:
+  boost::asio::io_context io_;
+  boost::asio::ip::tcp::socket socket_;
 };
 
 }  // namespace dtrun::rendezvous::testing

@@ -209,12 +209,8 @@ TEST_CASE("binding a port in use says what to do") {
 }
 
 TEST_CASE("a client gives up on an unreachable store with a clear error") {
-  std::uint16_t unused_port;
-  {
-    boost::asio::io_context io;
-    store_server s(io, {.host = "127.0.0.1"});
-    unused_port = s.port();
-  }
+  testing::refusing_port refusing;
+  auto unused_port = refusing.port();
   tcp_store_client_options options;
   options.port = unused_port;
   options.connect_timeout = std::chrono::milliseconds(300);
