@@ -97,7 +97,8 @@ int main(int argc, char** argv) {
     if (parsed.options.dry_run) {
       nlohmann::json out = launcher::to_json(config, env);
       launcher::add_scheduler_json(out, scheduler, config);
-      fmt::print("{}\n", out.dump(2));
+      // An argv that is not UTF-8 shows as U+FFFD instead of throwing.
+      fmt::print("{}\n", out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
       return 0;
     }
     for (const auto& line : launcher::describe(scheduler)) fmt::print(stderr, "dtrun: {}\n", line);

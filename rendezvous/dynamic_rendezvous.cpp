@@ -27,6 +27,12 @@ using json = nlohmann::json;
 
 namespace {
 
+// A record for the store. A host name that is not UTF-8 (outside text)
+// becomes U+FFFD rather than making dump() throw out of a handler.
+std::string compact_json(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
 std::set<std::string> local_interface_addresses() {
   std::set<std::string> out;
   ifaddrs* list = nullptr;
@@ -416,7 +422,7 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
                          .master_port = self->options_.workers_use_agent_store
                                             ? 0
                                             : reserve_port(self->advertised_addr_)};
-      self->ops_->set(self->round_key(r, fmt::format("node/{}", index)), json(me).dump(),
+      self->ops_->set(self->round_key(r, fmt::format("node/{}", index)), compact_json(json(me)),
                       [](store_result) {});
       if (index == self->options_.max_nodes) {
         self->close_round(r, index);
@@ -482,7 +488,8 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
         ports[ranks[i]] = nodes[i].master_port;
       }
       json table{{"ranks", ranks}, {"nproc", nproc}, {"addrs", addrs}, {"ports", ports}};
-      self->ops_->set(self->round_key(r, "ranks"), table.dump(), [](store_result) {});
+      self->ops_->set(self->round_key(r, "ranks"), compact_json(table),
+                      [](store_result) {});
     });
   }
 

@@ -132,6 +132,13 @@ def test_dry_run_prints_the_resolved_configuration():
     assert all(w["env"]["TORCHELASTIC_MAX_RESTARTS"] == "2" for w in config["workers"])
 
 
+def test_dry_run_of_arguments_that_are_not_utf8_prints_json():
+    # Python hands such bytes to dtrun unchanged (surrogateescape).
+    r = dh.run(["--standalone", "--dry-run", "--no-python", "/bin/echo", "caf\udce9"])
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["argv"] == ["/bin/echo", "caf\ufffd"]
+
+
 def test_pet_variables_are_defaults_and_flags_win():
     env = dh.job_env(PET_NPROC_PER_NODE="4", PET_MAX_RESTARTS="1", PET_STANDALONE="1")
     config = json.loads(dh.run(["--dry-run", "x.py"], env=env).stdout)
