@@ -1,6 +1,7 @@
-"""Adversarial pass over the store (issue 12): requests whose handling was
+"""Adversarial pass (issue 12). The store: requests whose handling was
 quadratic in what one connection sent, so that one client could stall the
 whole store (and an agent hosting it) for minutes with a few megabytes.
+The launcher: careless flags that gave a wrong or unclear error.
 
 Each test runs the attack against a real `dtrun-store serve`, then checks
 that the attacker got its answers and that a good client still gets
@@ -15,6 +16,7 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.environ.get("DTRUN_SOURCE_DIR", os.path.join(
     os.path.dirname(__file__), "..", "..")), "tests", "pyhelpers"))
+import dtrun_helpers as dh  # noqa: E402
 import store_helpers as sh  # noqa: E402
 from store_helpers import V1, V2, V2_HANDSHAKE, string, u8, u32, u64  # noqa: E402
 
@@ -84,3 +86,22 @@ def test_closing_a_connection_with_many_waits_on_one_key(server):
     out, err = waiter.communicate(timeout=LIVENESS_S)
     assert waiter.returncode == 0, (out, err)
     good_client_works(server)
+
+
+# --- careless flags --------------------------------------------------------
+
+def test_a_repeated_flag_takes_the_last_value_like_torchrun():
+    r = dh.run(["--standalone", "--nproc-per-node=1", "--nproc-per-node", "2", "--dry-run",
+                "/bin/true"])
+    assert r.returncode == 0, r.stderr
+    assert '"nproc_per_node": 2' in r.stdout, r.stdout
+
+
+def test_a_log_dir_that_is_a_file_is_a_one_line_error_naming_the_flag(tmp_path):
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("")
+    r = dh.run(["--standalone", f"--log-dir={not_a_dir}", "/bin/true"])
+    assert r.returncode != 0
+    lines = r.stderr.strip().splitlines()
+    assert lines == [f"dtrun: error: --log-dir: cannot create the folder {not_a_dir}: "
+                     "Not a directory; give a folder you can write to"], r.stderr
