@@ -105,3 +105,13 @@ def test_a_log_dir_that_is_a_file_is_a_one_line_error_naming_the_flag(tmp_path):
     lines = r.stderr.strip().splitlines()
     assert lines == [f"dtrun: error: --log-dir: cannot create the folder {not_a_dir}: "
                      "Not a directory; give a folder you can write to"], r.stderr
+
+
+def test_an_event_log_fifo_with_no_reader_fails_at_once_saying_why(tmp_path):
+    fifo = tmp_path / "events"
+    os.mkfifo(fifo)
+    r = dh.run(["--standalone", f"--event-log={fifo}", "/bin/true"])
+    assert r.returncode != 0
+    assert r.stderr.strip().splitlines() == [
+        f"dtrun: error: cannot open the event log {fifo} (--event-log): it is a FIFO with no "
+        "reader; start the reader first"], r.stderr
