@@ -10,6 +10,7 @@ loop never answers in time), far above what the work costs when linear.
 """
 
 import os
+import subprocess
 import sys
 
 import pytest
@@ -115,3 +116,27 @@ def test_an_event_log_fifo_with_no_reader_fails_at_once_saying_why(tmp_path):
     assert r.stderr.strip().splitlines() == [
         f"dtrun: error: cannot open the event log {fifo} (--event-log): it is a FIFO with no "
         "reader; start the reader first"], r.stderr
+
+
+# --- two nodes on one machine ----------------------------------------------
+
+def test_two_nodes_on_loopback_without_is_host_share_one_store(tmp_path):
+    # Both nodes match the endpoint 127.0.0.1, so both decide to host; the
+    # second used to fail with "the port is in use". torchrun joins as a
+    # client then, and so does dtrun.
+    script = tmp_path / "w.py"
+    script.write_text("import os\nprint('rank', os.environ['RANK'], os.environ['WORLD_SIZE'])\n")
+    port = dh.free_port()
+    env = dh.job_env()
+    nodes = [subprocess.Popen(
+        [str(dh.DTRUN), "--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=c10d",
+         f"--rdzv-endpoint=127.0.0.1:{port}", "--no-python", sys.executable, str(script)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    results = [p.communicate(timeout=120) for p in nodes]
+    for p, (out, err) in zip(nodes, results):
+        assert p.returncode == 0, err
+    outs = sorted(out.strip() for out, _ in results)
+    assert outs == ["rank 0 2", "rank 1 2"], results
+    errs = "".join(err for _, err in results)
+    assert errs.count("hosting the rendezvous store") == 1, errs
+    assert errs.count("joining it as a client") == 1, errs
