@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
+#include <stdexcept>
 #include <system_error>
 
 #include <boost/asio/signal_set.hpp>
@@ -20,6 +21,7 @@
 #include "agent/orphan_guard.h"
 #include "agent/worker_output.h"
 #include "agent/worker_process.h"
+#include "rendezvous/printable.h"
 
 namespace dtrun::agent {
 namespace asio = boost::asio;
@@ -62,7 +64,13 @@ std::string safe_file_name(const std::string& text) {
 
 // <base>/<run_id>_XXXXXX, like torchrun's per-run log folder.
 std::string make_run_dir(const std::string& base, const std::string& run_id) {
-  fs::create_directories(base);
+  std::error_code ec;
+  fs::create_directories(base, ec);
+  if (ec) {
+    throw std::runtime_error(fmt::format("--log-dir: cannot create the folder {}: {}; give a "
+                                         "folder you can write to",
+                                         printable(base), ec.message()));
+  }
   std::string pattern = (fs::path(base) / (safe_file_name(run_id) + "_XXXXXX")).string();
   if (::mkdtemp(pattern.data()) == nullptr) {
     throw std::system_error(errno, std::generic_category(),

@@ -5,9 +5,12 @@
 
 #include <cerrno>
 #include <ctime>
+#include <stdexcept>
 #include <system_error>
 
 #include <fmt/format.h>
+
+#include "rendezvous/printable.h"
 
 namespace dtrun::agent {
 
@@ -48,12 +51,21 @@ void event_log::open(const std::string& path) {
     owned_ = false;
     return;
   }
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  // O_NONBLOCK so that a FIFO nobody reads fails at once (ENXIO) instead
+  // of blocking the start forever; writes are blocking again below.
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NONBLOCK, 0644);
+  if (fd < 0 && errno == ENXIO) {
+    throw std::runtime_error(fmt::format(
+        "cannot open the event log {} (--event-log): it is a FIFO with no reader; start the "
+        "reader first",
+        printable(path)));
+  }
   if (fd < 0) {
     throw std::system_error(errno, std::generic_category(),
                             fmt::format("cannot open the event log {} for appending (--event-log)",
-                                        path));
+                                        printable(path)));
   }
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   fd_ = fd;
   owned_ = true;
 }

@@ -255,6 +255,8 @@ parse_result parse_command_line(const std::vector<std::string>& args) {
       "separate it from dtrun's flags. Every flag also reads PET_<FLAG> from the environment\n"
       "(e.g. PET_NPROC_PER_NODE); the command line wins.");
   app.get_formatter()->column_width(34);
+  // A repeated flag: the last one wins, as with torchrun (argparse).
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   define_flags(app, o);
 
   std::vector<std::string> own;

@@ -170,6 +170,7 @@ std::optional<multi_node_config> resolve_multi_node(const launch_options& o, int
     c.host_decided_by = "--node-rank=0 hosts the store";
   } else {
     r.host_store = rendezvous::is_this_machine(ep->host);
+    r.join_if_store_port_in_use = r.host_store;
     c.host_decided_by = "the endpoint host is this machine";
     if (!r.host_store) c.host_decided_by = "the endpoint host is another machine";
   }

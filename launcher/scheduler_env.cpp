@@ -44,6 +44,7 @@ void apply_scheduler_env(const scheduler_env& s, launch_config& c) {
     }
     if (s.host_store) {
       r.host_store = *s.host_store;
+      r.join_if_store_port_in_use = false;
       c.multi_node->host_decided_by = s.host_store_because;
     }
   }

@@ -166,11 +166,19 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
     if (options_.host_store) {
       // Every interface: the other nodes reach us through the endpoint's
       // address, whichever interface that is.
-      server_ = std::make_unique<store_server>(
-          io_, store_server_options{.host = "",
-                                    .port = options_.endpoint_port,
-                                    .admit = make_admit(options_.store_access)});
-      options_.log(fmt::format("hosting the rendezvous store on port {}", server_->port()));
+      try {
+        server_ = std::make_unique<store_server>(
+            io_, store_server_options{.host = "",
+                                      .port = options_.endpoint_port,
+                                      .admit = make_admit(options_.store_access)});
+        options_.log(fmt::format("hosting the rendezvous store on port {}", server_->port()));
+      } catch (const store_address_in_use&) {
+        if (!options_.join_if_store_port_in_use) throw;
+        options_.log(fmt::format(
+            "port {} is in use on this machine (another node here hosts the store?); joining "
+            "it as a client (--rdzv-conf is_host=1 insists on hosting)",
+            options_.endpoint_port));
+      }
     }
   }
 

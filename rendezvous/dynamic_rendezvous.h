@@ -31,6 +31,10 @@ struct dynamic_rendezvous_options {
   // Host the store on this node: from is_host in --rdzv-conf, else decided
   // by matching endpoint_host against this machine's names and addresses.
   bool host_store = false;
+  // When host_store came from that matching (not from is_host): if the
+  // port is taken, join as a client instead, as torchrun does (several
+  // nodes of one machine, e.g. a loopback test, all match the endpoint).
+  bool join_if_store_port_in_use = false;
   int min_nodes = 1;
   int max_nodes = 1;
   int local_world_size = 1;

@@ -1,6 +1,7 @@
 #include "rendezvous/server_key_table.h"
 
 #include <algorithm>
+#include <unordered_set>
 #include <utility>
 
 #include "rendezvous/store_semantics.h"
@@ -93,6 +94,25 @@ void key_table::cancel(const wait_handle& handle) {
   handle->on_ready = nullptr;
 }
 
+void key_table::cancel(std::span<const wait_handle> handles) {
+  // A handle in a waiter list always has remaining > 0, so after zeroing
+  // these, remaining == 0 picks out exactly the cancelled ones.
+  std::unordered_set<std::string> keys;
+  for (const auto& handle : handles) {
+    if (!handle) continue;
+    keys.insert(handle->keys.begin(), handle->keys.end());
+    handle->keys.clear();
+    handle->remaining = 0;
+    handle->on_ready = nullptr;
+  }
+  for (const auto& k : keys) {
+    auto it = waiters_.find(k);
+    if (it == waiters_.end()) continue;
+    std::erase_if(it->second, [](const wait_handle& w) { return w->remaining == 0; });
+    if (it->second.empty()) waiters_.erase(it);
+  }
+}
+
 void key_table::wake_all(const std::string& key) {
   auto it = waiters_.find(key);
   if (it == waiters_.end()) return;
@@ -161,6 +181,17 @@ void key_table::unwatch(std::uint64_t id) {
     return;
   }
   std::erase_if(watchers_, [id](const watcher& w) { return w.id == id; });
+}
+
+void key_table::unwatch(std::span<const std::uint64_t> ids) {
+  auto listed = [ids](const watcher& w) { return std::binary_search(ids.begin(), ids.end(), w.id); };
+  if (notifying_ > 0) {
+    for (auto& w : watchers_) {
+      if (listed(w)) w.callback = nullptr;
+    }
+    return;
+  }
+  std::erase_if(watchers_, listed);
 }
 
 std::size_t key_table::watch_count() const {

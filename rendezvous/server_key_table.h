@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -50,6 +51,10 @@ class key_table {
   wait_handle wait(const std::vector<std::string>& keys, std::function<void()> on_ready);
   // Forgets a pending wait (client cancelled or went away). Idempotent.
   void cancel(const wait_handle& handle);
+  // cancel() of each handle, visiting each key's waiter list once (a
+  // connection closing with many waits on one key must not cost waits
+  // squared).
+  void cancel(std::span<const wait_handle> handles);
 
   void queue_push(const std::string& key, std::string value);
   // Length before the pop, and the popped value when that was > 0.
@@ -65,6 +70,10 @@ class key_table {
   // Idempotent; safe from inside a callback (even that watch's own): the
   // callback is not called again.
   void unwatch(std::uint64_t id);
+  // unwatch() of every id in `ids`, in one pass over the watchers (a
+  // connection closing with many watches must not cost watches squared).
+  // `ids` ascending, as watch() hands them out.
+  void unwatch(std::span<const std::uint64_t> ids);
   std::size_t watch_count() const;
 
  private:

@@ -25,6 +25,12 @@ class store_error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The store's port is taken by another process (store_server).
+class store_address_in_use : public store_error {
+ public:
+  using store_error::store_error;
+};
+
 // A blocking call (get, wait, multi_get, connect) ran out of time. The
 // message names the keys or endpoint and how long we waited.
 class store_timeout : public store_error {

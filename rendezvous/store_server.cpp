@@ -219,7 +219,7 @@ void store_server::impl::listen() {
   if (ec) {
     auto where = fmt::format("{}:{}", options_.host.empty() ? "*" : options_.host, options_.port);
     if (ec == asio::error::address_in_use) {
-      throw store_error(fmt::format("cannot listen on {}: the port is in use; stop the other "
+      throw store_address_in_use(fmt::format("cannot listen on {}: the port is in use; stop the other "
                                     "process or choose another port (0 picks a free one)",
                                     where));
     }

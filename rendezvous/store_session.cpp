@@ -97,9 +97,9 @@ void store_session::close() {
   if (closed_) return;
   closed_ = closing_ = true;
   pending_ = std::string();
-  for (auto& w : waits_) ctx_.table.cancel(w);
+  ctx_.table.cancel(waits_);
   waits_.clear();
-  for (auto id : watch_ids_) ctx_.table.unwatch(id);
+  ctx_.table.unwatch(watch_ids_);  // ascending: ids only grow
   watch_ids_.clear();
   try {
     execute_wills();
@@ -121,7 +121,7 @@ void store_session::process() {
         if (!dialect_) return;
         expect_validate_ = (*dialect_ == wire::dialect::v2);
       }
-      auto parsed = wire::parse_request(*dialect_, input, ctx_.limits.request);
+      auto parsed = wire::parse_request(*dialect_, input, ctx_.limits.request, &progress_);
       if (parsed.status == wire::parse_status::bad) {
         fail(parsed.error);
         return;
@@ -261,8 +261,9 @@ void store_session::handle(wire::request& r) {
       }
       return;
     case op::cancel_wait:
-      for (auto& w : waits_) table.cancel(w);
+      table.cancel(waits_);
       waits_.clear();
+      waits_kept_ = 0;
       wire::put_u8(out, wire::wait_canceled);
       break;
     case op::queue_push:
@@ -321,11 +322,17 @@ void store_session::start_wait(const std::vector<std::string>& keys) {
     reply(std::string(1, static_cast<char>(wire::wait_stop_waiting)));
     return;
   }
+  // Finished waits are dropped here, once the list has doubled since the
+  // last pass: dropping them as each fires costs waits squared when one
+  // MULTI_SET wakes many waits of one connection.
+  if (waits_.size() >= 2 * waits_kept_ + 16) {
+    std::erase_if(waits_, [](const wait_handle& w) { return w->remaining == 0; });
+    waits_kept_ = waits_.size();
+  }
   waits_.push_back(std::move(handle));
 }
 
 void store_session::on_wait_ready() {
-  std::erase_if(waits_, [](const wait_handle& w) { return w->remaining == 0; });
   if (!event_fits(1)) return;
   try {
     reply(std::string(1, static_cast<char>(wire::wait_stop_waiting)));

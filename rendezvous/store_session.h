@@ -156,12 +156,15 @@ class store_session {
   std::string peer_;
   std::vector<std::uint8_t> buffer_;
   std::size_t begin_ = 0, end_ = 0, wanted_ = 0;
+  // How much of an incomplete multi-key request is already checked.
+  wire::parse_progress progress_;
   std::optional<wire::dialect> dialect_;
   bool expect_validate_ = false;
   bool closing_ = false, closed_ = false;
   std::string pending_;
   std::size_t in_flight_ = 0;
-  std::vector<wait_handle> waits_;
+  std::vector<wait_handle> waits_;  // may hold finished ones (see start_wait)
+  std::size_t waits_kept_ = 0;
   std::vector<std::uint64_t> watch_ids_;
   std::map<std::string, std::string> wills_;
 };

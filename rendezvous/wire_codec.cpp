@@ -31,7 +31,8 @@ std::optional<std::uint8_t> find_byte(const std::array<op, n>& table, op o) {
 // caller checks once at the end, which keeps the per-command code linear.
 class cursor {
  public:
-  cursor(std::span<const std::uint8_t> in, const limits& caps) : in_(in), caps_(caps) {}
+  cursor(std::span<const std::uint8_t> in, const limits& caps, std::size_t start = 0)
+      : in_(in), caps_(caps), pos_(start) {}
 
   bool ok() const { return !short_ && error_.empty(); }
   bool is_short() const { return short_; }
@@ -50,19 +51,28 @@ class cursor {
 
   // A u64 length followed by that many bytes, capped by `cap`.
   std::string bytes(std::uint64_t cap, const char* what) {
-    auto len = value<std::uint64_t>();
+    auto len = skip(cap, what);
     if (!ok()) return {};
+    return std::string(reinterpret_cast<const char*>(in_.data() + pos_ - len), len);
+  }
+
+  // The same checks as bytes(), without copying; returns the length.
+  std::uint64_t skip(std::uint64_t cap, const char* what) {
+    auto len = value<std::uint64_t>();
+    if (!ok()) return 0;
     if (len > cap) {
       fail(std::string(what) + " of " + std::to_string(len) + " bytes exceeds the limit of " +
            std::to_string(cap));
-      return {};
+      return 0;
     }
-    if (!take(len)) return {};
-    return std::string(reinterpret_cast<const char*>(in_.data() + pos_ - len), len);
+    take(len);
+    return len;
   }
 
   std::string key() { return bytes(caps_.max_key_bytes, "key"); }
   std::string payload() { return bytes(caps_.max_value_bytes, "value"); }
+  void skip_key() { skip(caps_.max_key_bytes, "key"); }
+  void skip_payload() { skip(caps_.max_value_bytes, "value"); }
 
   std::uint64_t count() {
     auto n = value<std::uint64_t>();
@@ -192,7 +202,39 @@ std::optional<std::uint8_t> byte_for(dialect d, op o) {
   return d == dialect::v1_13 ? find_byte(v1_13_ops, o) : find_byte(v2_ops, o);
 }
 
-parse_result parse_request(dialect d, std::span<const std::uint8_t> input, const limits& caps) {
+namespace {
+
+bool is_multi_key(op kind) {
+  return kind == op::check || kind == op::wait || kind == op::multi_get ||
+         kind == op::multi_set;
+}
+
+// Walks the items of a multi-key request from where `progress` stopped,
+// checking lengths and caps without copying. Returns false with `c` short
+// (progress saved at the last whole item) or bad.
+bool check_items(op kind, cursor& c, parse_progress& progress) {
+  if (progress.position == 0) {
+    c.value<std::uint8_t>();
+    progress.items_left = c.count();
+    if (!c.ok()) return false;
+  }
+  while (progress.items_left > 0) {
+    const std::size_t item_start = c.position();
+    c.skip_key();
+    if (kind == op::multi_set) c.skip_payload();
+    if (!c.ok()) {
+      if (c.is_short()) progress.position = item_start;
+      return false;
+    }
+    --progress.items_left;
+  }
+  return true;
+}
+
+}  // namespace
+
+parse_result parse_request(dialect d, std::span<const std::uint8_t> input, const limits& caps,
+                           parse_progress* progress) {
   parse_result result;
   if (input.empty()) {
     result.bytes_wanted = 1;
@@ -203,6 +245,20 @@ parse_result parse_request(dialect d, std::span<const std::uint8_t> input, const
     result.status = parse_status::bad;
     result.error = "unknown command byte " + std::to_string(input[0]);
     return result;
+  }
+  if (progress != nullptr && is_multi_key(*kind)) {
+    cursor check(input, caps, progress->position);
+    if (!check_items(*kind, check, *progress)) {
+      if (!check.error().empty()) {
+        *progress = {};
+        result.status = parse_status::bad;
+        result.error = std::string(op_name(*kind)) + ": " + check.error();
+      } else {
+        result.bytes_wanted = check.wanted();
+      }
+      return result;
+    }
+    *progress = {};  // whole: built below in one pass
   }
   cursor c(input, caps);
   c.value<std::uint8_t>();

@@ -104,9 +104,22 @@ struct parse_result {
   std::string error;  // bad: what was wrong, for the log line
 };
 
-// Parses one request from the front of `input`.
+// How far an incomplete multi-key request (CHECK, WAIT, MULTI_GET,
+// MULTI_SET) has been checked: its items are walked once as they arrive, so
+// a request of a million small keys arriving in many reads costs linear
+// time, not a full re-parse per read. Keep one per connection; reset (or
+// default-construct) it when the input no longer starts with the same
+// request. parse_request resets it when it returns complete or bad.
+struct parse_progress {
+  std::size_t position = 0;      // bytes checked, at an item boundary (0: none)
+  std::uint64_t items_left = 0;  // items not yet checked after `position`
+};
+
+// Parses one request from the front of `input`. With `progress`, a short
+// multi-key request resumes its check where the previous call stopped and
+// is built only once it is whole.
 parse_result parse_request(dialect d, std::span<const std::uint8_t> input,
-                           const limits& caps = {});
+                           const limits& caps = {}, parse_progress* progress = nullptr);
 
 // Decides a connection's dialect from its first bytes: v2 when they are
 // exactly VALIDATE + magic, v1_13 as soon as they cannot be; nullopt while

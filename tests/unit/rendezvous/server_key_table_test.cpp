@@ -129,3 +129,33 @@ TEST_CASE("a watch callback may remove watches and add new ones") {
   CHECK(added == 1);
   CHECK(table.watch_count() == 1);
 }
+
+TEST_CASE("cancelling many waits at once forgets only those") {
+  key_table table;
+  int fired_cancelled = 0, fired_kept = 0;
+  std::vector<wait_handle> cancelled;
+  for (int i = 0; i < 3; ++i) cancelled.push_back(table.wait({"k", "k"}, [&] { ++fired_cancelled; }));
+  cancelled.push_back(table.wait({"other", "k"}, [&] { ++fired_cancelled; }));
+  auto kept = table.wait({"k"}, [&] { ++fired_kept; });
+  table.cancel(std::span<const wait_handle>(cancelled));
+  for (const auto& h : cancelled) CHECK(h->remaining == 0);
+  table.set("other", "v");
+  table.set("k", "v");
+  CHECK(fired_cancelled == 0);
+  CHECK(fired_kept == 1);
+}
+
+TEST_CASE("unwatching a list of ids removes exactly those watches") {
+  key_table table;
+  std::vector<int> seen;
+  std::vector<std::uint64_t> ids;
+  for (int i = 0; i < 4; ++i) {
+    ids.push_back(table.watch("k", [&seen, i](std::uint8_t, const std::string&, std::string_view,
+                                              std::string_view) { seen.push_back(i); }));
+  }
+  std::vector<std::uint64_t> gone{ids[0], ids[2], ids[3]};
+  table.unwatch(gone);
+  CHECK(table.watch_count() == 1);
+  table.set("k", "v");
+  CHECK(seen == std::vector<int>{1});
+}

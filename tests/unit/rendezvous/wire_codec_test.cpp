@@ -176,3 +176,36 @@ TEST_CASE("the dialect is decided by the first five bytes") {
   CHECK(detect_dialect(bytes({0, 5, 0, 0})) == dialect::v1_13);   // 1.13 SET
   CHECK(detect_dialect(bytes({1})) == dialect::v1_13);            // 1.13 COMPARE_SET
 }
+
+TEST_CASE("a multi-key request arriving in pieces is checked from where the last piece stopped") {
+  std::vector<std::uint8_t> encoded = cat(bytes({10}), bytes({3, 0, 0, 0, 0, 0, 0, 0}));
+  for (const char* k : {"alpha", "beta", "gamma"}) encoded = cat(encoded, str(k));
+  const std::size_t second_item = 9 + 8 + 5, third_item = second_item + 8 + 4;
+  parse_progress progress;
+  auto r = parse_request(dialect::v2, std::span(encoded.data(), third_item + 3), {}, &progress);
+  REQUIRE(r.status == parse_status::need_more);
+  CHECK(progress.position == third_item);
+  CHECK(progress.items_left == 1);
+  CHECK(r.bytes_wanted == third_item + 8);
+  // The checked items are not read again: the request is built in one pass
+  // once whole, and gives what a single parse gives.
+  r = parse_request(dialect::v2, encoded, {}, &progress);
+  REQUIRE(r.status == parse_status::complete);
+  CHECK(r.consumed == encoded.size());
+  CHECK(r.req.keys == std::vector<std::string>{"alpha", "beta", "gamma"});
+  CHECK(progress.position == 0);
+}
+
+TEST_CASE("a resumed check still rejects an item over the caps") {
+  limits caps;
+  caps.max_key_bytes = 4;
+  auto encoded = cat(cat(cat(bytes({11}), bytes({2, 0, 0, 0, 0, 0, 0, 0})), str("ok")), str("v"));
+  parse_progress progress;
+  auto r = parse_request(dialect::v2, encoded, caps, &progress);
+  REQUIRE(r.status == parse_status::need_more);
+  encoded = cat(cat(encoded, str("too long")), str("v"));
+  r = parse_request(dialect::v2, encoded, caps, &progress);
+  REQUIRE(r.status == parse_status::bad);
+  CHECK(r.error == "MULTI_SET: key of 8 bytes exceeds the limit of 4");
+  CHECK(progress.position == 0);
+}
