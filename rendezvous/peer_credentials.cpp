@@ -67,15 +67,23 @@ bool client_tuple(const sockaddr_storage& local, const sockaddr_storage& peer,
 
 }  // namespace
 
+std::optional<connection_addresses> addresses_of(int fd) {
+  connection_addresses a;
+  socklen_t local_len = sizeof a.local;
+  socklen_t peer_len = sizeof a.peer;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&a.local), &local_len) != 0 ||
+      ::getpeername(fd, reinterpret_cast<sockaddr*>(&a.peer), &peer_len) != 0) {
+    return std::nullopt;
+  }
+  return a;
+}
+
 peer_uid_result local_peer_uid(int fd) {
-  sockaddr_storage local{};
-  sockaddr_storage peer{};
-  socklen_t local_len = sizeof local;
-  socklen_t peer_len = sizeof peer;
-  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len) != 0 ||
-      ::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0) {
+  auto ends = addresses_of(fd);
+  if (!ends) {
     return failure(fmt::format("cannot read the connection's addresses: {}", std::strerror(errno)));
   }
+  const auto& [local, peer] = *ends;
 
   struct {
     nlmsghdr header;

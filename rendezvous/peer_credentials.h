@@ -10,9 +10,20 @@
 #include <optional>
 #include <string>
 
+#include <sys/socket.h>
 #include <sys/types.h>
 
 namespace dtrun::rendezvous {
+
+// Both ends of a connected socket, as the kernel reports them.
+struct connection_addresses {
+  sockaddr_storage local{};
+  sockaddr_storage peer{};
+};
+
+// getsockname() and getpeername() of `fd`; nullopt (errno says why) when
+// either fails, e.g. the peer is already gone.
+std::optional<connection_addresses> addresses_of(int fd);
 
 struct peer_uid_result {
   // The uid owning the client's socket; nullopt when it cannot be told.

@@ -94,16 +94,10 @@ bool is_interface_address(const ip::address_v6& address) {
 
 // "" when the client's address is allowed, else the reason.
 std::string check_network(const store_access_options& o, int fd) {
-  sockaddr_storage local{};
-  sockaddr_storage peer{};
-  socklen_t local_len = sizeof local;
-  socklen_t peer_len = sizeof peer;
-  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len) != 0 ||
-      ::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0) {
-    return "cannot read its address";
-  }
-  auto peer_address = to_address(peer);
-  auto local_address = to_address(local);
+  auto ends = addresses_of(fd);
+  if (!ends) return "cannot read its address";
+  auto peer_address = to_address(ends->peer);
+  auto local_address = to_address(ends->local);
   if (!peer_address || !local_address) return "not a TCP/IP connection";
   auto client = as_v6(*peer_address);
   if (client.is_loopback() || (client.is_v4_mapped() &&

@@ -12,6 +12,7 @@
 
 #include "rendezvous/async_store_client.h"
 #include "rendezvous/store_server.h"
+#include "random_timeouts.h"
 #include "server_fixture.h"
 
 using namespace dtrun::rendezvous;
@@ -166,15 +167,8 @@ TEST_CASE("connecting to nothing gives up after connect_timeout with a clear err
 
 namespace {
 
-// The seed comes from DTRUN_TEST_SEED when set, so a failure can be replayed.
-unsigned test_seed() {
-  if (const char* s = std::getenv("DTRUN_TEST_SEED")) return static_cast<unsigned>(std::stoul(s));
-  return std::random_device{}();
-}
-
-std::chrono::milliseconds up_to(std::mt19937& rng, int ms) {
-  return std::chrono::milliseconds(std::uniform_int_distribution<int>(0, ms)(rng));
-}
+using testing::test_seed;
+using testing::up_to;
 
 bool expected_failure(const std::exception_ptr& e) {
   return holds<store_timeout>(e) || holds<store_connection_error>(e);

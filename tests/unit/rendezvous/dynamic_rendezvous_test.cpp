@@ -16,6 +16,7 @@
 #include "rendezvous/dynamic_rendezvous.h"
 #include "rendezvous/store.h"
 #include "rendezvous/store_server.h"
+#include "random_timeouts.h"
 #include <boost/asio/ip/host_name.hpp>
 
 using namespace dtrun::rendezvous;
@@ -412,14 +413,8 @@ TEST_CASE("failure reports reach every node, and the store's host waits until al
 
 namespace {
 
-unsigned test_seed() {
-  if (const char* s = std::getenv("DTRUN_TEST_SEED")) return static_cast<unsigned>(std::stoul(s));
-  return std::random_device{}();
-}
-
-std::chrono::milliseconds up_to(std::mt19937& rng, int ms) {
-  return std::chrono::milliseconds(std::uniform_int_distribution<int>(0, ms)(rng));
-}
+using testing::test_seed;
+using testing::up_to;
 
 bool is_store_error(const std::exception_ptr& e) {
   try {
