@@ -1,7 +1,7 @@
 // PyTorch's TCPStore wire protocol as pure functions: no sockets, no
 // allocation sized by untrusted input, testable byte by byte and fuzzable.
 //
-// Framing (see shared docs/tcpstore-protocol.md): a request is one command
+// Framing (as PyTorch's c10d TCPStore.cpp writes it): a request is one command
 // byte and its fields; integers are little-endian; strings are a u64 length
 // and raw bytes. There is no frame length, so the parser walks the fields
 // and answers complete / need more / bad.

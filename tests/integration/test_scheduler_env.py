@@ -32,7 +32,7 @@ def clean_env(**extra):
 
 def slurm_step(node, ntasks_per_node=1, procid=None, localid=0):
     """What a task sees under srun -N2 in the Slurm test cluster
-    (../shared/docs/slurm-test-cluster.md)."""
+    (scripts/slurm-cluster, docs/slurm.md)."""
     tasks = 2 * ntasks_per_node
     return {
         "SLURM_JOB_ID": "2", "SLURM_STEP_ID": "0", "SLURM_JOB_NAME": "bash",

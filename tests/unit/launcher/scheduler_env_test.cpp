@@ -25,7 +25,7 @@ std::string source_of(const scheduler_env& s, const std::string& setting) {
 }
 
 // What a task sees under `srun -N2 --ntasks-per-node=1` in the project's
-// Slurm test cluster (../shared/docs/slurm-test-cluster.md).
+// Slurm test cluster (scripts/slurm-cluster, docs/slurm.md).
 env_map slurm_agent_per_node(int node) {
   return {{"SLURM_JOB_ID", "2"},
           {"SLURM_JOB_NODELIST", "node[1-2]"},
