@@ -124,14 +124,12 @@ class async_store_client::impl : public std::enable_shared_from_this<async_store
     // retries, minutes beyond connect_timeout.
     attempt_expired_ = false;
     retry_timer_.expires_at(connect_deadline_);
-    retry_timer_.async_wait(
-        [self, armed = ++retry_generation_](const boost::system::error_code& ec) {
-          if (ec || self->closed_ || self->connected_ || armed != self->retry_generation_) return;
-          self->attempt_expired_ = true;
-          boost::system::error_code ignored;
-          self->resolver_.cancel();
-          self->socket_.close(ignored);  // its handler runs with an error (or a stale success)
-        });
+    arm_retry_timer([this] {
+      attempt_expired_ = true;
+      boost::system::error_code ignored;
+      resolver_.cancel();
+      socket_.close(ignored);  // its handler runs with an error (or a stale success)
+    });
     resolver_.async_resolve(
         options_.host, std::to_string(options_.port), tcp::resolver::numeric_service,
         [self](const boost::system::error_code& ec, tcp::resolver::results_type results) {
@@ -163,19 +161,29 @@ class async_store_client::impl : public std::enable_shared_from_this<async_store
     backoff_ = std::min<std::chrono::milliseconds>(backoff_ * 2, std::chrono::seconds(1));
     boost::system::error_code ignored;
     socket_.close(ignored);
-    // Its own timer and generation: an expiry that was already queued when
-    // the timer was re-armed or the client connected or closed is stale.
     retry_timer_.expires_after(pause);
-    retry_timer_.async_wait([self = shared_from_this(),
-                             armed = ++retry_generation_](const boost::system::error_code& ec) {
+    arm_retry_timer([this] { try_connect(); });
+  }
+
+  // Waits on retry_timer_ (set by the caller) and runs `on_expiry` only if
+  // this arming is still current and the client is still connecting: an
+  // expiry that was already queued when the timer was re-armed, or the
+  // client connected or closed, is stale.
+  void arm_retry_timer(std::function<void()> on_expiry) {
+    retry_timer_.async_wait([self = shared_from_this(), armed = ++retry_generation_,
+                             on_expiry = std::move(on_expiry)](const boost::system::error_code& ec) {
       if (ec || self->closed_ || self->connected_ || armed != self->retry_generation_) return;
-      self->try_connect();
+      on_expiry();
     });
   }
 
-  void on_connected() {
-    ++retry_generation_;  // the attempt's deadline no longer applies
+  void disarm_retry_timer() {
+    ++retry_generation_;
     retry_timer_.cancel();
+  }
+
+  void on_connected() {
+    disarm_retry_timer();  // the attempt's deadline no longer applies
     boost::system::error_code ignored;
     socket_.set_option(tcp::no_delay(true), ignored);
     connected_ = true;
@@ -411,8 +419,7 @@ class async_store_client::impl : public std::enable_shared_from_this<async_store
     connected_ = false;
     boost::system::error_code ignored;
     disarm_timer();
-    ++retry_generation_;
-    retry_timer_.cancel();
+    disarm_retry_timer();
     resolver_.cancel();
     socket_.close(ignored);
     auto pending = std::move(queue_);

@@ -81,17 +81,7 @@ wait_handle key_table::wait(const std::vector<std::string>& keys,
 }
 
 void key_table::cancel(const wait_handle& handle) {
-  if (!handle) return;
-  for (const auto& k : handle->keys) {
-    auto it = waiters_.find(k);
-    if (it == waiters_.end()) continue;
-    auto& list = it->second;
-    list.erase(std::remove(list.begin(), list.end(), handle), list.end());
-    if (list.empty()) waiters_.erase(it);
-  }
-  handle->keys.clear();
-  handle->remaining = 0;
-  handle->on_ready = nullptr;
+  cancel(std::span<const wait_handle>(&handle, 1));
 }
 
 void key_table::cancel(std::span<const wait_handle> handles) {
@@ -173,18 +163,12 @@ std::uint64_t key_table::watch(const std::string& key, watch_callback callback) 
   return id;
 }
 
-void key_table::unwatch(std::uint64_t id) {
-  if (notifying_ > 0) {
-    for (auto& w : watchers_) {
-      if (w.id == id) w.callback = nullptr;
-    }
-    return;
-  }
-  std::erase_if(watchers_, [id](const watcher& w) { return w.id == id; });
-}
+void key_table::unwatch(std::uint64_t id) { unwatch(std::span<const std::uint64_t>(&id, 1)); }
 
 void key_table::unwatch(std::span<const std::uint64_t> ids) {
-  auto listed = [ids](const watcher& w) { return std::binary_search(ids.begin(), ids.end(), w.id); };
+  auto listed = [ids](const watcher& w) {
+    return std::binary_search(ids.begin(), ids.end(), w.id);
+  };
   if (notifying_ > 0) {
     for (auto& w : watchers_) {
       if (listed(w)) w.callback = nullptr;

@@ -101,7 +101,9 @@ class store_server::impl : public std::enable_shared_from_this<store_server::imp
 class session : public std::enable_shared_from_this<session>, private session_host {
  public:
   session(tcp::socket socket, store_server::impl& server)
-      : socket_(std::move(socket)), server_(server), core_(server.ctx_, *this, endpoint_text(socket_)) {}
+      : socket_(std::move(socket)),
+        server_(server),
+        core_(server.ctx_, *this, endpoint_text(socket_)) {}
 
   void start() {
     enable_keepalive(socket_);
@@ -219,9 +221,10 @@ void store_server::impl::listen() {
   if (ec) {
     auto where = fmt::format("{}:{}", options_.host.empty() ? "*" : options_.host, options_.port);
     if (ec == asio::error::address_in_use) {
-      throw store_address_in_use(fmt::format("cannot listen on {}: the port is in use; stop the other "
-                                    "process or choose another port (0 picks a free one)",
-                                    where));
+      throw store_address_in_use(
+          fmt::format("cannot listen on {}: the port is in use; stop the other process or "
+                      "choose another port (0 picks a free one)",
+                      where));
     }
     throw store_error(fmt::format("cannot listen on {}: {}", where, ec.message()));
   }

@@ -241,17 +241,18 @@ void store_session::handle(wire::request& r) {
     case op::multi_get: {
       // Size the reply before building it: a few KB naming one big value a
       // thousand times must not make the server allocate gigabytes.
+      // Each key is looked up once; the second pass only copies.
+      std::vector<std::string_view> values;
+      values.reserve(r.keys.size());
       std::size_t total = 0;
       for (const auto& k : r.keys) {
         auto* v = table.find(k);
-        total += bytes_field(v ? v->size() : 0);
+        values.push_back(v ? std::string_view(*v) : std::string_view());
+        total += bytes_field(values.back().size());
       }
       if (!reply_fits(total, "MULTI_GET")) return;
       out.reserve(total);
-      for (const auto& k : r.keys) {
-        auto* v = table.find(k);
-        wire::put_bytes(out, v ? std::string_view(*v) : std::string_view());
-      }
+      for (auto v : values) wire::put_bytes(out, v);
       break;
     }
     case op::multi_set:
