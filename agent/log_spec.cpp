@@ -1,21 +1,15 @@
 #include "agent/log_spec.h"
 
-#include <cctype>
+#include <string_view>
 
 #include <fmt/format.h>
+
+#include "agent/template_substitute.h"
 
 namespace dtrun::agent {
 namespace {
 
-bool is_identifier_start(char c) {
-  return c == '_' || std::isalpha(static_cast<unsigned char>(c)) != 0;
-}
-
-bool is_identifier_char(char c) {
-  return is_identifier_start(c) || std::isdigit(static_cast<unsigned char>(c)) != 0;
-}
-
-std::optional<std::string> field_value(const std::string& name, const prefix_fields& f) {
+std::optional<std::string> field_value(std::string_view name, const prefix_fields& f) {
   if (name == "role_name") return f.role_name;
   if (name == "rank") return std::to_string(f.rank);
   if (name == "local_rank") return std::to_string(f.local_rank);
@@ -72,37 +66,9 @@ bool log_spec::writes_files(int local_world_size) const {
 
 std::string line_prefix(const std::string& prefix_template, const prefix_fields& fields) {
   if (prefix_template.empty()) return fmt::format("[{}{}]:", fields.role_name, fields.local_rank);
-  std::string out;
-  std::size_t i = 0;
-  const std::string& t = prefix_template;
-  while (i < t.size()) {
-    if (t[i] != '$') {
-      out += t[i++];
-      continue;
-    }
-    if (i + 1 < t.size() && t[i + 1] == '$') {
-      out += '$';
-      i += 2;
-      continue;
-    }
-    bool braced = i + 1 < t.size() && t[i + 1] == '{';
-    std::size_t start = i + (braced ? 2 : 1);
-    std::size_t end = start;
-    if (end < t.size() && is_identifier_start(t[end])) {
-      ++end;
-      while (end < t.size() && is_identifier_char(t[end])) ++end;
-    }
-    bool well_formed = end > start && (!braced || (end < t.size() && t[end] == '}'));
-    auto value = well_formed ? field_value(t.substr(start, end - start), fields) : std::nullopt;
-    if (!value) {  // kept as written, like safe_substitute
-      out += '$';
-      ++i;
-      continue;
-    }
-    out += *value;
-    i = end + (braced ? 1 : 0);
-  }
-  return out;
+  return safe_substitute(prefix_template, [&fields](std::string_view name) {
+    return field_value(name, fields);
+  });
 }
 
 }  // namespace dtrun::agent

@@ -8,6 +8,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 namespace dtrun::agent {
 
@@ -62,6 +63,13 @@ struct log_spec {
   // TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE; empty: torchrun's default
   // "[<role><local_rank>]:" (e.g. "[default0]:").
   std::string line_prefix_template;
+  // --duplicate-stdout-filters / --duplicate-stderr-filters: each line of
+  // a file_and_console stream (tee'd and shown) that contains one of these
+  // is also written, prefixed, to <attempt>/filtered_stdout.log or
+  // filtered_stderr.log, one file per attempt for all ranks (torchrun's
+  // DefaultLogsSpecs layout). Empty: no file.
+  std::vector<std::string> duplicate_stdout_filters;
+  std::vector<std::string> duplicate_stderr_filters;
 
   worker_routes routes(int local_rank) const;
   // Whether any of `local_world_size` workers writes a log file.

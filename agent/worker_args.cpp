@@ -1,8 +1,12 @@
 #include "agent/worker_args.h"
 
 #include <algorithm>
+#include <charconv>
 #include <string_view>
 #include <utility>
+
+#include "agent/template_substitute.h"
+#include "agent/virtual_local_rank.h"
 
 namespace dtrun::agent {
 namespace {
@@ -12,7 +16,21 @@ std::string get(const env_map& env, const char* key) {
   return it == env.end() ? std::string() : it->second;
 }
 
+// LOCAL_RANK as a number; -1 when absent or not a number (the macro then
+// has nothing to put in, and torch would never get there).
+int local_rank_of(const env_map& env) {
+  std::string text = get(env, "LOCAL_RANK");
+  int value = -1;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  return ec == std::errc() && end == text.data() + text.size() ? value : -1;
+}
+
 }  // namespace
+
+bool has_local_rank_macro(const std::vector<std::string>& args) {
+  return std::any_of(args.begin(), args.end(),
+                     [](const std::string& a) { return a.find('$') != std::string::npos; });
+}
 
 std::string expand_placeholders(const std::string& text, const env_map& env) {
   if (text.find('{') == std::string::npos) return text;
@@ -50,6 +68,10 @@ std::string expand_placeholders(const std::string& text, const env_map& env) {
 void customize_worker(const worker_customization& c, std::vector<std::string>& args,
                       env_map& env) {
   for (const auto& [k, v] : c.env_overrides) env[k] = v;
+  int local_rank = local_rank_of(env);
+  if (local_rank >= 0) {
+    for (auto& arg : args) arg = substitute_local_rank_macro(arg, local_rank);
+  }
   std::size_t at = std::min(c.script_args_at, args.size());
   if (c.template_args) {
     for (std::size_t i = at; i < args.size(); ++i) args[i] = expand_placeholders(args[i], env);
@@ -57,6 +79,10 @@ void customize_worker(const worker_customization& c, std::vector<std::string>& a
   if (c.local_rank != local_rank_arg::none) {
     const char* flag = c.local_rank == local_rank_arg::dash ? "--local-rank=" : "--local_rank=";
     args.insert(args.begin() + static_cast<std::ptrdiff_t>(at), flag + get(env, "LOCAL_RANK"));
+  }
+  if (c.virtual_local_rank) {
+    env["CUDA_VISIBLE_DEVICES"] = virtual_visible_device(local_rank, c.parent_visible_devices);
+    env["LOCAL_RANK"] = "0";
   }
 }
 

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <filesystem>
 #include <string_view>
 #include <system_error>
 
@@ -11,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "agent/line_assembler.h"
+#include "agent/line_filter.h"
 
 namespace dtrun::agent {
 namespace asio = boost::asio;
@@ -46,6 +48,38 @@ int open_or_throw(const std::string& path, int flags) {
 
 }  // namespace
 
+// One round's filtered_stdout.log or filtered_stderr.log, shared by the
+// streams that feed it; closed when the last of them lets go.
+struct worker_output::duplicate_file {
+  std::vector<std::string> needles;
+  std::string path;
+  int fd = -1;
+  std::function<void(const std::string&)>* log = nullptr;
+
+  ~duplicate_file() { close_fd(fd); }
+
+  // Writes the matching lines of `lines` (whole prefixed lines).
+  void write_matching(std::string_view lines, std::size_t prefix_size) {
+    if (fd < 0) return;
+    std::string matched;
+    select_matching_lines(lines, prefix_size, needles, matched);
+    std::string_view rest = matched;
+    while (!rest.empty() && fd >= 0) {
+      ssize_t n = ::write(fd, rest.data(), rest.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        if (log != nullptr && *log) {
+          (*log)(fmt::format("cannot write {}: {}; its copy stops here", path,
+                             std::generic_category().message(errno)));
+        }
+        close_fd(fd);
+        return;
+      }
+      rest.remove_prefix(static_cast<std::size_t>(n));
+    }
+  }
+};
+
 // One tee'd stream: reads the pipe, copies the bytes to the log file, and
 // hands whole prefixed lines to the console, one batch at a time (the next
 // read waits for the console: back-pressure). Owned by shared_ptr because
@@ -54,11 +88,14 @@ class worker_output::piped_stream : public std::enable_shared_from_this<piped_st
  public:
   piped_stream(asio::io_context& io, int read_fd, int file_fd, std::string file_path,
                console_sink& console, std::string prefix,
-               std::function<void(const std::string&)>& log)
+               std::function<void(const std::string&)>& log,
+               std::shared_ptr<duplicate_file> duplicates)
       : pipe_(io, read_fd),
         file_fd_(file_fd),
         file_path_(std::move(file_path)),
         console_(console),
+        prefix_size_(prefix.size()),
+        duplicates_(std::move(duplicates)),
         lines_(std::move(prefix)),
         buffer_(read_size),
         log_(log) {}
@@ -77,6 +114,7 @@ class worker_output::piped_stream : public std::enable_shared_from_this<piped_st
     boost::system::error_code ignored;
     pipe_.close(ignored);
     close_fd(file_fd_);
+    duplicates_.reset();
   }
 
  private:
@@ -92,6 +130,7 @@ class worker_output::piped_stream : public std::enable_shared_from_this<piped_st
     if (ec) {  // end of the stream (every writer closed it) or a read error
       out_.clear();
       lines_.finish(out_);
+      duplicate();
       if (out_.empty()) {
         end();
       } else {
@@ -113,6 +152,7 @@ class worker_output::piped_stream : public std::enable_shared_from_this<piped_st
       read();
       return;
     }
+    duplicate();
     console_.write(out_, [self = shared_from_this()] {
       if (self->unfed_.empty()) {
         self->read();
@@ -138,12 +178,19 @@ class worker_output::piped_stream : public std::enable_shared_from_this<piped_st
     }
   }
 
+  // The lines about to go to the console that match the filters, to the
+  // round's filtered file.
+  void duplicate() {
+    if (duplicates_ && !out_.empty()) duplicates_->write_matching(out_, prefix_size_);
+  }
+
   void end() {
     if (closed_) return;
     closed_ = true;
     boost::system::error_code ignored;
     pipe_.close(ignored);
     close_fd(file_fd_);
+    duplicates_.reset();
     auto on_end = std::move(on_end_);
     on_end_ = nullptr;
     if (on_end) on_end();
@@ -153,6 +200,8 @@ class worker_output::piped_stream : public std::enable_shared_from_this<piped_st
   int file_fd_;
   std::string file_path_;
   console_sink& console_;
+  std::size_t prefix_size_;
+  std::shared_ptr<duplicate_file> duplicates_;  // null: no filters
   line_assembler lines_;
   std::vector<char> buffer_;
   std::string_view unfed_;
@@ -182,8 +231,8 @@ console_sink& worker_output::console(int fd) {
 }
 
 int worker_output::open_stream(worker_slot& slot, int local_rank, stream_route route,
-                               int console_fd, const std::string& path,
-                               const std::string& prefix) {
+                               int console_fd, const std::string& path, const std::string& prefix,
+                               std::shared_ptr<duplicate_file> duplicates) {
   switch (route) {
     case stream_route::console:
       return -1;
@@ -203,8 +252,10 @@ int worker_output::open_stream(worker_slot& slot, int local_rank, stream_route r
         throw std::system_error(error, std::generic_category(),
                                 fmt::format("cannot create a pipe for local rank {}", local_rank));
       }
-      slot.pipes.push_back(std::make_shared<piped_stream>(io_, ends[0], file_fd, path,
-                                                          console(console_fd), prefix, log_));
+      // As torchrun: only tee'd lines are duplicated.
+      if (route != stream_route::file_and_console) duplicates.reset();
+      slot.pipes.push_back(std::make_shared<piped_stream>(
+          io_, ends[0], file_fd, path, console(console_fd), prefix, log_, std::move(duplicates)));
       return above_stdio(ends[1]);
     }
   }
@@ -214,18 +265,34 @@ int worker_output::open_stream(worker_slot& slot, int local_rank, stream_route r
 child_stdio worker_output::prepare(int local_rank, const std::string& rank_dir,
                                    const std::string& prefix) {
   release(local_rank);
+  open_duplicate_files(std::filesystem::path(rank_dir).parent_path().string());
   worker_slot& slot = slots_[local_rank];
   worker_routes routes = spec_.routes(local_rank);
   try {
-    slot.child.out =
-        open_stream(slot, local_rank, routes.out, console_out_, rank_dir + "/stdout.log", prefix);
-    slot.child.err =
-        open_stream(slot, local_rank, routes.err, console_err_, rank_dir + "/stderr.log", prefix);
+    slot.child.out = open_stream(slot, local_rank, routes.out, console_out_,
+                                 rank_dir + "/stdout.log", prefix, stdout_duplicates_);
+    slot.child.err = open_stream(slot, local_rank, routes.err, console_err_,
+                                 rank_dir + "/stderr.log", prefix, stderr_duplicates_);
   } catch (...) {
     release(local_rank);
     throw;
   }
   return slot.child;
+}
+
+void worker_output::open_duplicate_files(const std::string& attempt_dir) {
+  auto open = [&](std::shared_ptr<duplicate_file>& file, const std::vector<std::string>& needles,
+                  const char* name) {
+    if (needles.empty() || file) return;
+    auto opened = std::make_shared<duplicate_file>();
+    opened->needles = needles;
+    opened->path = (std::filesystem::path(attempt_dir) / name).string();
+    opened->fd = open_or_throw(opened->path, O_WRONLY | O_CREAT | O_TRUNC);
+    opened->log = &log_;
+    file = std::move(opened);
+  };
+  open(stdout_duplicates_, spec_.duplicate_stdout_filters, "filtered_stdout.log");
+  open(stderr_duplicates_, spec_.duplicate_stderr_filters, "filtered_stderr.log");
 }
 
 void worker_output::spawned(int local_rank) {
@@ -292,6 +359,9 @@ void worker_output::release(int local_rank) {
 
 void worker_output::end_round() {
   while (!slots_.empty()) release(slots_.begin()->first);
+  // The next round's first prepare() opens its own (in its attempt dir).
+  stdout_duplicates_.reset();
+  stderr_duplicates_.reset();
 }
 
 }  // namespace dtrun::agent

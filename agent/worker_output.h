@@ -15,6 +15,12 @@
 // Files: <rank_dir>/stdout.log and stderr.log (rank_dir is
 // <run dir>/attempt_<n>/<local_rank>, torchrun's layout).
 //
+// With --duplicate-std{out,err}-filters, each file_and_console line that
+// matches is also written (prefixed) to <attempt dir>/filtered_stdout.log
+// or filtered_stderr.log, one file per round shared by all ranks, opened
+// (empty) by the round's first prepare(). Whole lines, written one batch
+// at a time on the loop, so ranks' lines never mix.
+//
 // Memory per piped stream is bounded (a 64 KiB read buffer, a line of at
 // most 64 KiB, about 256 KiB of console output); when the console is slow
 // the agent stops reading that pipe until its lines are written, so the
@@ -87,6 +93,7 @@ class worker_output {
 
  private:
   class piped_stream;
+  struct duplicate_file;
   struct worker_slot {
     child_stdio child;  // ours until spawned()
     std::vector<std::shared_ptr<piped_stream>> pipes;
@@ -97,7 +104,9 @@ class worker_output {
   };
 
   int open_stream(worker_slot& slot, int local_rank, stream_route route, int console_fd,
-                  const std::string& path, const std::string& prefix);
+                  const std::string& path, const std::string& prefix,
+                  std::shared_ptr<duplicate_file> duplicates);
+  void open_duplicate_files(const std::string& attempt_dir);
   console_sink& console(int fd);
   void pipe_ended(int local_rank);
   void release(int local_rank);
@@ -112,6 +121,9 @@ class worker_output {
   std::optional<console_sink> stdout_sink_;
   std::optional<console_sink> stderr_sink_;
   std::map<int, worker_slot> slots_;
+  // This round's filtered_std{out,err}.log (null: no filters, or not open yet).
+  std::shared_ptr<duplicate_file> stdout_duplicates_;
+  std::shared_ptr<duplicate_file> stderr_duplicates_;
 };
 
 }  // namespace dtrun::agent

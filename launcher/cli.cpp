@@ -100,9 +100,11 @@ void define_flags(CLI::App& app, launch_options& o) {
       ->check(seconds_within("--stop-timeout", stop_timeout_limits))
       ->group(group_supervision);
   // torchrun's newer name, bound to the same value.
-  app.add_option(both_spellings("shutdown-timeout"), o.stop_timeout)
+  app.add_option(both_spellings("shutdown-timeout"), o.stop_timeout,
+                 "torchrun's name of --stop-timeout (default: $TORCH_ELASTIC_SHUTDOWN_TIMEOUT, "
+                 "else 30)")
       ->check(seconds_within("--shutdown-timeout", stop_timeout_limits))
-      ->group("");
+      ->group(group_supervision);
   add_option(app, "signals-to-handle", o.signals_to_handle,
              "Signals forwarded to the workers (SIGINT, SIGTERM, SIGHUP and SIGQUIT always are)")
       ->group(group_supervision);
@@ -123,8 +125,12 @@ void define_flags(CLI::App& app, launch_options& o) {
   add_flag(app, "run-path", o.run_path, "Accepted for torchrun compatibility; same as default")
       ->group(group_program);
   app.add_option("--python", o.python,
-                 "Python interpreter for scripts (default: $DTRUN_PYTHON, else python3 on PATH)")
+                 "Python interpreter for scripts (default: $DTRUN_PYTHON, else $PYTHON_EXEC, "
+                 "else python3 on PATH)")
       ->envname("DTRUN_PYTHON")
+      ->group(group_program);
+  add_flag(app, "virtual-local-rank", o.virtual_local_rank,
+           "LOCAL_RANK=0 in every worker, each seeing only its own GPU (CUDA_VISIBLE_DEVICES)")
       ->group(group_program);
 
   const std::string group_logs = "Logs";
@@ -146,8 +152,23 @@ void define_flags(CLI::App& app, launch_options& o) {
              "Local ranks whose output reaches the console, e.g. 0 or 0,3 (default: all)")
       ->group(group_logs);
 
+  add_option(app, "duplicate-stdout-filters", o.duplicate_stdout_filters,
+             "Also copy tee'd stdout lines containing any of these strings (a,b; ',,' is a "
+             "comma) to <attempt>/filtered_stdout.log")
+      ->group(group_logs);
+  add_option(app, "duplicate-stderr-filters", o.duplicate_stderr_filters,
+             "The same for stderr, into <attempt>/filtered_stderr.log")
+      ->group(group_logs);
   add_option(app, "event-log", o.event_log,
              "Append the agent's events as JSON lines to this file ('-': stderr)")
+      ->group(group_logs);
+  add_option(app, "event-log-handler", o.event_log_handler,
+             "torchrun's event handler: null, dynamic_rendezvous (no events) or console "
+             "(as --event-log=-)")
+      ->group(group_logs);
+  // As torchrun: no PET_LOGS_SPECS.
+  app.add_option(both_spellings("logs-specs"), o.logs_specs,
+                 "torchrun's logs specs: only 'default' (dtrun's own log layout)")
       ->group(group_logs);
   add_flag(app, "quiet", o.quiet, "Only errors and the failure summary", "-q")->group(group_logs);
   add_flag(app, "verbose", o.verbose, "Also debug messages (worker pids, rendezvous details)", "-v")
@@ -294,12 +315,15 @@ parse_result parse_command_line(const std::vector<std::string>& args) {
   o.rdzv_backend_given = app.get_option("--rdzv-backend")->count() > 0;
   if (app.get_option("--stop-timeout")->count() == 0 &&
       app.get_option("--shutdown-timeout")->count() == 0) {
-    // torchrun's newer name for the same setting, from the environment.
-    if (const char* env = std::getenv("PET_SHUTDOWN_TIMEOUT"); env != nullptr && *env != '\0') {
-      o.stop_timeout = static_cast<double>(
-                           parse_duration_seconds(env, "PET_SHUTDOWN_TIMEOUT", stop_timeout_limits)
-                               .count()) /
-                       1000.0;
+    // torchrun's newer name for the same setting, from the environment;
+    // else torch's LaunchConfig default, TORCH_ELASTIC_SHUTDOWN_TIMEOUT.
+    for (const char* name : {"PET_SHUTDOWN_TIMEOUT", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"}) {
+      const char* env = std::getenv(name);
+      if (env == nullptr || *env == '\0') continue;
+      o.stop_timeout =
+          static_cast<double>(parse_duration_seconds(env, name, stop_timeout_limits).count()) /
+          1000.0;
+      break;
     }
   }
   if (o.script.empty()) {

@@ -52,13 +52,21 @@ struct launch_options {
   bool module = false;
   bool no_python = false;
   bool run_path = false;
-  std::string python;  // --python or DTRUN_PYTHON; empty: python3 on PATH
+  std::string python;  // --python or DTRUN_PYTHON, else PYTHON_EXEC, else python3 on PATH
+  bool virtual_local_rank = false;  // LOCAL_RANK=0, one visible device per worker
   // Logs.
   std::string log_dir;
   std::string redirects = "0";
   std::string tee = "0";
   std::string local_ranks_filter;
   std::string event_log;  // --event-log FILE ('-': stderr)
+  // torchrun's plug-in names: only the built-in ones (launcher/torch_plugins.h).
+  std::string event_log_handler = "null";
+  std::string logs_specs;  // --logs-specs; empty: not given (torchrun's None)
+  // Lines of tee'd streams containing any of these go to
+  // <attempt>/filtered_std{out,err}.log ("a,b"; ",," is a literal comma).
+  std::string duplicate_stdout_filters;
+  std::string duplicate_stderr_filters;
   bool quiet = false;     // -q/--quiet
   bool verbose = false;   // -v/--verbose
   // dtrun.
@@ -86,8 +94,9 @@ struct parse_result {
   std::string help_text;
 };
 
-// Parses args (without argv[0]). Reads PET_* and DTRUN_PYTHON from the
-// process environment. Throws usage_error.
+// Parses args (without argv[0]). Reads PET_*, DTRUN_PYTHON and
+// TORCH_ELASTIC_SHUTDOWN_TIMEOUT from the process environment. Throws
+// usage_error.
 parse_result parse_command_line(const std::vector<std::string>& args);
 
 }  // namespace dtrun::launcher

@@ -13,6 +13,7 @@
 #include "agent/exit_status.h"
 #include "launcher/log_options.h"
 #include "launcher/number_parse.h"
+#include "launcher/torch_plugins.h"
 
 namespace dtrun::launcher {
 namespace {
@@ -203,7 +204,7 @@ launch_config resolve_launch_config(const launch_options& o, const agent::env_ma
   c.report.level = o.quiet     ? agent::verbosity::quiet
                    : o.verbose ? agent::verbosity::verbose
                                : agent::verbosity::normal;
-  c.report.event_log = o.event_log;
+  c.report.event_log = resolve_torch_plugins(o);  // --event-log, --event-log-handler
 
   // torchrun's worker command line: [python, -u, (-m), script, *args].
   c.program_is_python = !o.no_python;
@@ -212,10 +213,14 @@ launch_config resolve_launch_config(const launch_options& o, const agent::env_ma
     c.program = o.script;
     c.args = o.script_args;
   } else {
-    auto python = env.find("DTRUN_PYTHON");
+    // --python, DTRUN_PYTHON, then torchrun's PYTHON_EXEC, then PATH.
+    auto set = [&env](const char* name) {
+      auto it = env.find(name);
+      return it != env.end() && !it->second.empty() ? std::optional(it->second) : std::nullopt;
+    };
     c.program = !o.python.empty() ? o.python
-                : python != env.end() && !python->second.empty() ? python->second
-                                                                 : "python3";
+                                  : set("DTRUN_PYTHON").value_or(
+                                        set("PYTHON_EXEC").value_or("python3"));
     c.args = {"-u"};
     if (o.module) c.args.push_back("-m");
     c.args.push_back(o.script);

@@ -1,13 +1,20 @@
 #include "launcher/legacy_launch.h"
 
+#include "agent/virtual_local_rank.h"
+
 namespace dtrun::launcher {
 
-agent::worker_customization resolve_worker_args(const launch_options& o) {
+agent::worker_customization resolve_worker_args(const launch_options& o,
+                                                const agent::env_map& env) {
   agent::worker_customization c;
   // torchrun's argv is [python, -u, (-m), script, args...]; with
   // --no-python the program is the script.
   c.script_args_at = o.no_python ? 0 : (o.module ? 3 : 2);
   c.template_args = o.template_args;
+  c.virtual_local_rank = o.virtual_local_rank;
+  if (auto visible = env.find("CUDA_VISIBLE_DEVICES"); visible != env.end()) {
+    c.parent_visible_devices = visible->second;
+  }
   if (o.legacy_launch && !o.use_env) {
     if (o.no_python) {
       // As torch.distributed.launch: a program that is not Python cannot be
@@ -19,6 +26,18 @@ agent::worker_customization resolve_worker_args(const launch_options& o) {
                                                     : agent::local_rank_arg::dash;
   }
   return c;
+}
+
+void check_worker_args(const launch_config& config) {
+  for (int local_rank = 0; local_rank < config.nproc_per_node; ++local_rank) {
+    agent::env_map env = agent::static_worker_env(config.spec, local_rank, {});
+    std::vector<std::string> args = config.args;
+    try {
+      agent::customize_worker(config.worker_args, args, env);
+    } catch (const agent::no_visible_device& e) {
+      throw usage_error(e.what());
+    }
+  }
 }
 
 }  // namespace dtrun::launcher

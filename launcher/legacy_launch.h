@@ -1,15 +1,26 @@
 // torch.distributed.launch's ways, opt-in (docs/schedulers.md):
 // --legacy-launch passes --local-rank=N (or --local_rank=N) to each worker
 // right after the script, unless --use-env; --template-args fills in
-// {rank}-style placeholders in the script's arguments.
+// {rank}-style placeholders in the script's arguments. Also torchrun 2.10's
+// --virtual-local-rank, which is applied at the same place.
 #pragma once
 
 #include "agent/worker_args.h"
+#include "agent/worker_env.h"
 #include "launcher/cli.h"
+#include "launcher/launch_config.h"
 
 namespace dtrun::launcher {
 
 // Throws usage_error for combinations torch.distributed.launch refuses.
-agent::worker_customization resolve_worker_args(const launch_options& options);
+// `env` is the agent's environment (its CUDA_VISIBLE_DEVICES, for
+// --virtual-local-rank).
+agent::worker_customization resolve_worker_args(const launch_options& options,
+                                                const agent::env_map& env = {});
+
+// Applies config's worker customization to each local rank once, before
+// anything starts, so what would fail a worker at spawn time (a local rank
+// with no device under --virtual-local-rank) is one usage_error instead.
+void check_worker_args(const launch_config& config);
 
 }  // namespace dtrun::launcher

@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <cctype>
+#include <tuple>
 
 #include <fmt/format.h>
+
+#include "agent/line_filter.h"
 
 namespace dtrun::launcher {
 namespace {
@@ -125,6 +128,29 @@ agent::log_spec resolve_log_spec(const launch_options& options, int nproc_per_no
   }
   auto prefix = env.find("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
   if (prefix != env.end()) spec.line_prefix_template = prefix->second;
+  spec.duplicate_stdout_filters = agent::parse_duplicate_filters(options.duplicate_stdout_filters);
+  spec.duplicate_stderr_filters = agent::parse_duplicate_filters(options.duplicate_stderr_filters);
+  // As torchrun, only tee'd streams of shown ranks are filtered; say so
+  // when that leaves the file empty whatever the workers print.
+  for (const auto& [flag, filters, stream] :
+       {std::tuple{"--duplicate-stdout-filters", &spec.duplicate_stdout_filters, agent::std_out},
+        std::tuple{"--duplicate-stderr-filters", &spec.duplicate_stderr_filters,
+                   agent::std_err}}) {
+    if (filters->empty()) continue;
+    bool any = false;
+    for (int rank = 0; rank < nproc_per_node; ++rank) {
+      agent::worker_routes routes = spec.routes(rank);
+      any = any || (stream == agent::std_out ? routes.out : routes.err) ==
+                       agent::stream_route::file_and_console;
+    }
+    if (!any) {
+      warnings.push_back(fmt::format(
+          "{} copies lines of tee'd streams only, and no local rank shown on the console tees "
+          "its {}; add --tee={} (or 3)",
+          flag, stream == agent::std_out ? "stdout" : "stderr",
+          stream == agent::std_out ? 1 : 2));
+    }
+  }
   return spec;
 }
 
@@ -142,6 +168,8 @@ nlohmann::json to_json(const agent::log_spec& spec, int nproc_per_node) {
     for (int rank : *spec.local_ranks_filter) filter.push_back(rank);
   }
   return {
+      {"duplicate_stdout_filters", spec.duplicate_stdout_filters},
+      {"duplicate_stderr_filters", spec.duplicate_stderr_filters},
       {"redirects", setting_json(spec.redirects)},
       {"tee", setting_json(spec.tee)},
       {"local_ranks_filter", filter},

@@ -92,8 +92,9 @@ int main(int argc, char** argv) {
     agent::env_map env = agent::current_environment();
     launcher::scheduler_env scheduler = launcher::detect_scheduler_env(parsed.options, env);
     launcher::launch_config config = launcher::resolve_launch_config(parsed.options, env);
-    config.worker_args = launcher::resolve_worker_args(parsed.options);
+    config.worker_args = launcher::resolve_worker_args(parsed.options, env);
     launcher::apply_scheduler_env(scheduler, config);
+    launcher::check_worker_args(config);
     if (parsed.options.dry_run) {
       nlohmann::json out = launcher::to_json(config, env);
       launcher::add_scheduler_json(out, scheduler, config);

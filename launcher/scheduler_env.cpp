@@ -100,12 +100,15 @@ void add_scheduler_json(nlohmann::json& out, const scheduler_env& s, const launc
       env["GROUP_RANK"] = std::to_string(group_rank);
     }
     for (const auto& [k, v] : c.worker_args.env_overrides) env[k] = v;
-    if (c.worker_args.local_rank != agent::local_rank_arg::none || c.worker_args.template_args) {
-      // This worker's own argv (--local-rank, placeholders), as far as known.
+    if (c.worker_args.changes_args() || c.worker_args.virtual_local_rank ||
+        agent::has_local_rank_macro(c.args)) {
+      // This worker's own argv (${local_rank}, --local-rank, placeholders)
+      // and virtual local rank, as far as known.
       agent::env_map known;
       for (const auto& [k, v] : env.items()) known[k] = v.get<std::string>();
       std::vector<std::string> args = c.args;
       agent::customize_worker(c.worker_args, args, known);
+      for (const auto& [k, v] : known) env[k] = v;
       nlohmann::json argv = nlohmann::json::array({c.program});
       for (const auto& a : args) argv.push_back(a);
       w["argv"] = argv;

@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include "agent/virtual_local_rank.h"
 #include "agent/worker_args.h"
 
 using namespace dtrun::agent;
@@ -63,5 +64,61 @@ TEST_CASE("without templating the script's arguments keep their braces") {
   c.script_args_at = 2;
   customize_worker(c, args, env);
   CHECK(args == std::vector<std::string>{"-u", "{rank}.py", "{rank}"});
-  CHECK(c.empty());
+  CHECK_FALSE(c.changes_args());
+}
+
+TEST_CASE("the local rank macro is replaced in every argument always") {
+  // torchrun's macros.substitute runs on all of [-u, script, args...].
+  std::vector<std::string> args = {"-u", "run_${local_rank}.py", "--out=/tmp/$local_rank",
+                                   "${local_rank}${local_rank}", "$local_rankX", "${LOCAL_RANK}",
+                                   "cost$$5", "$${local_rank}", "$", "${local_rank",
+                                   "{local_rank}"};
+  env_map env = worker_env();
+  worker_customization c;
+  c.script_args_at = 2;
+  CHECK(has_local_rank_macro(args));
+  customize_worker(c, args, env);
+  CHECK(args == std::vector<std::string>{"-u", "run_1.py", "--out=/tmp/1", "11", "$local_rankX",
+                                         "${LOCAL_RANK}", "cost$$5", "$${local_rank}", "$",
+                                         "${local_rank", "{local_rank}"});
+  CHECK_FALSE(has_local_rank_macro({"-u", "train.py", "{rank}"}));
+}
+
+TEST_CASE("virtual local rank sets LOCAL_RANK to 0 after the arguments took the real one") {
+  std::vector<std::string> args = {"-u", "train.py", "--gpu=${local_rank}", "{local_rank}"};
+  env_map env = worker_env();  // LOCAL_RANK=1
+  worker_customization c;
+  c.script_args_at = 2;
+  c.template_args = true;
+  c.local_rank = local_rank_arg::dash;
+  c.virtual_local_rank = true;
+  c.parent_visible_devices = "4, 5,6";
+  customize_worker(c, args, env);
+  CHECK(env.at("LOCAL_RANK") == "0");
+  CHECK(env.at("CUDA_VISIBLE_DEVICES") == "5");
+  CHECK(args ==
+        std::vector<std::string>{"-u", "train.py", "--local-rank=1", "--gpu=1", "1"});
+}
+
+TEST_CASE("virtual local rank maps through the parent's visible devices") {
+  CHECK(virtual_visible_device(0, std::nullopt) == "0");
+  CHECK(virtual_visible_device(3, std::nullopt) == "3");
+  CHECK(virtual_visible_device(0, std::string("2,3")) == "2");
+  CHECK(virtual_visible_device(1, std::string("2,3")) == "3");
+  CHECK(virtual_visible_device(1, std::string("GPU-aa, MIG-bb ")) == "MIG-bb");
+  // Python's "".split(",") is [""]: one empty entry, as torch maps it.
+  CHECK(virtual_visible_device(0, std::string("")) == "");
+  CHECK_THROWS_AS(virtual_visible_device(1, std::string("")), no_visible_device);
+  CHECK_THROWS_WITH(virtual_visible_device(2, std::string("0,1")),
+                    Catch::Contains("local rank 2 has no device") &&
+                        Catch::Contains("CUDA_VISIBLE_DEVICES='0,1' lists 2"));
+}
+
+TEST_CASE("virtual local rank without a device for the worker throws") {
+  std::vector<std::string> args = {"-u", "train.py"};
+  env_map env = worker_env();
+  worker_customization c;
+  c.virtual_local_rank = true;
+  c.parent_visible_devices = "7";
+  CHECK_THROWS_AS(customize_worker(c, args, env), no_visible_device);
 }

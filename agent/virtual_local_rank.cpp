@@ -1,0 +1,40 @@
+#include "agent/virtual_local_rank.h"
+
+#include <vector>
+
+#include <fmt/format.h>
+
+namespace dtrun::agent {
+namespace {
+
+std::string trimmed(const std::string& text) {
+  // Python's str.strip(): ASCII whitespace.
+  const char* blanks = " \t\n\r\f\v";
+  auto begin = text.find_first_not_of(blanks);
+  if (begin == std::string::npos) return {};
+  return text.substr(begin, text.find_last_not_of(blanks) - begin + 1);
+}
+
+}  // namespace
+
+std::string virtual_visible_device(int local_rank, const std::optional<std::string>& parent) {
+  if (!parent) return std::to_string(local_rank);
+  // As Python's str.split(","): "" is one empty entry, "0,1" two.
+  std::vector<std::string> devices;
+  std::size_t start = 0;
+  for (;;) {
+    std::size_t comma = parent->find(',', start);
+    devices.push_back(parent->substr(start, comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  if (local_rank < 0 || static_cast<std::size_t>(local_rank) >= devices.size()) {
+    throw no_visible_device(fmt::format(
+        "--virtual-local-rank: local rank {} has no device of its own: CUDA_VISIBLE_DEVICES='{}' "
+        "lists {}; run at most {} worker(s) per node or list more devices",
+        local_rank, *parent, devices.size(), devices.size()));
+  }
+  return trimmed(devices[static_cast<std::size_t>(local_rank)]);
+}
+
+}  // namespace dtrun::agent
