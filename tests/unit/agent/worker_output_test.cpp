@@ -207,3 +207,58 @@ TEST_CASE("writes to a console whose reader is gone are dropped, not fatal") {
   io.run();
   CHECK(done == 2);
 }
+
+TEST_CASE("tee'd lines matching the duplicate filters also go to the attempt's filtered file") {
+  temp_dir dir;
+  fake_console out;
+  fake_console err;
+  asio::io_context io;
+  log_spec spec;
+  spec.tee.is_map = true;
+  spec.tee.per_rank = {{0, std_all}};  // rank 1 is only redirected: never copied
+  spec.redirects.all = std_all;
+  spec.duplicate_stdout_filters = {"loss", "a,b"};
+  spec.duplicate_stderr_filters = {"Error"};
+  worker_output output(io, spec, nullptr, std::chrono::seconds(30), out.write_fd, err.write_fd);
+  pid_t pids[2];
+  for (int rank = 0; rank < 2; ++rank) {
+    fs::path rank_dir = dir.path / "attempt_0" / std::to_string(rank);
+    fs::create_directories(rank_dir);
+    child_stdio stdio = output.prepare(rank, rank_dir.string(), "[r" + std::to_string(rank) + "]:");
+    pids[rank] = spawn_sh(
+        "printf 'loss 1\\nstep\\nlo'; printf 'ss 2\\na,b\\n'; printf 'Error x\\nok\\n' >&2; "
+        "printf 'last loss'",
+        stdio);
+    output.spawned(rank);
+  }
+  int drained = 0;
+  for (int rank = 0; rank < 2; ++rank) output.when_drained(rank, [&] { ++drained; });
+  io.run();
+  CHECK(drained == 2);
+  for (pid_t pid : pids) CHECK(wait_code(pid) == 0);
+  CHECK(read_file(dir.path / "attempt_0" / "filtered_stdout.log") ==
+        "[r0]:loss 1\n[r0]:loss 2\n[r0]:a,b\n[r0]:last loss\n");
+  CHECK(read_file(dir.path / "attempt_0" / "filtered_stderr.log") == "[r0]:Error x\n");
+  // The console and the rank's own files are unchanged by the copy.
+  CHECK(out.drain() == "[r0]:loss 1\n[r0]:step\n[r0]:loss 2\n[r0]:a,b\n[r0]:last loss\n");
+  CHECK(read_file(dir.path / "attempt_0" / "1" / "stdout.log") ==
+        "loss 1\nstep\nloss 2\na,b\nlast loss");
+}
+
+TEST_CASE("the filtered file exists and is empty when no line matches") {
+  temp_dir dir;
+  fake_console out;
+  fake_console err;
+  asio::io_context io;
+  log_spec spec;
+  spec.duplicate_stdout_filters = {"never"};
+  worker_output output(io, spec, nullptr, std::chrono::seconds(30), out.write_fd, err.write_fd);
+  fs::path rank_dir = dir.path / "attempt_3" / "0";
+  fs::create_directories(rank_dir);
+  output.prepare(0, rank_dir.string(), "[r0]:");
+  output.spawned(0);
+  CHECK(fs::exists(dir.path / "attempt_3" / "filtered_stdout.log"));
+  CHECK(fs::file_size(dir.path / "attempt_3" / "filtered_stdout.log") == 0);
+  CHECK_FALSE(fs::exists(dir.path / "attempt_3" / "filtered_stderr.log"));
+  output.end_round();
+}

@@ -218,3 +218,59 @@ TEST_CASE("help is reported, with flags grouped") {
   CHECK_FALSE(s.help);
   CHECK(s.options.script_args == std::vector<std::string>{"--help"});
 }
+
+TEST_CASE("torchrun 2 flags are accepted in both spellings and from PET_ variables") {
+  launch_options o = parse({"--virtual-local-rank", "--duplicate-stdout-filters=loss,step",
+                            "--duplicate_stderr_filters", "Error", "--event-log-handler=console",
+                            "--logs_specs=default", "x.py"});
+  CHECK(o.virtual_local_rank);
+  CHECK(o.duplicate_stdout_filters == "loss,step");
+  CHECK(o.duplicate_stderr_filters == "Error");
+  CHECK(o.event_log_handler == "console");
+  CHECK(o.logs_specs == "default");
+  CHECK(parse({"--virtual_local_rank", "x.py"}).virtual_local_rank);
+  CHECK(parse({"x.py"}).event_log_handler == "null");
+  {
+    env_guard v("PET_VIRTUAL_LOCAL_RANK", "1");
+    env_guard d("PET_DUPLICATE_STDOUT_FILTERS", "a,,b");
+    env_guard h("PET_EVENT_LOG_HANDLER", "console");
+    launch_options e = parse({"x.py"});
+    CHECK(e.virtual_local_rank);
+    CHECK(e.duplicate_stdout_filters == "a,,b");
+    CHECK(e.event_log_handler == "console");
+  }
+  // As torchrun, --logs-specs has no PET_ variable.
+  env_guard specs("PET_LOGS_SPECS", "custom");
+  CHECK(parse({"x.py"}).logs_specs.empty());
+}
+
+TEST_CASE("TORCH_ELASTIC_SHUTDOWN_TIMEOUT is the stop timeout's last default") {
+  env_guard stop("PET_STOP_TIMEOUT", std::nullopt);
+  env_guard shutdown("PET_SHUTDOWN_TIMEOUT", std::nullopt);
+  env_guard torch_env("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "120");
+  CHECK(parse({"x.py"}).stop_timeout == 120.0);
+  CHECK(parse({"--shutdown-timeout=5", "x.py"}).stop_timeout == 5.0);
+  CHECK(parse({"--stop_timeout=6", "x.py"}).stop_timeout == 6.0);
+  {
+    env_guard pet("PET_SHUTDOWN_TIMEOUT", "7");
+    CHECK(parse({"x.py"}).stop_timeout == 7.0);
+  }
+  {
+    env_guard pet("PET_STOP_TIMEOUT", "8");
+    CHECK(parse({"x.py"}).stop_timeout == 8.0);
+  }
+  env_guard bad("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "-1");
+  CHECK_THROWS_WITH(parse({"x.py"}),
+                    "TORCH_ELASTIC_SHUTDOWN_TIMEOUT: '-1' is not a number of seconds from 0 to "
+                    "315360000 (10 years)");
+}
+
+TEST_CASE("help lists torchrun 2 flags") {
+  std::string help = parse_command_line({"--help"}).help_text;
+  for (const char* flag : {"--virtual-local-rank", "--duplicate-stdout-filters",
+                           "--duplicate-stderr-filters", "--event-log-handler", "--logs-specs",
+                           "--shutdown-timeout", "--local-addr", "--master-port"}) {
+    CAPTURE(flag);
+    CHECK(help.find(flag) != std::string::npos);
+  }
+}

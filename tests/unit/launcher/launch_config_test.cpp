@@ -73,6 +73,47 @@ TEST_CASE("the interpreter comes from --python, then DTRUN_PYTHON") {
   CHECK(resolve_launch_config(o, {{"DTRUN_PYTHON", "/opt/py"}}).program == "/usr/bin/python3");
 }
 
+TEST_CASE("PYTHON_EXEC is torchrun's interpreter and comes after DTRUN_PYTHON") {
+  launch_options o = standalone_options();
+  CHECK(resolve_launch_config(o, {{"PYTHON_EXEC", "/opt/exec"}}).program == "/opt/exec");
+  CHECK(resolve_launch_config(o, {{"PYTHON_EXEC", "/opt/exec"}, {"DTRUN_PYTHON", "/opt/py"}})
+            .program == "/opt/py");
+  CHECK(resolve_launch_config(o, {{"PYTHON_EXEC", ""}}).program == "python3");
+  o.python = "/usr/bin/python3";
+  CHECK(resolve_launch_config(o, {{"PYTHON_EXEC", "/opt/exec"}}).program == "/usr/bin/python3");
+  o.no_python = true;
+  CHECK(resolve_launch_config(o, {{"PYTHON_EXEC", "/opt/exec"}}).program == "train.py");
+}
+
+TEST_CASE("torchrun's built-in plug-in names map to dtrun's event log") {
+  launch_options o = standalone_options();
+  CHECK(resolve_launch_config(o, {}).report.event_log.empty());
+  o.event_log_handler = "console";
+  CHECK(resolve_launch_config(o, {}).report.event_log == "-");
+  o.event_log = "/tmp/events.jsonl";  // an explicit --event-log wins
+  CHECK(resolve_launch_config(o, {}).report.event_log == "/tmp/events.jsonl");
+  o.event_log.clear();
+  o.event_log_handler = "dynamic_rendezvous";
+  CHECK(resolve_launch_config(o, {}).report.event_log.empty());
+  o.logs_specs = "default";
+  CHECK_NOTHROW(resolve_launch_config(o, {}));
+}
+
+TEST_CASE("other plug-in names are usage errors saying what to use") {
+  launch_options o = standalone_options();
+  o.event_log_handler = "scuba";
+  CHECK_THROWS_WITH(resolve_launch_config(o, {}),
+                    Catch::StartsWith("--event-log-handler=scuba: event handlers are Python "
+                                      "objects") &&
+                        Catch::Contains("use --event-log=FILE"));
+  o.event_log_handler = "null";
+  o.logs_specs = "my_specs";
+  CHECK_THROWS_WITH(resolve_launch_config(o, {}),
+                    Catch::StartsWith("--logs-specs=my_specs: logs specs are Python entry points "
+                                      "(torchrun.logs_specs) that dtrun cannot load") &&
+                        Catch::Contains("use --log-dir"));
+}
+
 TEST_CASE("module mode runs python -m and no-python runs a program") {
   launch_options m = standalone_options("pkg.main");
   m.module = true;

@@ -93,3 +93,31 @@ TEST_CASE("the dry run shows each rank's routes") {
   CHECK(j["workers"][1]["stderr"] == "console+prefix");
   CHECK(j["workers"][2]["stdout"] == "discard");
 }
+
+TEST_CASE("duplicate filters are parsed and shown by the dry run") {
+  launch_options o;
+  o.tee = "3";
+  o.duplicate_stdout_filters = "loss,,acc,step";
+  o.duplicate_stderr_filters = "Traceback";
+  std::vector<std::string> warnings;
+  auto spec = resolve_log_spec(o, 2, {}, warnings);
+  CHECK(spec.duplicate_stdout_filters == std::vector<std::string>{"loss,acc", "step"});
+  CHECK(spec.duplicate_stderr_filters == std::vector<std::string>{"Traceback"});
+  CHECK(warnings.empty());
+  auto j = to_json(spec, 2);
+  CHECK(j["duplicate_stdout_filters"] == nlohmann::json::array({"loss,acc", "step"}));
+}
+
+TEST_CASE("duplicate filters without a tee'd shown stream are warned about") {
+  launch_options o;
+  o.duplicate_stdout_filters = "loss";
+  o.duplicate_stderr_filters = "err";
+  o.tee = "0:1,1:2";
+  o.local_ranks_filter = "1";  // rank 0's tee'd stdout is not shown: no copy
+  std::vector<std::string> warnings;
+  resolve_log_spec(o, 2, {}, warnings);
+  REQUIRE(warnings.size() == 1);
+  CHECK(warnings[0] ==
+        "--duplicate-stdout-filters copies lines of tee'd streams only, and no local rank shown "
+        "on the console tees its stdout; add --tee=1 (or 3)");
+}
