@@ -119,7 +119,6 @@ def test_dry_run_shows_the_virtual_environment():
 # --- ${local_rank} ---------------------------------------------------------
 
 def test_local_rank_macro_is_replaced_in_every_argument(tmp_path):
-    worker = write_worker(tmp_path)
     out = tmp_path / "out"
     out.mkdir()
     # Also in the script's path, as torchrun substitutes all of [-u, script, args].
@@ -134,7 +133,6 @@ def test_local_rank_macro_is_replaced_in_every_argument(tmp_path):
         assert seen["argv"] == [str(tmp_path / f"w{local_rank}.py"), str(out),
                                 f"--out=o{local_rank}", f"{local_rank}{local_rank}",
                                 "$local_rankX", "{local_rank}", "pid$$", "$${local_rank}"]
-    del worker
 
 
 def test_local_rank_macro_with_no_python_leaves_the_program_alone(tmp_path):
