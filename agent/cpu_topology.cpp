@@ -108,9 +108,4 @@ cpu_topology synthetic_cpu_topology(const std::string& description) {
               fmt::format("synthetic topology '{}'", description));
 }
 
-cpu_topology xml_cpu_topology(const std::string& path) {
-  return load([&](hwloc_topology_t t) { return hwloc_topology_set_xml(t, path.c_str()); },
-              fmt::format("topology file {}", path));
-}
-
 }  // namespace dtrun::agent

@@ -40,7 +40,4 @@ cpu_topology load_cpu_topology();
 // (CPUs are numbered in order). Throws std::runtime_error on a bad one.
 cpu_topology synthetic_cpu_topology(const std::string& description);
 
-// A topology saved with `lstopo file.xml`. Throws std::runtime_error.
-cpu_topology xml_cpu_topology(const std::string& path);
-
 }  // namespace dtrun::agent
