@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <map>
-#include <set>
 
 #include <fmt/format.h>
 
@@ -16,12 +15,12 @@ namespace {
 std::vector<int> allowed_cpus_of_node(const cpu_topology& t, int node) {
   auto it = t.numa_node_cpus.find(node);
   if (it == t.numa_node_cpus.end()) return {};
-  std::vector<int> node_cpus = it->second;
+  std::vector<int> members = it->second;
   std::vector<int> allowed = t.allowed;
-  std::sort(node_cpus.begin(), node_cpus.end());
+  std::sort(members.begin(), members.end());
   std::sort(allowed.begin(), allowed.end());
   std::vector<int> cpus;
-  std::set_intersection(node_cpus.begin(), node_cpus.end(), allowed.begin(), allowed.end(),
+  std::set_intersection(members.begin(), members.end(), allowed.begin(), allowed.end(),
                         std::back_inserter(cpus));
   return cpus;
 }
@@ -49,8 +48,6 @@ std::pair<std::size_t, std::size_t> place_on_node(const std::vector<int>& gpu_nu
   }
   return {before, total};
 }
-
-std::vector<int> node_cpus(const cpu_topology& t, int node) { return allowed_cpus_of_node(t, node); }
 
 std::vector<int> socket_cpus(const cpu_topology& t, int node, const char* mode) {
   // As torch: a node's socket is the socket of its lowest allowed CPU.
@@ -121,8 +118,7 @@ std::vector<int> core_complex_cpus(const cpu_topology& t, int node,
   std::stable_sort(groups.begin(), groups.end(), [](const auto& a, const auto& b) {
     return a.second.size() > b.second.size();
   });
-  auto [index, gpus_on_node] = place_on_node(gpu_numa_nodes, gpu);
-  (void)gpus_on_node;
+  std::size_t index = place_on_node(gpu_numa_nodes, gpu).first;
   return groups[index % groups.size()].second;
 }
 
@@ -175,7 +171,7 @@ std::vector<std::vector<int>> numa_binding_cpus(numa_affinity mode, const cpu_to
     }
     std::vector<int> cpus;
     switch (mode) {
-      case numa_affinity::node: cpus = node_cpus(topology, node); break;
+      case numa_affinity::node: cpus = allowed_cpus_of_node(topology, node); break;
       case numa_affinity::socket: cpus = socket_cpus(topology, node, name); break;
       case numa_affinity::exclusive:
         cpus = exclusive_cpus(topology, node, gpu_numa_nodes, gpu);
