@@ -277,7 +277,9 @@ accelerator_inventory discover_accelerators(const std::string& root, const env_m
   std::vector<accelerator> amd_visible = apply_visible_devices(hip_choice, amd, true);
   if (rocr && !hip) {
     // The runtime renumbers; the selector is the device's new position.
-    for (std::size_t i = 0; i < amd_visible.size(); ++i) amd_visible[i].selector = std::to_string(i);
+    for (std::size_t i = 0; i < amd_visible.size(); ++i) {
+      amd_visible[i].selector = std::to_string(i);
+    }
   }
   inventory.rocm = amd_visible;
 

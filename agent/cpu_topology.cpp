@@ -104,8 +104,9 @@ cpu_topology load(const std::function<int(hwloc_topology_t)>& configure, std::st
 cpu_topology load_cpu_topology() { return load(nullptr, "this machine"); }
 
 cpu_topology synthetic_cpu_topology(const std::string& description) {
-  return load([&](hwloc_topology_t t) { return hwloc_topology_set_synthetic(t, description.c_str()); },
-              fmt::format("synthetic topology '{}'", description));
+  return load(
+      [&](hwloc_topology_t t) { return hwloc_topology_set_synthetic(t, description.c_str()); },
+      fmt::format("synthetic topology '{}'", description));
 }
 
 }  // namespace dtrun::agent

@@ -121,7 +121,8 @@ struct worker_setup : bp::extend::handler {
     // it starts run on these CPUs (torch does the same through numactl).
     if (cpus != nullptr && ::sched_setaffinity(0, cpus_size, cpus) != 0) {
       write_all(2, "dtrun: cannot bind the worker to its --numa-binding CPUs: ");
-      write_all(2, errno == EINVAL ? "none of them is online or allowed" : "sched_setaffinity failed");
+      write_all(2, errno == EINVAL ? "none of them is online or allowed"
+                                   : "sched_setaffinity failed");
       write_all(2, "\n");
       ::_exit(1);
     }

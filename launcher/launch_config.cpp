@@ -30,7 +30,9 @@ auto naming_the_variable(const launch_options& o, const char* flag, Parse parse)
     if (source == o.given.end() || source->second.rfind("PET_", 0) != 0) throw;
     std::string message = e.what();
     auto colon = message.find(':');
-    if (colon == std::string::npos) throw usage_error(fmt::format("{}: {}", source->second, message));
+    if (colon == std::string::npos) {
+      throw usage_error(fmt::format("{}: {}", source->second, message));
+    }
     throw usage_error(fmt::format("{} ({}){}", source->second, message.substr(0, colon),
                                   message.substr(colon)));
   }

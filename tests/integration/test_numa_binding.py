@@ -150,7 +150,8 @@ def test_local_rank_n_takes_visible_gpu_n(tmp_path):
                            CUDA_VISIBLE_DEVICES="3,GPU-0000,1"))
     assert [w["cpus"] for w in plan["workers"]] == ["48-63"]
     plan = dry_run(["--nproc-per-node=gpu", "--numa-binding=node"],
-                   env_for(tmp_path, HWLOC_SYNTHETIC=SYNTHETIC, CUDA_VISIBLE_DEVICES="GPU-0002,GPU-0000"))
+                   env_for(tmp_path, HWLOC_SYNTHETIC=SYNTHETIC,
+                           CUDA_VISIBLE_DEVICES="GPU-0002,GPU-0000"))
     assert [w["cpus"] for w in plan["workers"]] == ["32-47", "0-15"]
 
 

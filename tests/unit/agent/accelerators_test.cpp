@@ -44,7 +44,8 @@ class fake_root {
   }
 
   // A KFD topology node: CPU nodes have gpu_id 0.
-  void kfd_node(int node, int gpu_id, int domain, int location_id, unsigned long long unique_id) const {
+  void kfd_node(int node, int gpu_id, int domain, int location_id,
+                unsigned long long unique_id) const {
     std::string dir = "sys/class/kfd/kfd/topology/nodes/" + std::to_string(node);
     write(dir + "/gpu_id", std::to_string(gpu_id) + "\n");
     write(dir + "/properties", "cpu_cores_count 0\nsimd_count 304\nvendor_id 4098\ndomain " +
@@ -171,7 +172,9 @@ TEST_CASE("AMD GPUs come from the KFD topology with ROCR then HIP visibility") {
   // -1 (no NUMA information) is node 0, as torch reads it.
   CHECK(pci_numa_node(root.str(), "0000:22:00.0") == 0);
 
-  auto with = [&](const env_map& env) { return addresses(discover_accelerators(root.str(), env).gpus()); };
+  auto with = [&](const env_map& env) {
+    return addresses(discover_accelerators(root.str(), env).gpus());
+  };
   CHECK(with({{"HIP_VISIBLE_DEVICES", "2,0"}}) ==
         std::vector<std::string>{"0001:9a:01.2", "0000:0c:00.0"});
   // Without HIP's or ROCR's variable the HIP runtime reads CUDA's.

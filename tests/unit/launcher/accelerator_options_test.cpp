@@ -93,7 +93,8 @@ TEST_CASE("nproc gpu counts the GPUs CUDA_VISIBLE_DEVICES leaves") {
 TEST_CASE("nproc gpu from PET_NPROC_PER_NODE names the variable in its error") {
   fake_machine machine;
   env_guard nproc("PET_NPROC_PER_NODE", "gpu");
-  CHECK(error_of(options({}), {{"DTRUN_SYSTEM_ROOT", machine.str()}, {"CUDA_VISIBLE_DEVICES", ""}}) ==
+  CHECK(error_of(options({}),
+                 {{"DTRUN_SYSTEM_ROOT", machine.str()}, {"CUDA_VISIBLE_DEVICES", ""}}) ==
         "PET_NPROC_PER_NODE: --nproc-per-node=gpu but no GPU is visible "
         "(CUDA_VISIBLE_DEVICES=''); give a number or 'cpu'");
 }
