@@ -87,6 +87,10 @@ cpu_topology load(const std::function<int(hwloc_topology_t)>& configure, std::st
   hwloc_topology_t raw = nullptr;
   if (hwloc_topology_init(&raw) != 0) throw std::runtime_error("hwloc: cannot initialise");
   topology_ptr topo(raw, hwloc_topology_destroy);
+  // Keep the CPUs and NUMA nodes our cgroup excludes: a GPU's node outside
+  // the cgroup is then "no allowed CPU", not "no such node". What may be
+  // used is decided by our affinity (cpu_topology::allowed).
+  hwloc_topology_set_flags(raw, HWLOC_TOPOLOGY_FLAG_INCLUDE_DISALLOWED);
   if (configure && configure(raw) != 0) {
     throw std::runtime_error(fmt::format("hwloc cannot read {}", source));
   }
