@@ -248,6 +248,9 @@ class elastic_agent::impl {
                       {spec.role, rank, local_rank, static_cast<int>(info.group_rank), round_}));
       request.stdout_fd = stdio.out;
       request.stderr_fd = stdio.err;
+      if (static_cast<std::size_t>(local_rank) < options_.worker_cpus.size()) {
+        request.cpus = options_.worker_cpus[static_cast<std::size_t>(local_rank)];
+      }
       spawn_result spawned = spawn_worker(request);
       output_->spawned(local_rank);
       if (!spawned.ok()) {

@@ -42,6 +42,8 @@ struct agent_options {
   std::string script_name;
   // Per-worker argument and environment edits (legacy launch, templates).
   worker_customization worker_args;
+  // Each local rank's CPUs (--numa-binding); empty: no binding.
+  std::vector<std::vector<int>> worker_cpus;
   // Between the first (forwarded) signal and SIGKILL.
   std::chrono::milliseconds stop_timeout = std::chrono::seconds(30);
   // Signals forwarded to the workers (SIGCHLD is always watched). SIGUSR1

@@ -1,6 +1,7 @@
 #include "agent/worker_process.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <linux/close_range.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -12,6 +13,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <system_error>
 
@@ -75,6 +77,9 @@ struct worker_setup : bp::extend::handler {
   int* fork_errno;
   int stdout_fd;  // -1: keep the agent's
   int stderr_fd;
+  // The worker's CPUs, built before the fork (nullptr: inherit).
+  const cpu_set_t* cpus;
+  std::size_t cpus_size;
 
   template <typename Executor>
   void on_setup(Executor& exec) const {
@@ -112,6 +117,15 @@ struct worker_setup : bp::extend::handler {
     // 1 or 2 only needs that flag cleared.
     replace_stdio(stdout_fd, 1);
     replace_stdio(stderr_fd, 2);
+    // Bound before exec, so the program's first thread and every thread
+    // it starts run on these CPUs (torch does the same through numactl).
+    if (cpus != nullptr && ::sched_setaffinity(0, cpus_size, cpus) != 0) {
+      write_all(2, "dtrun: cannot bind the worker to its --numa-binding CPUs: ");
+      write_all(2, errno == EINVAL ? "none of them is online or allowed"
+                                   : "sched_setaffinity failed");
+      write_all(2, "\n");
+      ::_exit(1);
+    }
     // Only stdio is inherited (as Python's close_fds=True): the store's
     // sockets must not outlive the agent in a worker.
     if (::syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {
@@ -161,6 +175,21 @@ spawn_result spawn_worker(const spawn_request& request) {
   for (auto& entry : entries) envp.push_back(entry.data());
   envp.push_back(nullptr);
   std::string failure_prefix = fmt::format("dtrun: cannot run {}: ", request.program);
+  // The affinity mask is allocated here: the child may only call
+  // sched_setaffinity between fork and exec.
+  std::unique_ptr<cpu_set_t, void (*)(cpu_set_t*)> cpus(nullptr, [](cpu_set_t* set) {
+    if (set != nullptr) CPU_FREE(set);
+  });
+  std::size_t cpus_size = 0;
+  if (!request.cpus.empty()) {
+    int highest = *std::max_element(request.cpus.begin(), request.cpus.end());
+    cpus.reset(CPU_ALLOC(highest + 1));
+    cpus_size = CPU_ALLOC_SIZE(highest + 1);
+    CPU_ZERO_S(cpus_size, cpus.get());
+    for (int cpu : request.cpus) {
+      if (cpu >= 0) CPU_SET_S(static_cast<std::size_t>(cpu), cpus_size, cpus.get());
+    }
+  }
 
   int fork_errno = 0;
   sigset_t all;
@@ -170,7 +199,7 @@ spawn_result spawn_worker(const spawn_request& request) {
   bp::child child(bp::exe = request.program, bp::args = request.args, bp::ignore_error,
                   bp::posix::use_vfork,
                   worker_setup{{}, ::getpid(), envp.data(), failure_prefix.c_str(), &fork_errno,
-                               request.stdout_fd, request.stderr_fd});
+                               request.stdout_fd, request.stderr_fd, cpus.get(), cpus_size});
   ::sigprocmask(SIG_SETMASK, &previous, nullptr);
   spawn_result result;
   if (child.id() <= 0) {

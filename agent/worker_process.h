@@ -30,6 +30,9 @@ struct spawn_request {
   // becomes the worker's fd 1 / 2. The caller still owns and closes it.
   int stdout_fd = -1;
   int stderr_fd = -1;
+  // The CPUs the worker is bound to before it execs (--numa-binding);
+  // empty: the agent's own affinity, inherited.
+  std::vector<int> cpus;
 };
 
 struct spawn_result {

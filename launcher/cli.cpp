@@ -58,8 +58,13 @@ void define_flags(CLI::App& app, launch_options& o) {
   const std::string group_workers = "Worker group";
   add_option(app, "nnodes", o.nnodes, "Number of nodes, N or MIN:MAX")->group(group_workers);
   add_option(app, "nproc-per-node", o.nproc_per_node,
-             "Workers per node: a number, auto, cpu or gpu")->group(group_workers);
+             "Workers per node: a number, auto, cpu, gpu or xpu")->group(group_workers);
   add_option(app, "role", o.role, "Name of the workers' role")->group(group_workers);
+  // Like torchrun 2.9+, a flag only: there is no PET_NUMA_BINDING.
+  app.add_option(both_spellings("numa-binding"), o.numa_binding,
+                 "Bind local rank n to CPUs near GPU n: node, socket, exclusive, core-complex")
+      ->check(CLI::IsMember({"node", "socket", "exclusive", "core-complex"}))
+      ->group(group_workers);
 
   const std::string group_rdzv = "Rendezvous";
   add_flag(app, "standalone", o.standalone,

@@ -27,6 +27,7 @@ struct launch_options {
   // Worker group and rendezvous.
   std::string nnodes = "1:1";
   std::string nproc_per_node = "1";
+  std::string numa_binding;  // empty: none; node, socket, exclusive, core-complex
   bool standalone = false;
   std::string rdzv_backend = "static";
   bool rdzv_backend_given = false;  // else c10d when an endpoint is given

@@ -10,7 +10,9 @@
 
 #include <fmt/format.h>
 
+#include "agent/cpu_list.h"
 #include "agent/exit_status.h"
+#include "agent/numa_binding.h"
 #include "launcher/log_options.h"
 #include "launcher/number_parse.h"
 #include "launcher/torch_plugins.h"
@@ -29,48 +31,108 @@ auto naming_the_variable(const launch_options& o, const char* flag, Parse parse)
     if (source == o.given.end() || source->second.rfind("PET_", 0) != 0) throw;
     std::string message = e.what();
     auto colon = message.find(':');
+    if (colon == std::string::npos) {
+      throw usage_error(fmt::format("{}: {}", source->second, message));
+    }
     throw usage_error(fmt::format("{} ({}){}", source->second, message.substr(0, colon),
                                   message.substr(colon)));
   }
 }
 
-int cpu_count() {
-  unsigned n = std::thread::hardware_concurrency();
-  return n == 0 ? 1 : static_cast<int>(n);
-}
+int capped_cpu_count() { return std::min<int>(agent::online_cpu_count(), max_nproc_per_node); }
 
-}  // namespace
-
-int gpu_count() {
-  std::error_code ec;
-  int count = 0;
-  for (const auto& entry :
-       std::filesystem::directory_iterator("/proc/driver/nvidia/gpus", ec)) {
-    (void)entry;
-    ++count;
+// " (CUDA_VISIBLE_DEVICES='')" when a variable narrowed the devices.
+std::string visibility_hint(const agent::env_map& env, std::initializer_list<const char*> names) {
+  std::string hint;
+  for (const char* name : names) {
+    auto it = env.find(name);
+    if (it == env.end()) continue;
+    hint += fmt::format("{}{}='{}'", hint.empty() ? " (" : ", ", name, it->second);
   }
-  return count;
+  return hint.empty() ? hint : hint + ")";
 }
 
-int parse_nproc(const std::string& text) {
-  if (text == "cpu") return std::min<int>(cpu_count(), max_nproc_per_node);
+int parse_nproc_with(const std::string& text, const agent::accelerator_inventory& devices,
+                     const agent::env_map& env) {
+  if (text == "cpu") return capped_cpu_count();
   if (text == "gpu") {
-    int gpus = gpu_count();
-    if (gpus == 0) {
-      throw usage_error("--nproc-per-node=gpu but no GPU was found; give a number or 'cpu'");
+    if (devices.gpus().empty()) {
+      throw usage_error(fmt::format(
+          "--nproc-per-node=gpu but no GPU is visible{}; give a number or 'cpu'",
+          visibility_hint(env, {"CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES",
+                                "ROCR_VISIBLE_DEVICES"})));
     }
-    return gpus;
+    return std::min<int>(static_cast<int>(devices.gpus().size()), max_nproc_per_node);
+  }
+  if (text == "xpu") {
+    if (devices.xpu.empty()) {
+      throw usage_error(fmt::format(
+          "--nproc-per-node=xpu but no Intel GPU is visible{}; give a number or 'cpu'",
+          visibility_hint(env, {"ZE_AFFINITY_MASK"})));
+    }
+    return std::min<int>(static_cast<int>(devices.xpu.size()), max_nproc_per_node);
   }
   if (text == "auto") {
-    int gpus = gpu_count();
-    return gpus > 0 ? gpus : std::min<int>(cpu_count(), max_nproc_per_node);
+    const auto& accelerators = !devices.gpus().empty() ? devices.gpus() : devices.xpu;
+    return accelerators.empty()
+               ? capped_cpu_count()
+               : std::min<int>(static_cast<int>(accelerators.size()), max_nproc_per_node);
   }
   try {
     return static_cast<int>(parse_integer(text, "--nproc-per-node", 1, max_nproc_per_node));
   } catch (const usage_error&) {
     throw usage_error(fmt::format(
-        "--nproc-per-node: '{}' is not a whole number from 1 to {}, 'auto', 'cpu' or 'gpu'", text,
-        max_nproc_per_node));
+        "--nproc-per-node: '{}' is not a whole number from 1 to {}, 'auto', 'cpu', 'gpu' or 'xpu'",
+        text, max_nproc_per_node));
+  }
+}
+
+}  // namespace
+
+std::string system_root(const agent::env_map& env) {
+  auto root = env.find("DTRUN_SYSTEM_ROOT");
+  return root == env.end() || root->second.empty() ? "/" : root->second;
+}
+
+int parse_nproc(const std::string& text, const agent::accelerator_inventory& devices) {
+  return parse_nproc_with(text, devices, {});
+}
+
+int parse_nproc(const std::string& text) {
+  // Only the named words look at the machine.
+  if (text != "gpu" && text != "xpu" && text != "auto") return parse_nproc_with(text, {}, {});
+  agent::env_map env = agent::current_environment();
+  return parse_nproc_with(text, agent::discover_accelerators(system_root(env), env), env);
+}
+
+std::vector<std::vector<int>> resolve_numa_binding(const std::string& mode_name,
+                                                   const std::vector<agent::accelerator>& gpus,
+                                                   const std::string& root,
+                                                   const agent::cpu_topology& topology,
+                                                   int nproc_per_node) {
+  auto mode = agent::parse_numa_affinity(mode_name);
+  if (!mode) {
+    throw usage_error(fmt::format(
+        "--numa-binding: '{}' is not one of node, socket, exclusive, core-complex", mode_name));
+  }
+  std::vector<int> gpu_nodes;
+  for (std::size_t i = 0; i < gpus.size(); ++i) {
+    auto node = agent::pci_numa_node(root, gpus[i].pci_address);
+    if (!node) {
+      throw usage_error(fmt::format(
+          "--numa-binding={}: cannot tell GPU {}'s NUMA node ({}); drop --numa-binding",
+          mode_name, i,
+          gpus[i].pci_address.empty()
+              ? std::string("no PCI address")
+              : fmt::format("{}/sys/bus/pci/devices/{}/numa_node is unreadable",
+                            root == "/" ? "" : root, gpus[i].pci_address)));
+    }
+    gpu_nodes.push_back(*node);
+  }
+  try {
+    return agent::numa_binding_cpus(*mode, topology, gpu_nodes, nproc_per_node);
+  } catch (const agent::numa_binding_error& e) {
+    throw usage_error(e.what());
   }
 }
 
@@ -148,8 +210,18 @@ nlohmann::json to_json(const rendezvous::store_access_options& a) {
 launch_config resolve_launch_config(const launch_options& o, const agent::env_map& env) {
   launch_config c;
   c.nnodes = naming_the_variable(o, "nnodes", [&] { return parse_nnodes(o.nnodes); });
-  c.nproc_per_node =
-      naming_the_variable(o, "nproc-per-node", [&] { return parse_nproc(o.nproc_per_node); });
+  const std::string root = system_root(env);
+  const bool wants_devices = o.nproc_per_node == "gpu" || o.nproc_per_node == "xpu" ||
+                             o.nproc_per_node == "auto" || !o.numa_binding.empty();
+  const agent::accelerator_inventory devices =
+      wants_devices ? agent::discover_accelerators(root, env) : agent::accelerator_inventory{};
+  c.nproc_per_node = naming_the_variable(
+      o, "nproc-per-node", [&] { return parse_nproc_with(o.nproc_per_node, devices, env); });
+  if (!o.numa_binding.empty()) {
+    c.numa_binding = o.numa_binding;
+    c.worker_cpus = resolve_numa_binding(o.numa_binding, devices.gpus(), root,
+                                         agent::load_cpu_topology(), c.nproc_per_node);
+  }
   if (o.module && o.no_python) {
     throw usage_error("use either --no-python or -m/--module, not both");
   }
@@ -239,6 +311,10 @@ nlohmann::json to_json(const launch_config& c, const agent::env_map& env) {
   for (int local_rank = 0; local_rank < c.nproc_per_node; ++local_rank) {
     workers.push_back({{"local_rank", local_rank},
                        {"env", agent::static_worker_env(c.spec, local_rank, env)}});
+    if (static_cast<std::size_t>(local_rank) < c.worker_cpus.size()) {
+      workers.back()["cpus"] =
+          agent::format_cpu_list(c.worker_cpus[static_cast<std::size_t>(local_rank)]);
+    }
   }
   nlohmann::json signals = nlohmann::json::array();
   for (int sig : c.signals) signals.push_back(agent::signal_name(sig));
@@ -266,6 +342,7 @@ nlohmann::json to_json(const launch_config& c, const agent::env_map& env) {
       {"workers", workers},
   };
   if (c.multi_node) out["rendezvous"] = to_json(*c.multi_node);
+  out["numa_binding"] = c.numa_binding.empty() ? nlohmann::json() : nlohmann::json(c.numa_binding);
   return out;
 }
 

@@ -10,6 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "agent/accelerators.h"
+#include "agent/cpu_topology.h"
 #include "agent/log_spec.h"
 #include "agent/worker_args.h"
 #include "agent/report_options.h"
@@ -57,9 +59,18 @@ struct launch_config {
   agent::report_options report;
   // Warnings to print before launching (one line each).
   std::vector<std::string> warnings;
+  // --numa-binding's mode (empty: none) and each local rank's CPUs.
+  std::string numa_binding;
+  std::vector<std::vector<int>> worker_cpus;
 };
 
-// "4", "auto", "cpu", "gpu" -> a worker count. Throws usage_error.
+// "4", "auto", "cpu", "gpu", "xpu" -> a worker count, as torchrun's
+// determine_local_world_size: gpu counts the GPUs torch.cuda would see
+// (an error when none), xpu the Intel GPUs, auto the GPUs, else the Intel
+// GPUs, else the online CPUs. Throws usage_error.
+int parse_nproc(const std::string& text, const agent::accelerator_inventory& devices);
+
+// parse_nproc with this machine's devices and this process's environment.
 int parse_nproc(const std::string& text);
 
 // "2" or "1:4" -> a node range. Throws usage_error.
@@ -69,8 +80,17 @@ node_range parse_nnodes(const std::string& text);
 // ones named in `list` ("SIGUSR1,SIGUSR2"). Throws usage_error.
 std::vector<int> parse_signals(const std::string& list);
 
-// Number of NVIDIA GPUs the driver lists (0 without a driver).
-int gpu_count();
+// Where dtrun reads /sys and /proc: DTRUN_SYSTEM_ROOT from `env` (a fake
+// tree, for tests), else "/".
+std::string system_root(const agent::env_map& env);
+
+// Each local rank's CPUs for --numa-binding=`mode` with `gpus` (torch's
+// device order) and `topology`. Throws usage_error with a one-line reason.
+std::vector<std::vector<int>> resolve_numa_binding(const std::string& mode,
+                                                   const std::vector<agent::accelerator>& gpus,
+                                                   const std::string& root,
+                                                   const agent::cpu_topology& topology,
+                                                   int nproc_per_node);
 
 // Validates and interprets the flags. `env` is the agent's environment
 // (for OMP_NUM_THREADS and the NCCL defaults). Throws usage_error.

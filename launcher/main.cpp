@@ -70,6 +70,7 @@ int launch(const launcher::launch_config& config, const agent::env_map& env) {
   options.args = config.args;
   options.script_name = config.script;
   options.worker_args = config.worker_args;
+  options.worker_cpus = config.worker_cpus;
   options.stop_timeout = config.stop_timeout;
   options.signals = config.signals;
   options.log_dir = config.log_dir;

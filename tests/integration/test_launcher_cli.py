@@ -55,7 +55,8 @@ POSITIVE = "is not a number of seconds from 0.001 to 315360000 (10 years)"
     (["--shutdown-timeout=inf"], f"--shutdown-timeout: 'inf' {SECONDS}"),
     (["--monitor-interval=-1"], f"--monitor-interval: '-1' {SECONDS}"),
     (["--master-port=65536"], "--master-port: '65536' is not a whole number from 0 to 65535"),
-    (["--nproc-per-node=0"], "--nproc-per-node: '0' is not a whole number from 1 to 4096, 'auto', 'cpu' or 'gpu'"),
+    (["--nproc-per-node=0"], "--nproc-per-node: '0' is not a whole number from 1 to 4096, "
+     "'auto', 'cpu', 'gpu' or 'xpu'"),
     (["--nnodes=1:0x10"], "--nnodes MAX: '0x10' is not a whole number from 1 to 100000"),
     (["--nnodes=2", "--rdzv-endpoint=192.0.2.1", "--rdzv-conf=keep_alive_interval=0"],
      f"--rdzv-conf keep_alive_interval: '0' {POSITIVE}"),
@@ -80,7 +81,7 @@ def test_a_bad_number_from_a_pet_variable_names_the_variable():
     assert r.returncode == 2, r
     assert r.stderr.strip().splitlines() == [
         "dtrun: error: PET_NPROC_PER_NODE (--nproc-per-node): '1e3' is not a whole number from 1 "
-        "to 4096, 'auto', 'cpu' or 'gpu'"]
+        "to 4096, 'auto', 'cpu', 'gpu' or 'xpu'"]
     r = dh.run(["--dry-run", "x.py"], env=dh.job_env(PET_SHUTDOWN_TIMEOUT="nan"))
     assert r.returncode == 2, r
     assert r.stderr.strip().splitlines() == [f"dtrun: error: PET_SHUTDOWN_TIMEOUT: 'nan' {SECONDS}"]

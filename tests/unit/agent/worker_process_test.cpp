@@ -1,6 +1,9 @@
 // Real children: spawning is about fork/exec, so fakes would prove nothing.
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <string>
 
 #include <catch2/catch.hpp>
 
@@ -70,4 +73,40 @@ TEST_CASE("a worker signalled at once dies of it, even before its exec") {
   exit_status status = wait_for(spawned.pid);
   CHECK(status.signal == SIGTERM);
   CHECK(status.code == 128 + SIGTERM);
+}
+
+TEST_CASE("a worker given CPUs runs on exactly those from its first instruction") {
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  REQUIRE(::sched_getaffinity(0, sizeof(mine), &mine) == 0);
+  int last = -1;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &mine)) last = cpu;
+  }
+  REQUIRE(last >= 0);
+  spawn_request request{"/bin/sh",
+                        {"-c", "grep -qx \"Cpus_allowed_list:[[:space:]]*" + std::to_string(last) +
+                                   "\" /proc/self/status"},
+                        {{"PATH", "/bin:/usr/bin"}}};
+  request.cpus = {last};
+  spawn_result spawned = spawn_worker(request);
+  REQUIRE(spawned.ok());
+  CHECK(wait_for(spawned.pid).code == 0);
+
+  // Without CPUs the agent's own affinity is inherited unchanged.
+  request.cpus.clear();
+  request.args = {"-c", "test \"$(grep Cpus_allowed_list /proc/self/status)\" = \"$(grep "
+                        "Cpus_allowed_list /proc/$PPID/status)\""};
+  spawned = spawn_worker(request);
+  REQUIRE(spawned.ok());
+  CHECK(wait_for(spawned.pid).code == 0);
+}
+
+TEST_CASE("a worker whose CPUs cannot be used exits 1 before it execs") {
+  // A CPU number no machine here has: sched_setaffinity refuses it.
+  spawn_request request{"/bin/true", {}, {}};
+  request.cpus = {8000};
+  spawn_result spawned = spawn_worker(request);
+  REQUIRE(spawned.ok());
+  CHECK(wait_for(spawned.pid).code == 1);
 }

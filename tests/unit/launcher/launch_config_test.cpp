@@ -23,17 +23,37 @@ launch_options standalone_options(std::string script = "train.py") {
 
 }  // namespace
 
-TEST_CASE("nproc accepts numbers, cpu and auto") {
-  CHECK(parse_nproc("1") == 1);
-  CHECK(parse_nproc("16") == 16);
+TEST_CASE("nproc accepts numbers and cpu and counts accelerators for gpu xpu and auto") {
+  dtrun::agent::accelerator_inventory none;
+  CHECK(parse_nproc("1", none) == 1);
+  CHECK(parse_nproc("16", none) == 16);
   int cpus = static_cast<int>(std::thread::hardware_concurrency());
-  CHECK(parse_nproc("cpu") == cpus);
-  CHECK(parse_nproc("auto") == (gpu_count() > 0 ? gpu_count() : cpus));
-  CHECK_THROWS_AS(parse_nproc("0"), usage_error);
-  CHECK_THROWS_AS(parse_nproc("-1"), usage_error);
-  CHECK_THROWS_AS(parse_nproc("four"), usage_error);
-  CHECK_THROWS_AS(parse_nproc(""), usage_error);
-  if (gpu_count() == 0) CHECK_THROWS_AS(parse_nproc("gpu"), usage_error);
+  CHECK(parse_nproc("cpu", none) == cpus);
+  CHECK(parse_nproc("auto", none) == cpus);
+  CHECK_THROWS_AS(parse_nproc("0", none), usage_error);
+  CHECK_THROWS_AS(parse_nproc("-1", none), usage_error);
+  CHECK_THROWS_AS(parse_nproc("four", none), usage_error);
+  CHECK_THROWS_AS(parse_nproc("", none), usage_error);
+  CHECK_THROWS_WITH(parse_nproc("gpu", none),
+                    "--nproc-per-node=gpu but no GPU is visible; give a number or 'cpu'");
+  CHECK_THROWS_WITH(parse_nproc("xpu", none),
+                    "--nproc-per-node=xpu but no Intel GPU is visible; give a number or 'cpu'");
+
+  dtrun::agent::accelerator_inventory intel;
+  intel.xpu.resize(2);
+  CHECK(parse_nproc("xpu", intel) == 2);
+  CHECK(parse_nproc("auto", intel) == 2);
+  CHECK_THROWS_AS(parse_nproc("gpu", intel), usage_error);
+
+  dtrun::agent::accelerator_inventory amd = intel;
+  amd.rocm.resize(3);
+  CHECK(parse_nproc("gpu", amd) == 3);
+  CHECK(parse_nproc("auto", amd) == 3);
+
+  dtrun::agent::accelerator_inventory nvidia = amd;
+  nvidia.cuda.resize(4);
+  CHECK(parse_nproc("gpu", nvidia) == 4);
+  CHECK(parse_nproc("auto", nvidia) == 4);
 }
 
 TEST_CASE("nnodes accepts N and MIN:MAX") {
@@ -295,7 +315,7 @@ TEST_CASE("every numeric rdzv-conf key refuses bad values with its name and rang
 
 TEST_CASE("counts and the stop timeout are checked when the config is resolved") {
   CHECK_THROWS_WITH(parse_nproc("0"), "--nproc-per-node: '0' is not a whole number from 1 to "
-                                      "4096, 'auto', 'cpu' or 'gpu'");
+                                      "4096, 'auto', 'cpu', 'gpu' or 'xpu'");
   CHECK_THROWS_WITH(parse_nproc("4097"), Catch::StartsWith("--nproc-per-node: '4097'"));
   CHECK_THROWS_WITH(parse_nproc("99999999999999999999"),
                     Catch::StartsWith("--nproc-per-node: '99999999999999999999'"));
