@@ -241,9 +241,12 @@ launch_config resolve_launch_config(const launch_options& o, const agent::env_ma
     c.store_port = multi_node->rendezvous.endpoint_port;
     c.multi_node = std::move(multi_node);
   } else {
-    // One node and nobody to meet: the same as --standalone, but the run id
-    // is the given one and an explicit --master-port is honoured.
-    c.spec.run_id = o.rdzv_id;
+    // One node and nobody to meet: the same as --standalone, but an
+    // explicit --master-port is honoured. Without one, the newest torchrun
+    // makes this a standalone run with a fresh run id (run.py's run());
+    // dtrun does too, but keeps a run id the user or the scheduler gave.
+    bool fresh_run_id = !o.master_port_given && o.rdzv_id == "none";
+    c.spec.run_id = fresh_run_id ? random_run_id() : o.rdzv_id;
     c.store_access.same_user_only = !o.store_allow_any_user;
     if (o.master_port_given) {
       if (o.master_port < 0 || o.master_port > max_port) {
