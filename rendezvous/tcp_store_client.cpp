@@ -97,9 +97,9 @@ class tcp_store_client::impl {
                 "PyTorch 1.13 request; if it is a dtrun store, its log says why it refused this "
                 "client (same-user rule, allowed networks)"
               : "the server closed the connection after the PyTorch 2.x handshake; if it is a "
-                "PyTorch 1.13 TCPStore, use the 1.13 dialect (dtrun-store --dialect v1.13 or auto); if "
-                "it is a dtrun store, its log says why it refused this client (same-user rule, "
-                "allowed networks)");
+                "PyTorch 1.13 TCPStore, use the 1.13 dialect (dtrun-store --dialect v1.13 or "
+                "auto); if it is a dtrun store, its log says why it refused this client "
+                "(same-user rule, allowed networks)");
     }
     if (!answered) {
       close();

@@ -1,9 +1,9 @@
 // A blocking store client over TCP, speaking PyTorch's TCPStore protocol.
 //
 // It talks to dtrun's store_server and to a real PyTorch TCPStore server
-// (choose the dialect that server speaks, or let the client find it). Keys get PyTorch's client-side
-// "/" prefix by default, so set("k") here and TCPStore.set("k") in Python
-// address the same wire key.
+// (choose the dialect that server speaks, or let the client find it). Keys
+// get PyTorch's client-side "/" prefix by default, so set("k") here and
+// TCPStore.set("k") in Python address the same wire key.
 //
 // Not thread-safe: one connection, one request at a time.
 #pragma once

@@ -60,8 +60,8 @@ inline constexpr std::uint32_t validation_magic = 0x3C85F7CE;
 // SET whose 8-byte key length ends with the nonce's third byte; with that
 // byte's top bit set the length is at least 2^63, over std::vector's
 // max_size(), so 1.13 drops the connection before allocating anything. A
-// pid there asks it for tens of gigabytes to petabytes, which a large host
-// with overcommit may try to grant.
+// pid there asks it for a terabyte or more, which a host with overcommit
+// may try to grant.
 constexpr std::uint32_t handshake_nonce(std::uint32_t seed) {
   return (seed & 0xFF00FFFFu) | 0x00800000u;
 }
