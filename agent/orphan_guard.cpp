@@ -77,9 +77,10 @@ orphan_guard::orphan_guard() {
   sigfillset(&all);
   ::sigprocmask(SIG_SETMASK, &all, &previous);
   pid_ = ::fork();
+  int fork_errno = errno;
   if (pid_ != 0) ::sigprocmask(SIG_SETMASK, &previous, nullptr);
   if (pid_ < 0) {
-    int err = errno;
+    int err = fork_errno;
     ::close(fds[0]);
     ::close(fds[1]);
     throw std::system_error(err, std::generic_category(), "cannot fork the orphan guard");
@@ -99,9 +100,7 @@ orphan_guard::orphan_guard() {
       ::dup2(fds[0], 3);
     }
     ::syscall(SYS_close_range, 4U, ~0U, 0);
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::sigprocmask(SIG_SETMASK, &previous, nullptr);
     guardian_main(3);
   }
   ::close(fds[0]);
