@@ -15,12 +15,12 @@ import dtrun_helpers as dh  # noqa: E402
 WORKER = dh.SOURCE_DIR / "tests" / "pyhelpers" / "nohup_worker.py"
 
 
-def start(tmp_path, prefix: list[str], preexec):
+def start(tmp_path, prefix: list[str], preexec, *flags: str):
     events = dh.Fifo(tmp_path)
     go = [dh.Fifo(tmp_path, f"go_{rank}") for rank in range(2)]
     env = dh.job_env()
     proc = subprocess.Popen(
-        [*prefix, str(dh.DTRUN), "--standalone", "--nproc-per-node=2", "--no-python",
+        [*prefix, str(dh.DTRUN), *flags, "--standalone", "--nproc-per-node=2", "--no-python",
          sys.executable, str(WORKER), str(events.path), str(tmp_path)],
         env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True, start_new_session=True, preexec_fn=preexec)
@@ -62,8 +62,7 @@ def test_nohup_job_runs_through_sighup_to_agent_and_workers(tmp_path):
 
 def test_sighup_ignored_by_the_caller_is_ignored_without_nohup_too(tmp_path):
     # `trap '' HUP` in a shell script, or a Python parent: the same as nohup.
-    proc, events, go, mark = start(tmp_path, [],
-                                   ignore_hup)
+    proc, events, go, mark = start(tmp_path, [], ignore_hup, "-v")
     with dh.cleaned_up(proc, mark):
         workers = ready(events)
         assert sorted(hup for _, hup in workers.values()) == ["ignored", "ignored"]
@@ -73,6 +72,8 @@ def test_sighup_ignored_by_the_caller_is_ignored_without_nohup_too(tmp_path):
         out, err = proc.communicate(timeout=60)
         assert proc.returncode == 0, err
         assert sorted(out.splitlines()) == ["rank 0 finished", "rank 1 finished"]
+        assert "SIGHUP is ignored (as dtrun was started): not handled or forwarded" in err
+        assert "SIGTERM is ignored" not in err
 
 
 def test_sighup_not_ignored_is_forwarded_and_stops_the_job(tmp_path):
