@@ -1,5 +1,6 @@
 #include "agent/elastic_agent.h"
 
+#include <signal.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -95,6 +96,14 @@ agent_log::sink log_sink(std::function<void(const std::string&)> log) {
   };
 }
 
+// The disposition dtrun was started with (read before the signal_set
+// installs its handler) is SIG_IGN.
+bool ignored_at_start(int sig) {
+  struct sigaction current {};
+  return ::sigaction(sig, nullptr, &current) == 0 && (current.sa_flags & SA_SIGINFO) == 0 &&
+         current.sa_handler == SIG_IGN;
+}
+
 std::string temp_base() {
   const char* tmp = std::getenv("TMPDIR");
   return tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
@@ -124,7 +133,17 @@ class elastic_agent::impl {
     // Signals first: a worker that dies before we listen must not be
     // missed (its SIGCHLD would be), and Ctrl-C must reach this loop.
     signals_.add(SIGCHLD);
-    for (int sig : options_.signals) signals_.add(sig);
+    for (int sig : options_.signals) {
+      // Ignored when we started (nohup, a shell's `trap '' HUP`, `cmd &`
+      // for SIGINT): whoever started us asked for that, so it stays ignored
+      // here and, inherited through exec, in the workers.
+      if (ignored_at_start(sig)) {
+        log_debug(fmt::format("{} is ignored (as dtrun was started): not handled or forwarded",
+                              signal_name(sig)));
+        continue;
+      }
+      signals_.add(sig);
+    }
     wait_for_signal();
     guard_.emplace();
     output_.emplace(io_, options_.logs, [this](const std::string& line) { log_error(line); });
@@ -144,6 +163,7 @@ class elastic_agent::impl {
  private:
   void log(const std::string& line) { reporter_.log().info(line); }
   void log_error(const std::string& line) { reporter_.log().error(line); }
+  void log_debug(const std::string& line) { reporter_.log().debug(line); }
 
   nlohmann::ordered_json config_summary() const {
     return {{"role", options_.spec.role},

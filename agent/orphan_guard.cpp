@@ -19,11 +19,6 @@ namespace {
 // The guardian's whole life. Only read(), kill() and _exit(): it is a
 // fork of the agent and must not run the agent's destructors or atexit.
 [[noreturn]] void guardian_main(int read_fd) {
-  // Terminal and job-control signals are for the agent, which forwards
-  // them; the guardian must outlive the agent to do its job.
-  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE}) {
-    ::signal(sig, SIG_IGN);
-  }
   std::set<pid_t> groups;
   char buf[512];
   std::string pending;
@@ -47,6 +42,25 @@ namespace {
   ::_exit(0);
 }
 
+// In the guardian, before it unblocks signals. Terminal and job-control
+// signals are for the agent, which forwards them (or ignores them, as it
+// was started); the guardian must outlive the agent to do its job. So must
+// it outlive every signal the agent catches (--signals-to-handle), whose
+// inherited handler is the agent's, not the guardian's.
+void ignore_signals() {
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE}) {
+    ::signal(sig, SIG_IGN);
+  }
+  for (int sig = 1; sig < NSIG; ++sig) {
+    struct sigaction current {};
+    if (sig == SIGKILL || sig == SIGSTOP || ::sigaction(sig, nullptr, &current) != 0) continue;
+    bool caught = (current.sa_flags & SA_SIGINFO) != 0 ||
+                  (current.sa_handler != SIG_DFL && current.sa_handler != SIG_IGN);
+    // SIGCHLD (the guardian has no children) just goes back to its default.
+    if (caught) ::signal(sig, sig == SIGCHLD ? SIG_DFL : SIG_IGN);
+  }
+}
+
 }  // namespace
 
 orphan_guard::orphan_guard() {
@@ -54,14 +68,25 @@ orphan_guard::orphan_guard() {
   if (::pipe2(fds, O_CLOEXEC) != 0) {
     throw std::system_error(errno, std::generic_category(), "cannot create the orphan guard's pipe");
   }
+  // Blocked around the fork: until the child has dropped the agent's
+  // handlers, a signal to it (a terminal's Ctrl-C reaches the whole process
+  // group) would run the agent's Asio handler, which writes to the pipe the
+  // agent reads: the agent would see that signal twice.
+  sigset_t all;
+  sigset_t previous;
+  sigfillset(&all);
+  ::sigprocmask(SIG_SETMASK, &all, &previous);
   pid_ = ::fork();
+  int fork_errno = errno;
+  if (pid_ != 0) ::sigprocmask(SIG_SETMASK, &previous, nullptr);
   if (pid_ < 0) {
-    int err = errno;
+    int err = fork_errno;
     ::close(fds[0]);
     ::close(fds[1]);
     throw std::system_error(err, std::generic_category(), "cannot fork the orphan guard");
   }
   if (pid_ == 0) {
+    ignore_signals();
     // Keep only the read end: holding the write end (or the store's
     // sockets) would keep the pipe, or a port, open after the agent died.
     ::close(fds[1]);
@@ -75,6 +100,7 @@ orphan_guard::orphan_guard() {
       ::dup2(fds[0], 3);
     }
     ::syscall(SYS_close_range, 4U, ~0U, 0);
+    ::sigprocmask(SIG_SETMASK, &previous, nullptr);
     guardian_main(3);
   }
   ::close(fds[0]);

@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "launcher/build_version.h"
 #include "launcher/number_checks.h"
 
 namespace dtrun::launcher {
@@ -284,6 +285,9 @@ parse_result parse_command_line(const std::vector<std::string>& args) {
   // A repeated flag: the last one wins, as with torchrun (argparse).
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   define_flags(app, o);
+  // Answered before the script is required: `dtrun --version` alone works.
+  app.set_version_flag("--version", fmt::format("dtrun {}", build_version()),
+                       "Print dtrun's version and the git commit it was built from");
 
   std::vector<std::string> own;
   split_args(app, args, own, o);
@@ -294,6 +298,10 @@ parse_result parse_command_line(const std::vector<std::string>& args) {
   } catch (const CLI::CallForHelp&) {
     result.help = true;
     result.help_text = app.help();
+    return result;
+  } catch (const CLI::CallForVersion& e) {
+    result.help = true;
+    result.help_text = fmt::format("{}\n", e.what());
     return result;
   } catch (const CLI::ExtrasError& e) {
     // CLI11 says "The following arguments were not expected: --foo".

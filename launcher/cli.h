@@ -90,7 +90,7 @@ struct launch_options {
 
 struct parse_result {
   launch_options options;
-  // --help was given: print help_text, exit 0.
+  // --help or --version was given: print help_text, exit 0.
   bool help = false;
   std::string help_text;
 };

@@ -3,7 +3,11 @@
 //   dtrun-store serve --host 127.0.0.1 --port 0      prints the bound port
 //   dtrun-store --endpoint host:port set KEY VALUE
 //   dtrun-store --endpoint host:port get KEY
-//   ... add KEY DELTA | wait KEY... | check KEY... | delete KEY | num-keys
+//   ... add KEY DELTA | wait KEY... | check KEY... | delete KEY | num-keys | dialect
+//
+// The client finds the server's dialect (--dialect auto, the default):
+// PyTorch 2.x and dtrun servers answer the 2.x handshake, torch 1.13 closes
+// on it and then answers a 1.13 request (tcp_store_client.h).
 //
 // Exit codes: 0 success; 1 `check` found a key missing or `delete` found
 // nothing; 2 usage error (CLI11's parse errors included, and every number
@@ -20,6 +24,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "launcher/build_version.h"
 #include "launcher/cli.h"
 #include "launcher/number_checks.h"
 #include "rendezvous/endpoint.h"
@@ -60,7 +65,7 @@ int fail(int code, const std::exception& e) {
 struct client_flags {
   std::string endpoint = "127.0.0.1:29500";
   bool raw_keys = false;
-  std::string dialect = "v2";
+  std::string dialect = "auto";
   double timeout_s = 30;
   double connect_timeout_s = 10;
 };
@@ -98,7 +103,8 @@ std::unique_ptr<tcp_store_client> connect(const client_flags& flags) {
   tcp_store_client_options options;
   options.host = ep->host;
   options.port = ep->port;
-  options.dialect = flags.dialect == "v2" ? wire::dialect::v2 : wire::dialect::v1_13;
+  options.detect_dialect = flags.dialect == "auto";
+  options.dialect = flags.dialect == "v1.13" ? wire::dialect::v1_13 : wire::dialect::v2;
   options.key_prefix = flags.raw_keys ? "" : "/";
   options.timeout =
       dtrun::launcher::seconds_to_duration(flags.timeout_s, "--timeout", client_duration_limits);
@@ -112,13 +118,16 @@ std::unique_ptr<tcp_store_client> connect(const client_flags& flags) {
 int main(int argc, char** argv) {
   CLI::App app{"dtrun-store: a PyTorch TCPStore-compatible key-value server and client"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", fmt::format("dtrun-store {}", dtrun::build_version()),
+                       "print the version and the git commit it was built from");
   client_flags flags;
   app.add_option("--endpoint", flags.endpoint, "store address, host:port")
       ->envname("DTRUN_STORE_ENDPOINT");
   app.add_flag("--raw-keys", flags.raw_keys,
                "address wire keys as they are (without PyTorch's '/' prefix)");
-  app.add_option("--dialect", flags.dialect, "v2 (PyTorch 2.x, dtrun) or v1.13")
-      ->check(CLI::IsMember({"v2", "v1.13"}))
+  app.add_option("--dialect", flags.dialect,
+                 "auto (find it), v2 (PyTorch 2.x, dtrun) or v1.13 (PyTorch 1.13)")
+      ->check(CLI::IsMember({"auto", "v2", "v1.13"}))
       ->capture_default_str();
   app.add_option("--timeout", flags.timeout_s, "seconds to wait for keys and replies")
       ->check(dtrun::launcher::seconds_within("--timeout", client_duration_limits))
@@ -170,6 +179,8 @@ int main(int argc, char** argv) {
   auto* delete_cmd = app.add_subcommand("delete", "delete KEY; exit 1 when it did not exist");
   delete_cmd->add_option("key", key)->required();
   auto* num_keys_cmd = app.add_subcommand("num-keys", "print the number of keys");
+  auto* dialect_cmd = app.add_subcommand(
+      "dialect", "print the dialect in use: v2 (PyTorch 2.x, dtrun) or v1.13 (PyTorch 1.13)");
 
   try {
     app.parse(argc, argv);
@@ -230,6 +241,8 @@ int main(int argc, char** argv) {
       return existed ? 0 : 1;
     } else if (num_keys_cmd->parsed()) {
       fmt::print("{}\n", client->num_keys());
+    } else if (dialect_cmd->parsed()) {
+      fmt::print("{}\n", client->dialect() == wire::dialect::v2 ? "v2" : "v1.13");
     }
     return 0;
   } catch (const store_timeout& e) {

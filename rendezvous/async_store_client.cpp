@@ -192,7 +192,7 @@ class async_store_client::impl : public std::enable_shared_from_this<async_store
     if (options_.dialect == wire::dialect::v2) {
       // VALIDATE has no reply; the PING after it proves the server speaks
       // the protocol before anything else is sent.
-      auto nonce = static_cast<std::uint32_t>(::getpid());
+      auto nonce = wire::handshake_nonce(static_cast<std::uint32_t>(::getpid()));
       hello.request = wire::encode_request(options_.dialect,
                                            {.kind = op::validate, .nonce = wire::validation_magic}) +
                       wire::encode_request(options_.dialect, {.kind = op::ping, .nonce = nonce});

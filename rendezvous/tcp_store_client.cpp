@@ -77,6 +77,54 @@ class tcp_store_client::impl {
   }
 
   void connect_once(store_clock::time_point deadline) {
+    open_socket(deadline);
+    if (dialect_ == wire::dialect::v1_13) return;
+    // The handshake a 2.x server insists on, then a ping to prove it is a
+    // store that answers. Safe to send to a 1.13 server (handshake_nonce).
+    wire::request validate{.kind = op::validate, .nonce = wire::validation_magic};
+    send(wire::encode_request(wire::dialect::v2, validate), deadline);
+    bool answered = false;
+    try {
+      answered = ping_until(deadline);
+    } catch (const store_connection_error&) {
+      // Closed on the handshake: a 1.13 server, or a dtrun store that
+      // refuses us. Retrying would not help.
+      if (detecting_ && speaks_v1_13(deadline)) return;
+      handshake_rejected_ = true;
+      throw store_connection_error(
+          detecting_
+              ? "the server closed the connection after the PyTorch 2.x handshake and after a "
+                "PyTorch 1.13 request; if it is a dtrun store, its log says why it refused this "
+                "client (same-user rule, allowed networks)"
+              : "the server closed the connection after the PyTorch 2.x handshake; if it is a "
+                "PyTorch 1.13 TCPStore, use the 1.13 dialect (dtrun-store --dialect v1.13 or "
+                "auto); if it is a dtrun store, its log says why it refused this client "
+                "(same-user rule, allowed networks)");
+    }
+    if (!answered) {
+      close();
+      throw store_connection_error("the server did not answer the ping; is it a TCPStore?");
+    }
+    detecting_ = false;  // a 2.x server (PyTorch 2.x or dtrun)
+  }
+
+  // Dialect detection, after the server closed the connection on the 2.x
+  // handshake: a fresh connection and 1.13's GETNUMKEYS (read-only, no
+  // arguments). Answered: a 1.13 server, and this connection is ours.
+  bool speaks_v1_13(store_clock::time_point deadline) {
+    try {
+      open_socket(deadline);
+      send(wire::encode_request(wire::dialect::v1_13, {.kind = op::num_keys}), deadline);
+      read_value<std::int64_t>(deadline);
+    } catch (const store_connection_error&) {
+      return false;
+    }
+    dialect_ = wire::dialect::v1_13;
+    detecting_ = false;
+    return true;
+  }
+
+  void open_socket(store_clock::time_point deadline) {
     close();
     boost::system::error_code ec;
     tcp::resolver resolver(io_);
@@ -92,28 +140,6 @@ class tcp_store_client::impl {
     socket_.set_option(tcp::no_delay(true), ec);
     connected_ = true;
     read_pos_ = read_end_ = 0;
-    if (options_.dialect == wire::dialect::v2) {
-      // The handshake a 2.x server insists on, then a ping to prove it is
-      // a store that answers.
-      wire::request validate{.kind = op::validate, .nonce = wire::validation_magic};
-      send(wire::encode_request(options_.dialect, validate), deadline);
-      bool answered = false;
-      try {
-        answered = ping_until(deadline);
-      } catch (const store_connection_error&) {
-        // Retrying will not help: the server does not speak 2.x.
-        handshake_rejected_ = true;
-        throw store_connection_error(
-            "the server closed the connection after the PyTorch 2.x handshake; if it is a "
-            "PyTorch 1.13 TCPStore, use the 1.13 dialect (dtrun-store --dialect v1.13); if it "
-            "is a dtrun store, its log says why it refused this client (same-user rule, "
-            "allowed networks)");
-      }
-      if (!answered) {
-        close();
-        throw store_connection_error("the server did not answer the ping; is it a TCPStore?");
-      }
-    }
   }
 
   void ensure_connected() {
@@ -127,8 +153,8 @@ class tcp_store_client::impl {
   }
 
   bool ping_until(store_clock::time_point deadline) {
-    auto nonce = static_cast<std::uint32_t>(::getpid());
-    send(wire::encode_request(options_.dialect, {.kind = op::ping, .nonce = nonce}), deadline);
+    auto nonce = wire::handshake_nonce(static_cast<std::uint32_t>(::getpid()));
+    send(wire::encode_request(wire::dialect::v2, {.kind = op::ping, .nonce = nonce}), deadline);
     return read_value<std::uint32_t>(deadline) == nonce;
   }
 
@@ -141,12 +167,12 @@ class tcp_store_client::impl {
   }
 
   std::string encode(const wire::request& r) const {
-    if (!wire::byte_for(options_.dialect, r.kind)) {
+    if (!wire::byte_for(dialect_, r.kind)) {
       throw store_error(fmt::format("{} is not supported by a PyTorch 1.13 store server; "
                                     "use dtrun's store or PyTorch 2.x",
                                     wire::op_name(r.kind)));
     }
-    return wire::encode_request(options_.dialect, r);
+    return wire::encode_request(dialect_, r);
   }
 
   store_clock::time_point reply_deadline() const { return deadline_after(options_.timeout); }
@@ -186,7 +212,7 @@ class tcp_store_client::impl {
   // cancel the wait and keep the connection; 1.13 cannot, so we reconnect
   // on the next call instead of reading a stray reply as the next answer.
   void abandon_wait() {
-    if (options_.dialect == wire::dialect::v1_13) {
+    if (dialect_ == wire::dialect::v1_13) {
       close();
       return;
     }
@@ -291,6 +317,9 @@ class tcp_store_client::impl {
   bool connected_ = false;
   bool keep_connection_on_timeout_ = false;
   bool handshake_rejected_ = false;
+  // The dialect spoken; while detecting_, found by the first connection.
+  wire::dialect dialect_ = options_.dialect;
+  bool detecting_ = options_.detect_dialect;
   std::vector<std::uint8_t> read_buffer_;
   std::size_t read_pos_ = 0, read_end_ = 0;
 };
@@ -353,7 +382,7 @@ std::vector<std::string> tcp_store_client::multi_get(const std::vector<std::stri
   impl_->wait(keys, timeout());
   std::vector<std::string> values;
   values.reserve(keys.size());
-  if (impl_->options_.dialect == wire::dialect::v1_13) {
+  if (impl_->dialect_ == wire::dialect::v1_13) {
     // 1.13 has no MULTI_GET; one GET per key gives the same answer.
     for (const auto& k : keys) {
       impl_->request({.kind = op::get, .keys = {impl_->key(k)}});
@@ -372,7 +401,7 @@ void tcp_store_client::multi_set(const std::vector<std::string>& keys,
   if (keys.size() != values.size()) {
     throw store_error("multi_set: the number of keys and values differ");
   }
-  if (impl_->options_.dialect == wire::dialect::v1_13) {
+  if (impl_->dialect_ == wire::dialect::v1_13) {
     for (std::size_t i = 0; i < keys.size(); ++i) set(keys[i], values[i]);
     return;
   }
@@ -380,12 +409,14 @@ void tcp_store_client::multi_set(const std::vector<std::string>& keys,
 }
 
 bool tcp_store_client::ping() {
-  if (impl_->options_.dialect != wire::dialect::v2) {
+  if (impl_->dialect_ != wire::dialect::v2) {
     throw store_error("PING is not supported by a PyTorch 1.13 store server");
   }
   impl_->ensure_connected();
   return impl_->ping_until(impl_->reply_deadline());
 }
+
+wire::dialect tcp_store_client::dialect() const { return impl_->dialect_; }
 
 std::string tcp_store_client::local_address() const {
   boost::system::error_code ec;

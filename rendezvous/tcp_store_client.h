@@ -1,9 +1,9 @@
 // A blocking store client over TCP, speaking PyTorch's TCPStore protocol.
 //
 // It talks to dtrun's store_server and to a real PyTorch TCPStore server
-// (choose the dialect that server speaks). Keys get PyTorch's client-side
-// "/" prefix by default, so set("k") here and TCPStore.set("k") in Python
-// address the same wire key.
+// (choose the dialect that server speaks, or let the client find it). Keys
+// get PyTorch's client-side "/" prefix by default, so set("k") here and
+// TCPStore.set("k") in Python address the same wire key.
 //
 // Not thread-safe: one connection, one request at a time.
 #pragma once
@@ -23,6 +23,12 @@ struct tcp_store_client_options {
   // v2 sends the validation handshake and can cancel a timed-out wait;
   // v1_13 talks to Debian's torch 1.13 servers.
   wire::dialect dialect = wire::dialect::v2;
+  // Find the dialect instead (`dialect` is then ignored): the 2.x handshake
+  // first, answered by PyTorch 2.x and dtrun servers; a server that closes
+  // the connection on it (1.13 does, harmlessly: wire::handshake_nonce)
+  // gets 1.13's GETNUMKEYS on a new connection, and answering it makes it
+  // 1.13. Neither probe changes the server's keys.
+  bool detect_dialect = false;
   // Prepended to every key on the wire. "/" is what PyTorch's client does;
   // "" addresses raw wire keys.
   std::string key_prefix = "/";
@@ -37,7 +43,8 @@ struct tcp_store_client_options {
 
 class tcp_store_client final : public store {
  public:
-  // Connects (retrying until connect_timeout) and, for v2, validates.
+  // Connects (retrying until connect_timeout) and, for v2, validates;
+  // when detecting, finds the dialect.
   // Throws store_connection_error / store_timeout naming host:port.
   explicit tcp_store_client(tcp_store_client_options options);
   ~tcp_store_client() override;
@@ -59,6 +66,9 @@ class tcp_store_client final : public store {
 
   // v2 only: round-trips a nonce; true when the server echoed it.
   bool ping();
+
+  // The dialect in use (found by the first connection when detecting).
+  wire::dialect dialect() const;
 
   // The local address of the connection (what the server sees as us);
   // multi-node agents advertise it as their reachable address.

@@ -55,6 +55,17 @@ std::optional<std::uint8_t> byte_for(dialect d, op o);
 
 inline constexpr std::uint32_t validation_magic = 0x3C85F7CE;
 
+// The PING nonce a 2.x client sends right after VALIDATE, from any seed
+// (PyTorch uses its pid). A torch 1.13 server reads VALIDATE + PING as a
+// SET whose 8-byte key length ends with the nonce's third byte; with that
+// byte's top bit set the length is at least 2^63, over std::vector's
+// max_size(), so 1.13 drops the connection before allocating anything. A
+// pid there asks it for a terabyte or more, which a host with overcommit
+// may try to grant.
+constexpr std::uint32_t handshake_nonce(std::uint32_t seed) {
+  return (seed & 0xFF00FFFFu) | 0x00800000u;
+}
+
 // Reply bytes.
 inline constexpr std::uint8_t check_ready = 0;
 inline constexpr std::uint8_t check_not_ready = 1;

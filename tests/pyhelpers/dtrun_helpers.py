@@ -79,11 +79,22 @@ def run(args: list[str], env: dict[str, str] | None = None, timeout: float = 60,
                           capture_output=True, text=True, **kwargs)
 
 
+def default_signals() -> None:
+    """preexec_fn: the signals the tests send at their default disposition.
+    dtrun keeps a signal ignored at its start ignored (nohup), so a test run
+    under nohup, or as a script's background job (SIGINT, SIGQUIT ignored),
+    would otherwise see it neither handled nor forwarded."""
+    for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM,
+                signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def start(args: list[str], env: dict[str, str]) -> subprocess.Popen:
     """Starts dtrun in its own session (so signals we send reach only it),
     with stderr piped for wait_for_stderr."""
     return subprocess.Popen([str(DTRUN), *args], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=default_signals)
 
 
 def wait_for_stderr(proc: subprocess.Popen, needle: str, timeout: float = 30) -> str:

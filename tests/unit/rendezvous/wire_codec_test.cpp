@@ -1,6 +1,8 @@
 // Byte-level vectors for the TCPStore codec. The 1.13 bytes are what
 // Debian's torch 1.13 client sends (see docs/tcpstore-protocol.md, verified
 // on the wire); the 2.x bytes follow PyTorch's current sources.
+#include <cstring>
+
 #include <catch2/catch.hpp>
 
 #include "rendezvous/wire_codec.h"
@@ -72,6 +74,23 @@ TEST_CASE("encode_request writes the documented layout") {
   }
   SECTION("commands a dialect lacks are refused") {
     CHECK_THROWS_AS(encode_request(dialect::v1_13, {.kind = op::ping}), std::invalid_argument);
+  }
+}
+
+TEST_CASE("the 2.x hello read by torch 1.13 is a SET whose key length is over 2 to the 63") {
+  // 1.13 reads byte 0 as SET and bytes 1..8 as the key's u64 length; at or
+  // above 2^63 std::vector refuses it before allocating (1.13 then drops
+  // the connection), whatever pid seeded the nonce.
+  for (std::uint32_t seed : {0u, 1u, 255u, 65535u, 4194304u, 0x7FFFFFFFu, 0xFFFFFFFFu}) {
+    CAPTURE(seed);
+    std::string hello =
+        encode_request(dialect::v2, {.kind = op::validate, .nonce = validation_magic}) +
+        encode_request(dialect::v2, {.kind = op::ping, .nonce = handshake_nonce(seed)});
+    REQUIRE(hello.size() == 10);
+    CHECK(op_from_byte(dialect::v1_13, static_cast<std::uint8_t>(hello[0])) == op::set);
+    std::uint64_t key_length = 0;
+    std::memcpy(&key_length, hello.data() + 1, sizeof key_length);
+    CHECK(key_length >= (std::uint64_t{1} << 63));
   }
 }
 
