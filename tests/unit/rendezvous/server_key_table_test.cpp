@@ -167,9 +167,8 @@ TEST_CASE("clear forgets keys and queues but keeps pending waits") {
   int fired = 0;
   auto handle = table.wait({"b"}, [&] { ++fired; });
   std::vector<std::string> deleted;
-  table.watch("a", [&](std::uint8_t, const std::string& key, std::string_view, std::string_view) {
-    deleted.push_back(key);
-  });
+  table.watch("a", [&](std::uint8_t, const std::string& key, std::string_view,
+                       std::string_view) { deleted.push_back(key); });
   table.clear();
   CHECK(table.size() == 0);
   CHECK(table.find("a") == nullptr);
