@@ -126,3 +126,14 @@ def test_exported_values_pass_through_as_with_torchrun_2_6(tmp_path):
         assert e["TORCHELASTIC_SIGNALS_TO_HANDLE"] == "SIGUSR1"
     for e in theirs:  # 2.6 has no --signals-to-handle and leaves it as it is
         assert e["TORCHELASTIC_SIGNALS_TO_HANDLE"] == "SIGTERM"
+
+
+def test_dtrun_binaries_find_their_libraries_in_the_rootfs():
+    """Built on Debian 12, run on Debian 13: every shared library of dtrun
+    and dtrun-store (of this build, plain or ASan+UBSan) resolves there."""
+    torch2.require()
+    binaries = [dh.DTRUN, torch2.STORE_BIN]
+    r = torch2.run(["ldd", *binaries])
+    assert r.returncode == 0, r.stderr
+    assert "not found" not in r.stdout, r.stdout
+    assert "libfmt.so.9" in r.stdout  # Debian 12's, installed into the rootfs
