@@ -38,10 +38,16 @@ env_map static_worker_env(const worker_group_spec& spec, int local_rank,
       {"TORCHELASTIC_RUN_ID", spec.run_id},
       // Python's str(bool), which is what torch's workers compare against.
       {"TORCHELASTIC_USE_AGENT_STORE", spec.use_agent_store ? "True" : "False"},
-      // torch 1.13 reads the first, 2.x the second; both default to on.
-      {"NCCL_ASYNC_ERROR_HANDLING", inherited_or(inherited, "NCCL_ASYNC_ERROR_HANDLING", "1")},
+      // As torchrun 2.x: only the TORCH_ name, default on. The old name
+      // NCCL_ASYNC_ERROR_HANDLING is not set (torch >= 2.2 prints a
+      // deprecation warning in every rank when it is; 1.13 defaults to on
+      // without it); a value the user exported still reaches the workers.
       {"TORCH_NCCL_ASYNC_ERROR_HANDLING",
        inherited_or(inherited, "TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")},
+      // torchrun >= 2.9 exports its --signals-to-handle text to the agent's
+      // environment, which the workers inherit (torch's own process
+      // launchers inside a worker read it).
+      {"TORCHELASTIC_SIGNALS_TO_HANDLE", spec.signals_to_handle},
   };
   // As torchrun: several workers each spawning one OpenMP thread per core
   // overload the machine, so default to one thread unless the user chose.

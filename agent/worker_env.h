@@ -25,13 +25,16 @@ struct worker_group_spec {
   // Workers build their process group on the agent's store
   // (PrefixStore("/worker/attempt_<restart>") over MASTER_ADDR:PORT).
   bool use_agent_store = true;
+  // --signals-to-handle as the user wrote it (TORCHELASTIC_SIGNALS_TO_HANDLE).
+  std::string signals_to_handle = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
 };
 
 // Variables fixed for a local rank before rendezvous: LOCAL_RANK,
 // LOCAL_WORLD_SIZE, ROLE_NAME, TORCHELASTIC_MAX_RESTARTS, TORCHELASTIC_RUN_ID,
-// TORCHELASTIC_USE_AGENT_STORE, and the NCCL async error handling defaults
-// (taken from `inherited` when set there, "1" otherwise), and
-// OMP_NUM_THREADS=1 when `inherited` lacks it and there are several workers.
+// TORCHELASTIC_USE_AGENT_STORE, TORCHELASTIC_SIGNALS_TO_HANDLE,
+// TORCH_NCCL_ASYNC_ERROR_HANDLING (taken from `inherited` when set there,
+// "1" otherwise), and OMP_NUM_THREADS=1 when `inherited` lacks it and there
+// are several workers. Never NCCL_ASYNC_ERROR_HANDLING (torchrun 2.x's set).
 env_map static_worker_env(const worker_group_spec& spec, int local_rank,
                           const env_map& inherited);
 

@@ -121,7 +121,7 @@ def main() -> int:
         json.dump({"rank": rank, "world_size": world, "allreduce_sum": total.item(),
                    "param_checksum": checksum, "start_epoch": start_epoch,
                    "restart_count": restart_count, "host": socket.gethostname(),
-                   "local_rank": int(os.environ["LOCAL_RANK"])}, f)
+                   "local_rank": int(os.environ["LOCAL_RANK"]), "torch": torch.__version__}, f)
     if rank == 0:
         print(f"rank 0 of {world}: epochs {start_epoch}..{args.epochs - 1} done "
               f"(restart {restart_count}); all-reduce of rank+1 = {total.item():g} "
@@ -132,4 +132,11 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # Everything is written and the process group destroyed: leave without
+    # the interpreter's C++ teardown, in which torch 2.6 (Debian 13's) now
+    # and then aborts after DDP on gloo ("terminate called without an active
+    # exception", SIGABRT; under torchrun 2.6 as well).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

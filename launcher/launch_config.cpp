@@ -272,6 +272,7 @@ launch_config resolve_launch_config(const launch_options& o, const agent::env_ma
                                   o.max_restarts, max_restarts_limit));
   }
   c.signals = parse_signals(o.signals_to_handle);
+  c.spec.signals_to_handle = o.signals_to_handle;
   c.log_dir = o.log_dir;
   if (o.quiet && o.verbose) {
     throw usage_error("--quiet and --verbose contradict each other; pass one of them");

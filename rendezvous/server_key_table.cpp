@@ -149,6 +149,15 @@ std::int64_t key_table::queue_len(const std::string& key) const {
   return it == queues_.end() ? 0 : static_cast<std::int64_t>(it->second.size());
 }
 
+void key_table::clear() {
+  queues_.clear();
+  if (watchers_.empty()) {
+    values_.clear();
+    return;
+  }
+  for (const auto& key : list_keys()) erase(key);
+}
+
 std::vector<std::string> key_table::list_keys() const {
   std::vector<std::string> keys;
   keys.reserve(values_.size());

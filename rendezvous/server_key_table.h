@@ -62,6 +62,9 @@ class key_table {
   std::int64_t queue_len(const std::string& key) const;
 
   std::int64_t size() const { return static_cast<std::int64_t>(values_.size()); }
+  // Erases every key (watchers see each deletion) and every queue. Pending
+  // waits stay registered: they wait for the keys to be written again.
+  void clear();
   std::vector<std::string> list_keys() const;
 
   // Calls `callback` on every change of `key` until unwatch(id). Safe to

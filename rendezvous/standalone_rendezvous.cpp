@@ -30,6 +30,15 @@ std::uint16_t standalone_rendezvous::store_port() const { return server_->port()
 void standalone_rendezvous::next_round(completion done) {
   rendezvous_info info;
   info.round = next_round_++;
+  // Each round's workers start on an empty store. torch >= 2.6 workers no
+  // longer put their keys under /worker/attempt_<restart> (torch expects a
+  // new store per retry), so a restarted group would find the previous
+  // round's keys (gloo's peer addresses, NCCL's unique id) and connect to
+  // dead peers: torchrun 2.6 --standalone fails such restarts that way.
+  // Every worker of the last round has exited by now (the agent starts a
+  // round only once the group is reaped), and the standalone store holds
+  // nothing of dtrun's own.
+  if (info.round > 0) server_->clear_keys();
   info.group_rank = 0;
   info.group_world_size = 1;
   info.local_world_sizes = {options_.local_world_size};

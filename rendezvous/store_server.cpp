@@ -299,6 +299,8 @@ std::uint16_t store_server::port() const {
 
 void store_server::stop() { impl_->stop(); }
 
+void store_server::clear_keys() { impl_->ctx_.table.clear(); }
+
 const store_server_stats& store_server::stats() const { return impl_->ctx_.stats; }
 
 }  // namespace dtrun::rendezvous

@@ -62,6 +62,9 @@ class store_server {
   store_server& operator=(const store_server&) = delete;
 
   std::uint16_t port() const;
+  // Forgets every key and queue (key_table::clear); connections and their
+  // pending waits stay. Call from the io_context's thread.
+  void clear_keys();
 
   // Closes the listening socket and every connection; run() then returns
   // once nothing else is pending. Idempotent.

@@ -25,8 +25,14 @@ INTENDED = {
     "TORCHELASTIC_ERROR_FILE",      # both <tmp>/<run_id>_<rand>/attempt_N/<local_rank>/error.json
     "TORCHELASTIC_USE_AGENT_STORE",  # True: workers use the agent's store (as torchrun 2.x)
 }
-# Set by dtrun only: the 2.x name of NCCL_ASYNC_ERROR_HANDLING.
-DTRUN_ONLY = {"TORCH_NCCL_ASYNC_ERROR_HANDLING"}
+# Set by dtrun only, as torchrun 2.x: the 2.x name of 1.13's
+# NCCL_ASYNC_ERROR_HANDLING (which dtrun does not set: torch >= 2.2 warns in
+# every rank when it is set, and 1.13 defaults to on without it) and the
+# signals torchrun >= 2.9 exports (tests/e2e/test_torch2_env.py compares
+# with torchrun 2.6).
+DTRUN_ONLY = {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "TORCHELASTIC_SIGNALS_TO_HANDLE"}
+# Set by torchrun 1.13 only.
+TORCHRUN_ONLY = {"NCCL_ASYNC_ERROR_HANDLING"}
 
 
 def read_envs(folder, nproc):
@@ -64,10 +70,12 @@ def test_every_field(tmp_path, nproc):
             "MASTER_ADDR": "127.0.0.1",
             "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "2",
             "TORCHELASTIC_USE_AGENT_STORE": "True",
-            "NCCL_ASYNC_ERROR_HANDLING": "1", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
+            "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
+            "TORCHELASTIC_SIGNALS_TO_HANDLE": "SIGTERM,SIGINT,SIGHUP,SIGQUIT",
         }
         for key, value in expected.items():
             assert e.get(key) == value, (rank, key)
+        assert "NCCL_ASYNC_ERROR_HANDLING" not in e
         assert re.search(rf"_[^/]+/attempt_0/{rank}/error\.json$", e["TORCHELASTIC_ERROR_FILE"])
         # torchrun's OMP rule: 1 for several workers when unset.
         assert e.get("OMP_NUM_THREADS") == ("1" if nproc > 1 else None)
@@ -76,11 +84,16 @@ def test_every_field(tmp_path, nproc):
 
 
 def test_user_settings_are_kept(tmp_path):
-    env = launch_env(OMP_NUM_THREADS="3", NCCL_ASYNC_ERROR_HANDLING="0")
-    _, envs = dtrun_envs(tmp_path, 2, env=env)
+    env = launch_env(OMP_NUM_THREADS="3", NCCL_ASYNC_ERROR_HANDLING="0",
+                     TORCH_NCCL_ASYNC_ERROR_HANDLING="2",
+                     TORCHELASTIC_SIGNALS_TO_HANDLE="SIGTERM")
+    _, envs = dtrun_envs(tmp_path, 2, "--signals-to-handle=SIGUSR1,SIGUSR2", env=env)
     for e in envs:
         assert e["OMP_NUM_THREADS"] == "3"
-        assert e["NCCL_ASYNC_ERROR_HANDLING"] == "0"
+        assert e["NCCL_ASYNC_ERROR_HANDLING"] == "0"  # inherited, as with torchrun
+        assert e["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "2"
+        # torchrun overwrites it with its flag's text, as given.
+        assert e["TORCHELASTIC_SIGNALS_TO_HANDLE"] == "SIGUSR1,SIGUSR2"
 
 
 def cannot_compare(why):
@@ -121,8 +134,8 @@ def test_same_as_torchrun(tmp_path, nproc):
         added_ours = {k: v for k, v in ours[rank].items() if env.get(k) != v}
         added_theirs = {k: v for k, v in theirs[rank].items() if env.get(k) != v}
         assert set(added_ours) - set(added_theirs) == DTRUN_ONLY
-        assert set(added_theirs) - set(added_ours) == set()
-        for key in sorted(set(added_theirs) - INTENDED):
+        assert set(added_theirs) - set(added_ours) == TORCHRUN_ONLY
+        for key in sorted(set(added_theirs) - INTENDED - TORCHRUN_ONLY):
             assert ours[rank][key] == theirs[rank][key], (rank, key)
         # The intended differences are only these:
         assert theirs[rank]["TORCHELASTIC_USE_AGENT_STORE"] == "False"

@@ -50,3 +50,21 @@ def test_workers_can_use_the_store(tmp_path):
     assert r.returncode == 0, r.stderr
     counts = sorted(int((tmp_path / f"done{rank}").read_text()) for rank in range(3))
     assert counts == [1, 2, 3]
+
+
+def test_a_restarted_group_starts_on_an_empty_store(tmp_path):
+    """torch >= 2.6 workers keep their keys at the top of the agent's store
+    (no /worker/attempt_N prefix any more), so keys left by the previous
+    attempt (gloo's peer addresses) would send the restarted group to dead
+    peers: dtrun clears the standalone store between rounds (the torch 2.6
+    restart itself: tests/e2e/test_torch2_ddp.py)."""
+    store_cli = dh.BUILD_DIR / "launcher" / "dtrun-store"
+    cli = f'"{store_cli}" --endpoint 127.0.0.1:$MASTER_PORT --timeout 30'
+    worker = (f'if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then {cli} set left_by_attempt0 x '
+              f'&& {cli} get left_by_attempt0 >/dev/null && exit 7; fi; '
+              f'{cli} check left_by_attempt0; echo "$?" > $OUT')
+    r = dh.run(["--standalone", "--max-restarts=1", "--no-python", "/bin/sh", "-c", worker],
+               env=dh.job_env(OUT=str(tmp_path / "check")))
+    assert r.returncode == 0, r.stderr
+    assert "restarting the workers (restart 1 of 1)" in r.stderr
+    assert (tmp_path / "check").read_text().strip() == "1"  # `check`: the key is missing

@@ -30,9 +30,11 @@ TEST_CASE("static env holds what is known before rendezvous") {
   CHECK(env.at("TORCHELASTIC_MAX_RESTARTS") == "2");
   CHECK(env.at("TORCHELASTIC_RUN_ID") == "abc");
   CHECK(env.at("TORCHELASTIC_USE_AGENT_STORE") == "True");
-  CHECK(env.at("NCCL_ASYNC_ERROR_HANDLING") == "1");
   CHECK(env.at("TORCH_NCCL_ASYNC_ERROR_HANDLING") == "1");
+  CHECK(env.at("TORCHELASTIC_SIGNALS_TO_HANDLE") == "SIGTERM,SIGINT,SIGHUP,SIGQUIT");
   CHECK(env.at("OMP_NUM_THREADS") == "1");
+  // torchrun 2.x sets only the TORCH_ name (torch >= 2.2 warns on the old).
+  CHECK(env.count("NCCL_ASYNC_ERROR_HANDLING") == 0);
   CHECK(env.count("RANK") == 0);
 }
 
@@ -43,9 +45,17 @@ TEST_CASE("inherited settings win over the defaults") {
                        {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "3"},
                        {"OMP_NUM_THREADS", "8"}};
   env_map env = static_worker_env(spec, 0, inherited);
-  CHECK(env.at("NCCL_ASYNC_ERROR_HANDLING") == "0");
+  CHECK(env.count("NCCL_ASYNC_ERROR_HANDLING") == 0);  // inherited as it is
   CHECK(env.at("TORCH_NCCL_ASYNC_ERROR_HANDLING") == "3");
   CHECK(env.count("OMP_NUM_THREADS") == 0);  // inherited as it is
+}
+
+TEST_CASE("SIGNALS_TO_HANDLE is the flag's text as torchrun exports it") {
+  worker_group_spec spec;
+  spec.signals_to_handle = "SIGUSR1,SIGUSR2";
+  env_map inherited = {{"TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGTERM"}};
+  CHECK(static_worker_env(spec, 0, inherited).at("TORCHELASTIC_SIGNALS_TO_HANDLE") ==
+        "SIGUSR1,SIGUSR2");
 }
 
 TEST_CASE("a single worker keeps OpenMP's default") {

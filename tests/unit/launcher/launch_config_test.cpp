@@ -370,7 +370,21 @@ TEST_CASE("the dry-run JSON has the per-rank environment") {
   CHECK(j["workers"][2]["env"]["LOCAL_RANK"] == "2");
   CHECK(j["workers"][2]["env"]["LOCAL_WORLD_SIZE"] == "3");
   CHECK(j["workers"][0]["env"]["TORCHELASTIC_MAX_RESTARTS"] == "2");
+  // torchrun 2.x's set: the TORCH_ name only, and the signals it handles.
+  CHECK(j["workers"][0]["env"]["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1");
+  CHECK_FALSE(j["workers"][0]["env"].contains("NCCL_ASYNC_ERROR_HANDLING"));
+  CHECK(j["workers"][0]["env"]["TORCHELASTIC_SIGNALS_TO_HANDLE"] ==
+        "SIGTERM,SIGINT,SIGHUP,SIGQUIT");
   CHECK(j["argv"][0] == "python3");
+}
+
+TEST_CASE("the workers get the signals-to-handle text as given") {
+  launch_options o = standalone_options();
+  o.signals_to_handle = "SIGUSR1, SIGUSR2";
+  launch_config c = resolve_launch_config(o, {});
+  CHECK(c.spec.signals_to_handle == "SIGUSR1, SIGUSR2");
+  CHECK(dtrun::agent::static_worker_env(c.spec, 0, {}).at("TORCHELASTIC_SIGNALS_TO_HANDLE") ==
+        "SIGUSR1, SIGUSR2");
 }
 
 TEST_CASE("log flags are resolved into the config and shown by the dry run") {

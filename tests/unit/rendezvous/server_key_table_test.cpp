@@ -159,3 +159,21 @@ TEST_CASE("unwatching a list of ids removes exactly those watches") {
   table.set("k", "v");
   CHECK(seen == std::vector<int>{1});
 }
+
+TEST_CASE("clear forgets keys and queues but keeps pending waits") {
+  key_table table;
+  table.set("a", "1");
+  table.queue_push("q", "x");
+  int fired = 0;
+  auto handle = table.wait({"b"}, [&] { ++fired; });
+  std::vector<std::string> deleted;
+  table.watch("a", [&](std::uint8_t, const std::string& key, std::string_view,
+                       std::string_view) { deleted.push_back(key); });
+  table.clear();
+  CHECK(table.size() == 0);
+  CHECK(table.find("a") == nullptr);
+  CHECK(table.queue_len("q") == 0);
+  CHECK(deleted == std::vector<std::string>{"a"});
+  table.set("b", "2");
+  CHECK(fired == 1);
+}
