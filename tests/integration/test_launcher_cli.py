@@ -4,6 +4,7 @@ defaults, and the script's arguments reaching the workers untouched."""
 import json
 import os
 import sys
+import uuid
 
 import pytest
 
@@ -198,6 +199,24 @@ def test_nnodes_1_without_endpoint_runs_like_standalone(tmp_path):
                 "/bin/sh", "-c", f'echo "$TORCHELASTIC_RUN_ID $WORLD_SIZE" > {out}$RANK'])
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "env0").read_text().split() == ["myjob", "2"]
+
+
+def test_nnodes_1_without_run_id_or_master_port_gets_a_fresh_run_id(tmp_path):
+    # The newest torchrun's run(): static, no endpoint, no --master-port,
+    # one node -> standalone with a uuid4 run id. An explicit --master-port
+    # keeps the static backend and its default run id "none".
+    def run_id(*flags):
+        out = tmp_path / "id"
+        r = dh.run([*flags, "--nproc-per-node=1", "--no-python", "/bin/sh", "-c",
+                    f'echo "$TORCHELASTIC_RUN_ID" > {out}'])
+        assert r.returncode == 0, r.stderr
+        return out.read_text().strip()
+
+    first, second = run_id(), run_id()
+    assert first != second
+    for value in (first, second):
+        assert uuid.UUID(value).version == 4 and str(uuid.UUID(value)) == value
+    assert run_id(f"--master-port={dh.free_port()}") == "none"
 
 
 def test_error_file_message_is_reported_and_kept_in_log_dir(tmp_path):
