@@ -29,9 +29,12 @@ def env(**extra):
 def run_worker(tmp_path, mode, *flags, nproc=1, **extra):
     out = tmp_path / "out"
     out.mkdir(exist_ok=True)
-    r = dh.run(["--standalone", f"--nproc-per-node={nproc}", *flags, "--python", dh.PYTHON,
-                WORKER, mode, str(out)],
-               env=env(TORCHELASTIC_ENABLE_FILE_TIMER="1", **extra))
+    try:
+        r = dh.run(["--standalone", f"--nproc-per-node={nproc}", *flags, "--python", dh.PYTHON,
+                    WORKER, mode, str(out)],
+                   env=env(TORCHELASTIC_ENABLE_FILE_TIMER="1", **extra))
+    except subprocess.TimeoutExpired as e:
+        raise AssertionError(f"dtrun did not end: {e.stderr}") from e
     seen = {p.name: json.loads(p.read_text()) for p in sorted(out.glob("rank*.json"))}
     return r, seen
 
@@ -71,14 +74,19 @@ def test_bad_and_hostile_requests_are_ignored(tmp_path):
     # A process that is not a worker: a request naming it must not kill it.
     victim = subprocess.Popen([dh.PYTHON, "-c", "import signal; signal.pause()"])
     try:
-        r, _ = run_worker(tmp_path, "abuse", nproc=2, VICTIM_PIDS=str(victim.pid))
+        # One worker: a flood interleaves with other writers' lines (writes
+        # over PIPE_BUF are not atomic) and fills the pipe, where torch's
+        # client, writing without blocking, fails with EAGAIN (with torch's
+        # own server too), so a second worker's requests could be lost.
+        r, _ = run_worker(tmp_path, "abuse", VICTIM_PIDS=str(victim.pid))
         assert victim.poll() is None
     finally:
         victim.kill()
         victim.wait()
     # dtrun itself was named too (os.getppid()): it lived to exit 0.
     assert r.returncode == 0, r.stderr
-    assert r.stdout.count("got SIGUSR1 from the watchdog") == 2
+    assert "got SIGUSR1 from the watchdog" in r.stdout
+    assert "released" in r.stdout  # torch's client still works afterwards
     # Each kind once at the default verbosity, whatever the number of lines.
     assert r.stderr.count("ignoring a bad request") == 1
     assert "not a JSON object: this is not json" in r.stderr

@@ -13,7 +13,8 @@ Every mode first writes the pipe's path and st_mode to OUT/rank<RANK>.json.
            (VICTIM_PIDS, dtrun itself) into the pipe, then ask for SIGUSR1
            at a deadline already passed and wait for it: the agent read the
            pipe in order, so when SIGUSR1 comes every earlier line has been
-           handled. Exits 0.
+           handled. Then acquires and releases a deadline with torch's
+           client and exits 0.
 """
 
 import json
@@ -83,5 +84,6 @@ elif mode == "abuse":
     print("got SIGUSR1 from the watchdog", flush=True)
     with expires(after=600):
         pass
+    print("released", flush=True)
 else:
     sys.exit(f"unknown mode {mode}")
