@@ -19,6 +19,7 @@
 #include <fmt/format.h>
 
 #include "agent/exit_status.h"
+#include "agent/file_timer.h"
 #include "agent/orphan_guard.h"
 #include "agent/worker_output.h"
 #include "agent/worker_process.h"
@@ -37,6 +38,9 @@ struct worker {
   bool running = true;
   std::string error_file;
   bool exited = false;  // reaped; still `running` until its output is drained
+  // The file-timer watchdog sent it `watchdog_signal`: why, for the summary.
+  int watchdog_signal = 0;
+  std::string watchdog;
 };
 
 // The first failure of a round: the root cause we report and exit with.
@@ -154,6 +158,7 @@ class elastic_agent::impl {
     if (writes_logs && options_.log_dir.empty()) {
       log(fmt::format("worker logs: {} (kept; choose the folder with --log-dir)", run_dir_));
     }
+    start_watchdog();
     reporter_.agent_started(config_summary());
     start_round();
     io_.run();
@@ -164,6 +169,47 @@ class elastic_agent::impl {
   void log(const std::string& line) { reporter_.log().info(line); }
   void log_error(const std::string& line) { reporter_.log().error(line); }
   void log_debug(const std::string& line) { reporter_.log().debug(line); }
+
+  // TORCHELASTIC_ENABLE_FILE_TIMER=1: torchrun's file-timer watchdog, its
+  // pipe at TORCHELASTIC_TIMER_FILE or in this run's own folder.
+  void start_watchdog() {
+    auto config = file_timer_from_env(inherited_);
+    if (!config.enabled) return;
+    std::string path =
+        config.path.empty() ? (fs::path(run_dir_) / "watchdog_timer").string() : config.path;
+    file_timer::hooks hooks;
+    hooks.is_worker = [this](pid_t pid) { return live_worker(pid) != nullptr; };
+    hooks.expire = [this](const timer_table::expired& e) { watchdog_expired(e); };
+    hooks.error = [this](const std::string& line) { log_error(line); };
+    hooks.debug = [this](const std::string& line) { log_debug(line); };
+    watchdog_.emplace(io_, path, std::move(hooks));
+    options_.spec.timer_file = path;
+    log_debug(fmt::format("file-timer watchdog: reading {}", printable(path)));
+  }
+
+  // A worker not yet reaped (so its pid cannot have been reused), or null.
+  worker* live_worker(pid_t pid) {
+    auto it = std::find_if(workers_.begin(), workers_.end(), [pid](const worker& w) {
+      return w.pid == pid && w.running && !w.exited;
+    });
+    return it == workers_.end() ? nullptr : &*it;
+  }
+
+  void watchdog_expired(const timer_table::expired& e) {
+    worker* w = live_worker(e.pid);
+    if (w == nullptr) return;
+    auto late = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+                    .count() -
+                e.expiration_time;
+    w->watchdog_signal = e.signal;
+    w->watchdog = fmt::format("deadline of scope {} passed {:.1f} s ago; {} sent",
+                              printable(e.scope_id), std::max(late, 0.0), signal_name(e.signal));
+    log_error(fmt::format("watchdog: worker local_rank={} (rank {}, pid {}): {}", w->local_rank,
+                          w->rank, w->pid, w->watchdog));
+    // The worker alone, as torch's server (os.kill): its process group
+    // follows when the agent stops the group.
+    ::kill(w->pid, e.signal);
+  }
 
   nlohmann::ordered_json config_summary() const {
     return {{"role", options_.spec.role},
@@ -312,6 +358,7 @@ class elastic_agent::impl {
       });
       if (it == workers_.end()) continue;
       it->exited = true;
+      if (watchdog_) watchdog_->forget(pid);
       // Its last lines come before the agent reacts to its exit (at once
       // when its output is not piped through the agent).
       // The exit time is taken now: the root cause is chosen by it, and
@@ -331,8 +378,9 @@ class elastic_agent::impl {
                       std::chrono::system_clock::time_point exited_at) {
     auto record = reporter_.worker_exited(
         worker_exit{round_, reporter_.host(), node_rank_, w.local_rank, w.rank, w.pid, status,
-                    exited_at, w.error_file,
-                    fs::path(w.error_file).parent_path().string()},
+                    exited_at, w.error_file, fs::path(w.error_file).parent_path().string(),
+                    w.watchdog_signal != 0 && status.signal == w.watchdog_signal ? w.watchdog
+                                                                                 : std::string()},
         phase_ == phase::stopping, stop_signal_, [] {});
     if (phase_ == phase::running) {
       if (!status.ok()) {
@@ -524,6 +572,7 @@ class elastic_agent::impl {
     }
     kill_adopted_children({guard_->pid()});
     output_->end_round();
+    if (watchdog_) watchdog_->forget_all();
   }
 
   // Once: a completion that arrives after (shutdown() fails pending
@@ -534,6 +583,7 @@ class elastic_agent::impl {
     exit_code_ = code;
     reporter_.agent_exiting(code);
     cancel_stop_timer();
+    watchdog_.reset();  // closes and removes the pipe
     rendezvous_.shutdown();
     // The signal set stays installed until the agent is destroyed, so a
     // late Ctrl-C cannot kill the agent halfway through its teardown.
@@ -554,6 +604,7 @@ class elastic_agent::impl {
   run_reporter reporter_;
   std::optional<orphan_guard> guard_;
   std::optional<worker_output> output_;
+  std::optional<file_timer> watchdog_;
   std::string run_dir_;
   bool remove_run_dir_ = false;
 

@@ -110,7 +110,7 @@ json to_json(const failure_record& r) {
          {"exit_code", r.exit_code},   {"signal", r.signal},     {"time_ms", r.time_ms},
          {"message", r.message},       {"traceback", r.traceback}, {"error_file", r.error_file},
          {"error_file_problem", r.error_file_problem}, {"log_file", r.log_file},
-         {"log_tail", r.log_tail}};
+         {"log_tail", r.log_tail},     {"watchdog", r.watchdog}};
   j["error_time"] = r.error_time ? json(*r.error_time) : json(nullptr);
   return j;
 }
@@ -136,6 +136,7 @@ std::optional<failure_record> failure_from_json(std::string_view text) {
   get_text(j, "error_file", r.error_file, max_record_text);
   get_text(j, "error_file_problem", r.error_file_problem, max_record_text);
   get_text(j, "log_file", r.log_file, max_record_text);
+  get_text(j, "watchdog", r.watchdog, max_record_text);
   if (auto tail = j.find("log_tail"); tail != j.end() && tail->is_array()) {
     for (const auto& line : *tail) {
       if (line.is_string() && r.log_tail.size() < max_record_lines) {
@@ -195,6 +196,7 @@ failure_record make_failure_record(const worker_exit& e, const error_file_limits
   r.exit_code = e.status.code;
   r.signal = e.status.signal;
   r.time_ms = std::chrono::duration_cast<std::chrono::milliseconds>(e.time.time_since_epoch()).count();
+  r.watchdog = e.watchdog;
   auto file = load_error_file(e.error_file, limits);
   if (file.present) r.error_file = e.error_file;
   if (file.contents) {
@@ -243,6 +245,10 @@ std::string format_summary(const std::vector<failure_record>& failures, const su
   out += fmt::format("  rank      : {} (local_rank {})\n", root.rank, root.local_rank);
   out += fmt::format("  pid       : {}\n", root.pid);
   out += fmt::format("  exit      : {}\n", describe_exit(root.exit_code, root.signal));
+  if (!root.watchdog.empty()) {
+    out += fmt::format("  watchdog  : killed by dtrun's file-timer watchdog: {}\n",
+                       printable(root.watchdog));
+  }
   if (!root.message.empty()) {
     out += fmt::format("  error     : {}\n", printable(root.message));
     out += fmt::format("  error_file: {}\n", printable(root.error_file));
@@ -286,7 +292,9 @@ std::string format_summary(const std::vector<failure_record>& failures, const su
     out += fmt::format("other failures ({}):\n", counted - 1);
     for (std::size_t i = 0; i < others.size() && i < max_other_failures; ++i) {
       const auto& o = *others[i];
-      std::string why = !o.message.empty() ? o.message : std::string("no error file");
+      std::string why = !o.message.empty()    ? o.message
+                        : !o.watchdog.empty() ? "killed by the file-timer watchdog: " + o.watchdog
+                                              : std::string("no error file");
       out += fmt::format("  rank {} (local_rank {}) on {} (node rank {}), pid {}: {} at {}: {}\n",
                          o.rank, o.local_rank, printable(o.host), o.node_rank, o.pid,
                          describe_exit(o.exit_code, o.signal), clock_text(o.time_ms),

@@ -42,6 +42,7 @@ struct failure_record {
   std::string error_file_problem;  // a file that was there but unusable, and why
   std::string log_file;     // the worker's redirected stderr, when it exists
   std::vector<std::string> log_tail;  // its last lines
+  std::string watchdog;     // the file-timer watchdog killed it: which deadline
 };
 
 nlohmann::json to_json(const failure_record& r);
@@ -61,6 +62,9 @@ struct worker_exit {
   std::chrono::system_clock::time_point time;
   std::string error_file;  // TORCHELASTIC_ERROR_FILE given to the worker
   std::string rank_dir;    // <attempt dir>/<local_rank>, where stderr.log may be
+  // Set when the file-timer watchdog sent the signal that ended it: the
+  // expired deadline ("scope train.py#42 expired 1.0 s ago, SIGKILL sent").
+  std::string watchdog;
 };
 
 // Builds the record: reads the error file and, when there is none, the

@@ -112,7 +112,8 @@ std::optional<failure_record> run_reporter::worker_exited(const worker_exit& exi
     // signal, failed on its own.
     bool our_signal = s.signal == SIGTERM || s.signal == SIGKILL || s.signal == SIGCONT ||
                       (stop_signal != 0 && s.signal == stop_signal);
-    bool failed_on_its_own = record.message.empty() ? (s.signal != 0 && !our_signal) : true;
+    bool failed_on_its_own = !record.message.empty() || !record.watchdog.empty() ||
+                             (s.signal != 0 && !our_signal);
     if (!failed_on_its_own) {
       stopped_ranks_.push_back(exit.rank);
       return std::nullopt;

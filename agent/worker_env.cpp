@@ -49,6 +49,9 @@ env_map static_worker_env(const worker_group_spec& spec, int local_rank,
       // launchers inside a worker read it).
       {"TORCHELASTIC_SIGNALS_TO_HANDLE", spec.signals_to_handle},
   };
+  // The watchdog's pipe, only when it runs (torch sets it for the workers
+  // in _setup_local_watchdog).
+  if (!spec.timer_file.empty()) env.emplace("TORCHELASTIC_TIMER_FILE", spec.timer_file);
   // As torchrun: several workers each spawning one OpenMP thread per core
   // overload the machine, so default to one thread unless the user chose.
   if (spec.local_world_size > 1 && inherited.count("OMP_NUM_THREADS") == 0) {

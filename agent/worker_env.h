@@ -27,13 +27,17 @@ struct worker_group_spec {
   bool use_agent_store = true;
   // --signals-to-handle as the user wrote it (TORCHELASTIC_SIGNALS_TO_HANDLE).
   std::string signals_to_handle = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
+  // The file-timer watchdog's pipe (TORCHELASTIC_TIMER_FILE), set by the
+  // agent when TORCHELASTIC_ENABLE_FILE_TIMER=1; empty: the watchdog is off.
+  std::string timer_file;
 };
 
 // Variables fixed for a local rank before rendezvous: LOCAL_RANK,
 // LOCAL_WORLD_SIZE, ROLE_NAME, TORCHELASTIC_MAX_RESTARTS, TORCHELASTIC_RUN_ID,
 // TORCHELASTIC_USE_AGENT_STORE, TORCHELASTIC_SIGNALS_TO_HANDLE,
 // TORCH_NCCL_ASYNC_ERROR_HANDLING (taken from `inherited` when set there,
-// "1" otherwise), and OMP_NUM_THREADS=1 when `inherited` lacks it and there
+// "1" otherwise), TORCHELASTIC_TIMER_FILE when spec.timer_file is set (an
+// inherited value passes through otherwise, as in torch), and OMP_NUM_THREADS=1 when `inherited` lacks it and there
 // are several workers. Never NCCL_ASYNC_ERROR_HANDLING (torchrun 2.x's set).
 env_map static_worker_env(const worker_group_spec& spec, int local_rank,
                           const env_map& inherited);

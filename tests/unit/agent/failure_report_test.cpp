@@ -339,3 +339,21 @@ TEST_CASE("the log tail refuses a FIFO or a symbolic link in place of stderr.log
   CHECK(r.log_file.empty());
   CHECK(r.log_tail.empty());
 }
+
+TEST_CASE("a worker the watchdog killed is named so in the summary and in its record") {
+  auto r = record(0, 1, 1000);
+  r.signal = SIGKILL;
+  r.exit_code = 128 + SIGKILL;
+  r.watchdog = "deadline of scope train.py#42 passed 0.5 s ago; SIGKILL sent\x1b[2J";
+  std::string s = format_summary({r}, context());
+  INFO(s);
+  CHECK(s.find("  watchdog  : killed by dtrun's file-timer watchdog: deadline of scope "
+               "train.py#42 passed 0.5 s ago; SIGKILL sent\\x1b[2J\n") != std::string::npos);
+  auto back = failure_from_json(to_json(r).dump());
+  REQUIRE(back);
+  CHECK(back->watchdog == r.watchdog);
+  auto other = record(0, 0, 2000);
+  other.watchdog = "deadline of scope a#1 passed 0.0 s ago; SIGKILL sent";
+  s = format_summary({r, other}, context());
+  CHECK(s.find("killed by the file-timer watchdog: deadline of scope a#1") != std::string::npos);
+}

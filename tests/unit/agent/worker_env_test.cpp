@@ -104,3 +104,10 @@ TEST_CASE("several nodes: lower group ranks' workers come first") {
   CHECK(env.at("GROUP_WORLD_SIZE") == "3");
   CHECK(env.at("WORLD_SIZE") == "9");
 }
+
+TEST_CASE("the watchdog's pipe reaches the workers only when it runs") {
+  worker_group_spec spec;
+  CHECK(static_worker_env(spec, 0, {}).count("TORCHELASTIC_TIMER_FILE") == 0);
+  spec.timer_file = "/tmp/run_x/watchdog_timer";
+  CHECK(static_worker_env(spec, 0, {}).at("TORCHELASTIC_TIMER_FILE") == "/tmp/run_x/watchdog_timer");
+}
