@@ -183,15 +183,29 @@ def marked_pids(mark: str) -> list[int]:
     return found
 
 
-def gone_within(mark: str, timeout: float = 10) -> list[int]:
+def describe_process(pid: int) -> str:
+    """'pid ppid=P pgid=G state=S: command line', for a failed assertion to
+    say which process survived."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmdline = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return f"{pid} (gone)"
+    state, ppid, pgid = fields[0].decode(), fields[1].decode(), fields[2].decode()
+    return f"{pid} ppid={ppid} pgid={pgid} state={state}: {cmdline}"
+
+
+def gone_within(mark: str, timeout: float = 10) -> list[str]:
     """Scans /proc until no live process carries `mark` (bounded: returns
-    the survivors after `timeout`). Killed processes take a moment to be
-    torn down by the kernel, which no event tells us about."""
+    the survivors, described, after `timeout`). Killed processes take a
+    moment to be torn down by the kernel, which no event tells us about."""
     deadline = time.monotonic() + timeout
     while True:
         left = marked_pids(mark)
         if not left or time.monotonic() > deadline:
-            return left
+            return [describe_process(pid) for pid in left]
         time.sleep(0.02)
 
 
