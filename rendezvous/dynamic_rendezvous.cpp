@@ -613,11 +613,11 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   // its port, stopping the last round's (our own workers are stopped
   // before we rejoin; other nodes' stragglers losing it only end sooner).
   // Only the node that hosts the endpoint store does this, and only when
-  // workers use the agents' store in a dynamic (c10d) rendezvous: a static
-  // one keeps MASTER_PORT = --master-port, as torchrun does. Returns 0
-  // when it does not apply. Throws store_error when no port can be bound.
+  // workers use the agents' store and fresh_worker_store is set (not for
+  // the static backend). Returns 0 when it does not apply. Throws
+  // store_error when no port can be bound.
   int open_worker_store(std::int64_t r) {
-    if (!server_ || !options_.workers_use_agent_store || options_.fixed_rank >= 0) return 0;
+    if (!server_ || !options_.workers_use_agent_store || !options_.fresh_worker_store) return 0;
     worker_server_.reset();
     worker_server_ = std::make_unique<store_server>(
         io_, store_server_options{.host = "", .port = 0,

@@ -44,6 +44,11 @@ struct dynamic_rendezvous_options {
   // else the endpoint store itself (docs/rendezvous.md, "Addresses"). False: group rank 0's worker hosts its own store on a
   // port its agent reserved, as torchrun 1.13 does.
   bool workers_use_agent_store = true;
+  // With workers_use_agent_store: the node hosting the endpoint store
+  // opens a fresh store for each round's workers (torch >= 2.x workers,
+  // unlike 1.13's, do not prefix their keys by round). False for the
+  // static backend, whose MASTER_PORT stays --master-port, as torchrun's.
+  bool fresh_worker_store = true;
   // Static rendezvous (--node-rank with --master-addr/--master-port): this
   // node's group rank, the same in every round. -1: assigned.
   int fixed_rank = -1;

@@ -327,7 +327,12 @@ TEST_CASE("static rendezvous pins each node's rank and rejects a duplicate") {
   cluster c;
   std::vector<round_result> results;
   auto run_with_node_ranks = [&](std::vector<int> node_ranks) {
-    for (int rank : node_ranks) c.add_with(3, 3, [rank](auto& o) { o.fixed_rank = rank; });
+    for (int rank : node_ranks) {
+      c.add_with(3, 3, [rank](auto& o) {
+        o.fixed_rank = rank;
+        o.fresh_worker_store = false;  // as the static backend sets it
+      });
+    }
     results = run_round(c);
   };
   SECTION("distinct node ranks are kept whatever the arrival order") {
