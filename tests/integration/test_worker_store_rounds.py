@@ -24,6 +24,26 @@ import json, os, signal, sys
 from datetime import timedelta
 from torch.distributed import TCPStore
 e = os.environ
+
+
+def listening_sockets(pid):
+    # TCP sockets in LISTEN that process `pid` (our agent) holds.
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:["):-1])
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in open(table).read().splitlines()[1:]:
+            fields = line.split()
+            count += fields[3] == "0A" and fields[9] in inodes
+    return count
+
+
 rank, attempt = int(e["RANK"]), int(e["TORCHELASTIC_RESTART_COUNT"])
 store = TCPStore(e["MASTER_ADDR"], int(e["MASTER_PORT"]), int(e["WORLD_SIZE"]), False,
                  timedelta(seconds=60))
@@ -31,7 +51,8 @@ store = TCPStore(e["MASTER_ADDR"], int(e["MASTER_PORT"]), int(e["WORLD_SIZE"]), 
 # is never stored answers the current value, or that value when absent.
 seen = store.compare_set("peer_of_round_0", "absent", "absent") != b"absent"
 with open(os.path.join(sys.argv[1], f"{attempt}.{rank}.json"), "w") as f:
-    json.dump({"port": int(e["MASTER_PORT"]), "stale_key_seen": seen}, f)
+    json.dump({"port": int(e["MASTER_PORT"]), "stale_key_seen": seen,
+               "agent_listeners": listening_sockets(os.getppid())}, f)
 if attempt == 0:
     if rank == 0:
         store.set("peer_of_round_0", "10.9.9.9:1234")
@@ -72,4 +93,9 @@ def test_each_round_gets_a_new_empty_worker_store(tmp_path):
     assert len(ports[0]) == 1 and len(ports[1]) == 1, ports
     assert ports[0] != ports[1]
     assert port not in ports[0] | ports[1]
+    # In each round the host listens on the endpoint and that round's
+    # workers' store only (the last round's is closed), the other node on
+    # nothing.
+    for a in (0, 1):
+        assert sorted(seen[a, r]["agent_listeners"] for r in (0, 1)) == [0, 2], seen
     assert "round 1: the workers' store is on port" in outs[0]
