@@ -144,6 +144,8 @@ std::optional<multi_node_config> resolve_multi_node(const launch_options& o, int
                                     o.master_port, max_port));
     }
     r.fixed_rank = o.node_rank;
+    // torchrun's static workers meet at --master-port in every round.
+    r.fresh_worker_store = false;
     where = o.rdzv_endpoint.empty() ? fmt::format("{}:{}", o.master_addr, o.master_port)
                                     : o.rdzv_endpoint;
     default_port = static_cast<std::uint16_t>(o.master_port);

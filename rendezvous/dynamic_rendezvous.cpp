@@ -60,11 +60,15 @@ struct node_descriptor {
   int nproc = 1;
   int prev_rank = -1;  // its group rank in the round before, if any
   int master_port = 0;  // a port it reserved, for workers that host their own store
+  // The port of the fresh store it opened for this round's workers: only
+  // the node hosting the endpoint store opens one (0 elsewhere).
+  int worker_store_port = 0;
 };
 
 void to_json(json& j, const node_descriptor& d) {
   j = json{{"addr", d.addr}, {"host", d.hostname}, {"pid", d.pid}, {"nproc", d.nproc},
-           {"prev_rank", d.prev_rank}, {"master_port", d.master_port}};
+           {"prev_rank", d.prev_rank}, {"master_port", d.master_port},
+           {"worker_store_port", d.worker_store_port}};
 }
 
 void from_json(const json& j, node_descriptor& d) {
@@ -74,6 +78,8 @@ void from_json(const json& j, node_descriptor& d) {
   j.at("nproc").get_to(d.nproc);
   j.at("prev_rank").get_to(d.prev_rank);
   d.master_port = j.value("master_port", 0);
+  // Absent in descriptors of older dtrun versions: no worker store.
+  d.worker_store_port = j.value("worker_store_port", 0);
 }
 
 // Group ranks for the arrivals of a round: a node keeps its previous rank
@@ -421,6 +427,15 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
       if (a.error) return self->fail(a.error);
       int index = static_cast<int>(a.number);
       self->arrival_ = index;
+      int worker_store_port = 0;
+      try {
+        worker_store_port = self->open_worker_store(r);
+      } catch (const std::exception& e) {
+        return self->fail(error_of(fmt::format(
+            "cannot open the workers' store for round {}: {}; free file descriptors or "
+            "ports on this node, or pass --rdzv-conf worker_store=rank0",
+            r, e.what())));
+      }
       node_descriptor me{.addr = self->advertised_addr_,
                          .hostname = asio::ip::host_name(),
                          .pid = static_cast<long>(::getpid()),
@@ -429,7 +444,8 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
                                                                      : self->group_rank_,
                          .master_port = self->options_.workers_use_agent_store
                                             ? 0
-                                            : reserve_port(self->advertised_addr_)};
+                                            : reserve_port(self->advertised_addr_),
+                         .worker_store_port = worker_store_port};
       self->ops_->set(self->round_key(r, fmt::format("node/{}", index)), compact_json(json(me)),
                       [](store_result) {});
       if (index == self->options_.max_nodes) {
@@ -490,12 +506,20 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
       std::vector<int> nproc(nodes.size());
       std::vector<std::string> addrs(nodes.size());
       std::vector<int> ports(nodes.size());
+      // The hosting member's fresh store for this round's workers; 0 when
+      // no member hosts the endpoint store (see complete_round).
+      int worker_port = 0;
       for (std::size_t i = 0; i < nodes.size(); ++i) {
         nproc[ranks[i]] = nodes[i].nproc;
         addrs[ranks[i]] = nodes[i].addr;
         ports[ranks[i]] = nodes[i].master_port;
+        if (worker_port == 0) worker_port = nodes[i].worker_store_port;
       }
-      json table{{"ranks", ranks}, {"nproc", nproc}, {"addrs", addrs}, {"ports", ports}};
+      json table{{"ranks", ranks},
+                 {"nproc", nproc},
+                 {"addrs", addrs},
+                 {"ports", ports},
+                 {"worker_port", worker_port}};
       self->ops_->set(self->round_key(r, "ranks"), compact_json(table),
                       [](store_result) {});
     });
@@ -530,6 +554,7 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
     rendezvous_info info;
     std::string rank0_addr;
     int rank0_port = 0;
+    int worker_port = 0;
     try {
       auto table = json::parse(table_text);
       info.round = r;
@@ -538,6 +563,9 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
       info.local_world_sizes = table.at("nproc").get<std::vector<int>>();
       rank0_addr = table.at("addrs").at(0).get<std::string>();
       rank0_port = table.at("ports").at(0).get<int>();
+      // Absent in tables of older dtrun versions.
+      worker_port = table.value("worker_port", 0);
+      if (worker_port < 0 || worker_port > 65535) throw std::out_of_range("worker_port");
     } catch (const std::exception& e) {
       return fail(error_of(fmt::format("the rank table of round {} is corrupt: {}", r,
                                        e.what())));
@@ -551,10 +579,16 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
     info.store_host = options_.endpoint_host;
     info.store_port = server_ ? server_->port() : options_.endpoint_port;
     if (options_.workers_use_agent_store) {
-      // Workers bootstrap from the agents' store: no second port to reserve,
-      // so no bind-then-release race.
+      // Workers bootstrap from a store of the agents: no port to reserve,
+      // so no bind-then-release race. Each round's is a fresh one that the
+      // endpoint's host opened when it joined (torch >= 2.x workers do not
+      // prefix their keys by round, so a reused store would hand the new
+      // round the last round's gloo addresses). Without one (an external
+      // `dtrun-store serve`, a host outside this round, a static
+      // rendezvous, an older host) it is the endpoint store itself.
       info.master_addr = info.store_host;
-      info.master_port = info.store_port;
+      info.master_port = worker_port > 0 ? static_cast<std::uint16_t>(worker_port)
+                                         : info.store_port;
     } else {
       // torchrun 1.13's way: group rank 0's worker hosts a store on the
       // port its agent reserved.
@@ -573,6 +607,24 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
     watch_over(r);
     start_heartbeats(r);
     if (auto done = std::exchange(done_, nullptr)) done(nullptr, std::move(info));
+  }
+
+  // Opens a fresh, empty store for the workers of round `r` and returns
+  // its port, stopping the last round's (our own workers are stopped
+  // before we rejoin; other nodes' stragglers losing it only end sooner).
+  // Only the node that hosts the endpoint store does this, and only when
+  // workers use the agents' store and fresh_worker_store is set (not for
+  // the static backend). Returns 0 when it does not apply. Throws
+  // store_error when no port can be bound.
+  int open_worker_store(std::int64_t r) {
+    if (!server_ || !options_.workers_use_agent_store || !options_.fresh_worker_store) return 0;
+    worker_server_.reset();
+    worker_server_ = std::make_unique<store_server>(
+        io_, store_server_options{.host = "", .port = 0,
+                                  .admit = make_admit(options_.store_access)});
+    options_.log(fmt::format("round {}: the workers' store is on port {}", r,
+                             worker_server_->port()));
+    return worker_server_->port();
   }
 
   std::string will_key() const { return fmt::format("dtrun/will/{}/{}", options_.run_id, round_); }
@@ -787,12 +839,15 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
     if (ops_) ops_->close();
     if (waits_) waits_->close();
     if (barrier_) barrier_->close();
+    if (worker_server_) worker_server_->stop();
     if (server_) server_->stop();
   }
 
   asio::io_context& io_;
   dynamic_rendezvous_options options_;
   std::unique_ptr<store_server> server_;
+  // This round's store for the workers (open_worker_store), when we host.
+  std::unique_ptr<store_server> worker_server_;
   std::shared_ptr<async_store_client> ops_, waits_, barrier_;
   asio::steady_timer heartbeat_timer_, deadline_timer_, warning_timer_;
   completion done_;
@@ -841,6 +896,10 @@ void dynamic_rendezvous::round_failures(std::int64_t round, failures_completion 
 }
 std::uint64_t dynamic_rendezvous::store_requests() const {
   return impl_->server_ ? impl_->server_->stats().requests : 0;
+}
+
+std::uint16_t dynamic_rendezvous::worker_store_port() const {
+  return impl_->worker_server_ ? impl_->worker_server_->port() : 0;
 }
 
 std::uint16_t dynamic_rendezvous::store_port() const {

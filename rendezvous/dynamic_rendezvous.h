@@ -38,10 +38,17 @@ struct dynamic_rendezvous_options {
   int min_nodes = 1;
   int max_nodes = 1;
   int local_world_size = 1;
-  // True: workers bootstrap from the agents' store (MASTER_ADDR:MASTER_PORT
-  // = the endpoint). False: group rank 0's worker hosts its own store on a
+  // True: workers bootstrap from a store of the agents: in a dynamic
+  // rendezvous a fresh one per round that the endpoint's host opens
+  // (MASTER_ADDR = the endpoint host, MASTER_PORT = that store's port),
+  // else the endpoint store itself (docs/rendezvous.md, "Addresses"). False: group rank 0's worker hosts its own store on a
   // port its agent reserved, as torchrun 1.13 does.
   bool workers_use_agent_store = true;
+  // With workers_use_agent_store: the node hosting the endpoint store
+  // opens a fresh store for each round's workers (torch >= 2.x workers,
+  // unlike 1.13's, do not prefix their keys by round). False for the
+  // static backend, whose MASTER_PORT stays --master-port, as torchrun's.
+  bool fresh_worker_store = true;
   // Static rendezvous (--node-rank with --master-addr/--master-port): this
   // node's group rank, the same in every round. -1: assigned.
   int fixed_rank = -1;
@@ -86,6 +93,9 @@ class dynamic_rendezvous final : public rendezvous_handler {
 
   // The store's port when this node hosts it (0 otherwise).
   std::uint16_t store_port() const;
+  // The port of the store this node opened for the workers of its latest
+  // round (0 when it opened none: not the host, or it does not apply).
+  std::uint16_t worker_store_port() const;
   // Requests the hosted store has served so far (0 when not hosting).
   std::uint64_t store_requests() const;
 

@@ -224,6 +224,7 @@ TEST_CASE("an endpoint means c10d rendezvous, and the endpoint's node hosts the 
   CHECK(r.last_call_timeout == std::chrono::seconds(3));
   CHECK(r.keep_alive_interval == std::chrono::milliseconds(500));
   CHECK(r.fixed_rank == -1);
+  CHECK(r.fresh_worker_store);  // a new store for each round's workers
 
   o.rdzv_endpoint = "192.0.2.1:1234";  // TEST-NET: never this machine
   auto other = resolve_launch_config(o, {});
@@ -247,6 +248,7 @@ TEST_CASE("without an endpoint, several nodes use the static backend") {
   CHECK(r.fixed_rank == 2);
   CHECK(r.endpoint_host == "10.0.0.1");
   CHECK(r.endpoint_port == 29555);
+  CHECK_FALSE(r.fresh_worker_store);  // MASTER_PORT stays --master-port
   CHECK_FALSE(r.host_store);  // node rank 0 hosts
   o.node_rank = 0;
   CHECK(resolve_launch_config(o, {}).multi_node->rendezvous.host_store);

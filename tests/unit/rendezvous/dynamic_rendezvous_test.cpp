@@ -127,7 +127,12 @@ TEST_CASE("three nodes get distinct ranks and every node's worker count") {
     CHECK(r.info.round == 0);
     CHECK(r.info.group_world_size == 3);
     CHECK(r.info.master_addr == "127.0.0.1");
-    CHECK(r.info.master_port == c.port);
+    // The workers' store is the host's fresh one for this round, not the
+    // agents' endpoint store; every node is told the same one.
+    CHECK(r.info.master_port != 0);
+    CHECK(r.info.master_port != c.port);
+    CHECK(r.info.master_port == results[0].info.master_port);
+    CHECK(r.info.store_port == c.port);
   }
   CHECK(ranks == std::set<int>{0, 1, 2});
   // local_world_sizes is indexed by group rank and holds each node's nproc.
@@ -194,6 +199,10 @@ TEST_CASE("a failure on one node ends the round everywhere, and ranks survive th
     REQUIRE_FALSE(second[i].error);
     CHECK(second[i].info.round == 1);
     CHECK(second[i].info.group_rank == first[i].info.group_rank);
+    // A new round, a new (empty) store for the workers.
+    CHECK(second[i].info.master_port != first[i].info.master_port);
+    CHECK(second[i].info.master_port == second[0].info.master_port);
+    CHECK(second[i].info.master_port != c.port);
   }
 }
 
@@ -318,7 +327,12 @@ TEST_CASE("static rendezvous pins each node's rank and rejects a duplicate") {
   cluster c;
   std::vector<round_result> results;
   auto run_with_node_ranks = [&](std::vector<int> node_ranks) {
-    for (int rank : node_ranks) c.add_with(3, 3, [rank](auto& o) { o.fixed_rank = rank; });
+    for (int rank : node_ranks) {
+      c.add_with(3, 3, [rank](auto& o) {
+        o.fixed_rank = rank;
+        o.fresh_worker_store = false;  // as the static backend sets it
+      });
+    }
     results = run_round(c);
   };
   SECTION("distinct node ranks are kept whatever the arrival order") {
@@ -326,6 +340,8 @@ TEST_CASE("static rendezvous pins each node's rank and rejects a duplicate") {
     CHECK(results[0].info.group_rank == 2);
     CHECK(results[1].info.group_rank == 0);
     CHECK(results[2].info.group_rank == 1);
+    // Static: MASTER_PORT stays --master-port (the endpoint), as torchrun's.
+    for (auto& r : results) CHECK(r.info.master_port == c.port);
   }
   SECTION("two nodes with the same --node-rank fail with a clear message") {
     run_with_node_ranks({0, 1, 1});
@@ -337,6 +353,31 @@ TEST_CASE("static rendezvous pins each node's rank and rejects a duplicate") {
     }
     CHECK(failed == 1);
   }
+}
+
+TEST_CASE("without a member hosting the store the workers use the endpoint store") {
+  // An external store (dtrun-store serve): no node hosts it, so none opens
+  // a workers' store and MASTER_PORT falls back to the endpoint's port.
+  cluster c;
+  store_server external(c.io, store_server_options{.host = "127.0.0.1"});
+  c.port = external.port();
+  for (int i = 0; i < 2; ++i) c.add_with(2, 2, [](auto& o) { o.host_store = false; });
+  std::vector<round_result> results(2);
+  int completed = 0;
+  for (int i = 0; i < 2; ++i) {
+    join(*c.nodes[i], results[i], [&] {
+      if (++completed < 2) return;
+      c.shutdown_all();
+      external.stop();
+    });
+  }
+  c.io.run();
+  for (auto& r : results) {
+    REQUIRE(r.done);
+    REQUIRE_FALSE(r.error);
+    CHECK(r.info.master_port == c.port);
+  }
+  for (auto& n : c.nodes) CHECK(n->worker_store_port() == 0);
 }
 
 TEST_CASE("with worker_store=rank0, MASTER_ADDR:PORT is rank 0's reserved port") {

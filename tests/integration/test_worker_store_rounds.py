@@ -1,0 +1,101 @@
+"""A multi-node (c10d) job's workers get a fresh, empty store every round.
+
+torch >= 2.x workers no longer prefix their store keys by round (torchrun
+2.x opens a new store per round), so a restarted group that met in the
+last round's store would read that round's gloo peer addresses. Two dtrun
+agents on this machine (one hosts the endpoint store on 127.0.0.1, the
+other joins it), one worker each, speaking to MASTER_ADDR:MASTER_PORT with
+torch 1.13's TCPStore client and no prefix, as torch 2.x's workers do: in
+round 0 rank 0 writes a key and rank 1 fails once it sees it; round 1 must
+be on another port and must not see that key."""
+
+import json
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.join(os.environ["DTRUN_SOURCE_DIR"], "tests", "pyhelpers"))
+import dtrun_helpers as dh  # noqa: E402
+
+FAST_RDZV = "join_timeout=60,last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=3"
+
+WORKER = """
+import json, os, signal, sys
+from datetime import timedelta
+from torch.distributed import TCPStore
+e = os.environ
+
+
+def listening_sockets(pid):
+    # TCP sockets in LISTEN that process `pid` (our agent) holds.
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:["):-1])
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in open(table).read().splitlines()[1:]:
+            fields = line.split()
+            count += fields[3] == "0A" and fields[9] in inodes
+    return count
+
+
+rank, attempt = int(e["RANK"]), int(e["TORCHELASTIC_RESTART_COUNT"])
+store = TCPStore(e["MASTER_ADDR"], int(e["MASTER_PORT"]), int(e["WORLD_SIZE"]), False,
+                 timedelta(seconds=60))
+# 1.13's client has no check(): compare_set with an expected value that
+# is never stored answers the current value, or that value when absent.
+seen = store.compare_set("peer_of_round_0", "absent", "absent") != b"absent"
+with open(os.path.join(sys.argv[1], f"{attempt}.{rank}.json"), "w") as f:
+    json.dump({"port": int(e["MASTER_PORT"]), "stale_key_seen": seen,
+               "agent_listeners": listening_sockets(os.getppid())}, f)
+if attempt == 0:
+    if rank == 0:
+        store.set("peer_of_round_0", "10.9.9.9:1234")
+        signal.pause()
+    store.wait(["peer_of_round_0"])  # written, so the next round could see it
+    sys.exit(3)
+"""
+
+
+def test_each_round_gets_a_new_empty_worker_store(tmp_path):
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    port = dh.free_port()
+    common = ["--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=c10d",
+              f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=wstore1", "--max-restarts=1"]
+    procs = []
+    try:
+        for is_host in (1, 0):
+            procs.append(subprocess.Popen(
+                [str(dh.DTRUN), *common, f"--rdzv-conf={FAST_RDZV},is_host={is_host}",
+                 "--python", dh.PYTHON, str(script), str(tmp_path)],
+                env=dh.job_env(), stderr=subprocess.PIPE, text=True))
+        outs = [p.communicate(timeout=120)[1] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for p, err in zip(procs, outs):
+        assert p.returncode == 0, err
+    seen = {(a, r): json.loads((tmp_path / f"{a}.{r}.json").read_text())
+            for a in (0, 1) for r in (0, 1)}
+    # Round 1 starts empty: the key of round 0 is gone.
+    assert not seen[1, 0]["stale_key_seen"]
+    assert not seen[1, 1]["stale_key_seen"]
+    # One store per round for the whole group, neither the endpoint's.
+    ports = {a: {seen[a, r]["port"] for r in (0, 1)} for a in (0, 1)}
+    assert len(ports[0]) == 1 and len(ports[1]) == 1, ports
+    assert ports[0] != ports[1]
+    assert port not in ports[0] | ports[1]
+    # In each round the host listens on the endpoint and that round's
+    # workers' store only (the last round's is closed), the other node on
+    # nothing.
+    for a in (0, 1):
+        assert sorted(seen[a, r]["agent_listeners"] for r in (0, 1)) == [0, 2], seen
+    assert "round 1: the workers' store is on port" in outs[0]
