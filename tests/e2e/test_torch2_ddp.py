@@ -6,7 +6,6 @@ attempt is survived by one group restart (--max-restarts=1) that resumes
 from the last checkpoint and ends with the parameters of a run without
 the crash. The torch 1.13 twin is test_standalone_ddp.py."""
 
-import json
 import os
 import sys
 
@@ -15,10 +14,10 @@ import pytest
 sys.path.insert(0, os.path.join(os.environ["DTRUN_SOURCE_DIR"], "tests", "pyhelpers"))
 import dtrun_helpers as dh  # noqa: E402
 import torch2  # noqa: E402
+from ddp_checks import CRASH_EXIT_CODE, check_clean_run, check_resumed_run, results  # noqa: E402
 
 NPROC = 4
 EXAMPLE = dh.EXAMPLES / "ddp_gloo.py"
-CRASH_EXIT_CODE = 13
 
 
 def train(out, *extra, max_restarts=0):
@@ -28,29 +27,17 @@ def train(out, *extra, max_restarts=0):
                         binds=[out], timeout=300)
 
 
-def results(out):
-    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(NPROC)]
-
-
 @pytest.fixture(scope="module")
 def clean_run(tmp_path_factory):
     torch2.require()
     out = tmp_path_factory.mktemp("clean")
     r = train(out)
     assert r.returncode == 0, r.stderr
-    return results(out)
+    return results(out, NPROC)
 
 
 def test_four_workers_train_and_all_reduce_on_torch_2_6(clean_run):
-    assert sorted(x["rank"] for x in clean_run) == list(range(NPROC))
-    for x in clean_run:
-        assert x["torch"].startswith(torch2.TORCH_VERSION + ".")
-        assert x["world_size"] == NPROC
-        assert x["allreduce_sum"] == NPROC * (NPROC + 1) / 2
-        assert x["restart_count"] == 0
-        assert x["start_epoch"] == 0
-    # DDP keeps every replica identical.
-    assert len({x["param_checksum"] for x in clean_run}) == 1
+    check_clean_run(clean_run, NPROC, torch2.TORCH_VERSION)
 
 
 def test_one_group_restart_resumes_from_the_checkpoint(tmp_path, clean_run):
@@ -59,13 +46,4 @@ def test_one_group_restart_resumes_from_the_checkpoint(tmp_path, clean_run):
     assert r.returncode == 0, r.stderr
     assert f"exited with code {CRASH_EXIT_CODE}" in r.stderr
     assert "restarting the workers (restart 1 of 1)" in r.stderr
-    resumed = results(tmp_path)
-    for x in resumed:
-        assert x["torch"].startswith(torch2.TORCH_VERSION + ".")
-        assert x["restart_count"] == 1
-        assert x["start_epoch"] == 1
-        assert x["allreduce_sum"] == NPROC * (NPROC + 1) / 2
-    # Same training as without the crash (float32 sums may differ in the
-    # last bits with the reduction order).
-    assert resumed[0]["param_checksum"] == pytest.approx(clean_run[0]["param_checksum"],
-                                                         rel=1e-6)
+    check_resumed_run(results(tmp_path, NPROC), clean_run, NPROC, torch2.TORCH_VERSION)

@@ -11,7 +11,6 @@ store as round 0, gloo would read round 0's peer addresses and fail
 ("Gloo connectFullMesh failed") or hang. dtrun's endpoint host opens a
 fresh workers' store every round (docs/rendezvous.md, "Addresses")."""
 
-import json
 import os
 import subprocess
 import sys
@@ -21,11 +20,11 @@ import pytest
 sys.path.insert(0, os.path.join(os.environ["DTRUN_SOURCE_DIR"], "tests", "pyhelpers"))
 import dtrun_helpers as dh  # noqa: E402
 import torch2  # noqa: E402
+from ddp_checks import CRASH_EXIT_CODE, check_torch, results  # noqa: E402
 
 NPROC = 2
 WORLD = 2 * NPROC
 EXAMPLE = dh.EXAMPLES / "ddp_gloo.py"
-CRASH_EXIT_CODE = 13
 FAST_RDZV = "join_timeout=60,last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=3"
 
 
@@ -61,12 +60,12 @@ def test_two_nodes_restart_the_group_after_a_crash_on_torch_2_6(tmp_path):
         assert "restarting the workers (restart 1 of 1)" in err or "the group must restart" in err
     assert any(f"exited with code {CRASH_EXIT_CODE}" in err for err in outs), outs
     assert "round 1: the workers' store is on port" in outs[0]
-    results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD)]
-    for x in results:
-        assert x["torch"].startswith(torch2.TORCH_VERSION + ".")
+    ranks = results(tmp_path, WORLD)
+    check_torch(ranks, torch2.TORCH_VERSION)
+    for x in ranks:
         assert x["world_size"] == WORLD
         assert x["restart_count"] == 1
         assert x["start_epoch"] == 1
         assert x["allreduce_sum"] == WORLD * (WORLD + 1) / 2
     # DDP keeps every replica identical, across both nodes.
-    assert len({x["param_checksum"] for x in results}) == 1
+    assert len({x["param_checksum"] for x in ranks}) == 1
