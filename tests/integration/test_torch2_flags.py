@@ -302,6 +302,18 @@ def test_python_exec_is_the_interpreter_after_dtrun_python(tmp_path):
     assert reports(out, 1)[0]["env"]["WRAPPED_BY"] is None
 
 
+def test_a_missing_interpreter_names_where_its_name_came_from(tmp_path):
+    worker = write_worker(tmp_path)
+    missing = "dtrun-test-no-such-python"  # a name looked up on PATH
+    cases = [([], env_without("DTRUN_PYTHON", PYTHON_EXEC=missing), "PYTHON_EXEC"),
+             ([], dh.job_env(DTRUN_PYTHON=missing), "DTRUN_PYTHON"),
+             (["--python", missing], dh.job_env(), "--python")]
+    for flags, env, source in cases:
+        r = dh.run(["--standalone", *flags, str(worker)], env=env)
+        assert r.returncode == 127, r.stderr
+        assert f"Python interpreter '{missing}' (from {source}) not found" in r.stderr
+
+
 def test_help_lists_the_torchrun_2_flags():
     r = dh.run(["--help"])
     assert r.returncode == 0
