@@ -196,13 +196,17 @@ def test_allow_list_serves_listed_networks_and_this_machine():
 @pytest.mark.skipif(NETNS_REASON is not None, reason=NETNS_REASON or "")
 def test_multi_node_job_with_an_allow_list():
     """Two agents (h1 hosts the store, h2 listed) and their workers meet and
-    finish; h3, not listed, is refused while the job waits for it."""
+    finish; h3, not listed, is refused by the rendezvous store and by the
+    round's workers' store while the job waits for it."""
     with netns_hosts.Hosts(3) as hosts:
         store_cli = dh.BUILD_DIR / "launcher" / "dtrun-store"
-        # Each worker uses the agents' store (MASTER_ADDR = h1's address),
-        # then waits for the probe's verdict before finishing.
+        # Each worker uses the round's workers' store (MASTER_ADDR:MASTER_PORT,
+        # opened by h1's agent), then reports that and the port in the
+        # rendezvous store and waits there for the probe's verdict.
+        rdzv = '"$MASTER_ADDR:29400"'
         worker = (f'"{store_cli}" --endpoint "$MASTER_ADDR:$MASTER_PORT" set "w$RANK" ok && '
-                  f'"{store_cli}" --endpoint "$MASTER_ADDR:$MASTER_PORT" wait probed')
+                  f'"{store_cli}" --endpoint {rdzv} set "w$RANK" "$MASTER_PORT" && '
+                  f'"{store_cli}" --endpoint {rdzv} --timeout 120 wait probed')
         args = [str(dh.DTRUN), "--nnodes=2", "--nproc-per-node=2", "--rdzv-backend=c10d",
                 f"--rdzv-endpoint={hosts.addr(1)}:29400", "--rdzv-id=allow1",
                 f"--store-allow-networks={hosts.addr(2)}/32", "--no-python",
@@ -215,10 +219,18 @@ def test_multi_node_job_with_an_allow_list():
                                              "120", "wait", "w0", "w1", "w2", "w3"]),
                            capture_output=True, text=True, timeout=180)
         assert r.returncode == 0, r.stderr
-        refused = subprocess.run(hosts.command(3, [dh.PYTHON, "-c", PROBE, hosts.addr(1),
-                                                   "29400"]),
-                                 capture_output=True, text=True, timeout=60)
-        assert refused.stdout.strip() == "closed", refused.stderr
+        worker_ports = set()
+        for rank in range(4):
+            got = subprocess.run(hosts.command(2, [store_cli, "--endpoint", endpoint, "get",
+                                                   f"w{rank}"]),
+                                 capture_output=True, text=True, timeout=60, check=True)
+            worker_ports.add(got.stdout.strip())
+        assert len(worker_ports) == 1 and "29400" not in worker_ports, r.stdout
+        for port in ("29400", *worker_ports):
+            refused = subprocess.run(hosts.command(3, [dh.PYTHON, "-c", PROBE, hosts.addr(1),
+                                                       port]),
+                                     capture_output=True, text=True, timeout=60)
+            assert refused.stdout.strip() == "closed", (port, refused.stderr)
         # ADD, not SET: its reply leaves the store in the same turn that
         # wakes the workers, before the job can finish and close the store
         # (dtrun-store's SET needs a second round trip, which could meet a
@@ -229,6 +241,7 @@ def test_multi_node_job_with_an_allow_list():
     for p, (_, err) in zip(procs, outs):
         assert p.returncode == 0, err
     lines = [line for line in outs[0][1].splitlines() if "refused connection" in line]
-    assert len(lines) == 1, outs[0][1]
-    assert re.search(r"from (::ffff:)?10\.77\.0\.3:\d+: its address is outside "
-                     r"--store-allow-networks 10\.77\.0\.2/32$", lines[0]), outs[0][1]
+    assert len(lines) == 2, outs[0][1]
+    for line in lines:
+        assert re.search(r"from (::ffff:)?10\.77\.0\.3:\d+: its address is outside "
+                         r"--store-allow-networks 10\.77\.0\.2/32$", line), outs[0][1]
