@@ -102,8 +102,15 @@ class tcp_store_client::impl {
                 "(same-user rule, allowed networks)");
     }
     if (!answered) {
+      // Something answered, but not a store (an echo, HTTP, garbage): it
+      // will not become one, so this is final rather than retried until
+      // the connect timeout.
       close();
-      throw store_connection_error("the server did not answer the ping; is it a TCPStore?");
+      handshake_rejected_ = true;
+      throw store_connection_error(fmt::format(
+          "the server at {} answered the PyTorch 2.x ping with other bytes: it is not a "
+          "TCPStore (nor dtrun's store); check the address and port",
+          endpoint_text_));
     }
     detecting_ = false;  // a 2.x server (PyTorch 2.x or dtrun)
   }
@@ -316,6 +323,7 @@ class tcp_store_client::impl {
   tcp::socket socket_{io_};
   bool connected_ = false;
   bool keep_connection_on_timeout_ = false;
+  // The server refused the handshake or is not a store: final, not retried.
   bool handshake_rejected_ = false;
   // The dialect spoken; while detecting_, found by the first connection.
   wire::dialect dialect_ = options_.dialect;
