@@ -225,12 +225,20 @@ void split_args(const CLI::App& app, const std::vector<std::string>& args,
       o.script_args.assign(args.begin() + static_cast<std::ptrdiff_t>(i) + 1, args.end());
       return;
     }
-    own.push_back(arg);
     bool long_form = arg.rfind("--", 0) == 0;
     std::string name = long_form ? arg.substr(0, arg.find('=')) : arg.substr(0, 2);
     bool value_attached = long_form ? arg.find('=') != std::string::npos : arg.size() > 2;
     const CLI::Option* opt = app.get_option_no_throw(name);
     bool takes_value = opt != nullptr && opt->get_expected_min() > 0;
+    if (takes_value && long_form && arg.size() == name.size() + 1) {
+      // "--role=": an empty value, as argparse reads it. CLI11 would take
+      // the next token instead ("--role= --dry-run x.py" would run x.py
+      // with role "--dry-run"), so the empty value goes as its own token.
+      own.push_back(name);
+      own.emplace_back();
+      continue;
+    }
+    own.push_back(arg);
     if (takes_value && !value_attached && i + 1 < args.size()) own.push_back(args[++i]);
   }
 }
@@ -312,7 +320,7 @@ parse_result parse_command_line(const std::vector<std::string>& args) {
         "flags go after the script)",
         extras));
   } catch (const CLI::ArgumentMismatch& e) {
-    // "--max-restarts=": CLI11 says "1 required INT:0..1000000 missing".
+    // "--max-restarts" last with no value: CLI11 says "1 required INT:0..1000000 missing".
     std::string line = first_line(e.what());
     throw usage_error(fmt::format("{}: needs a value (run 'dtrun --help')",
                                   line.substr(0, line.find(':'))));
