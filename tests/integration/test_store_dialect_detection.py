@@ -87,7 +87,8 @@ def test_the_store_of_a_running_dtrun_job_is_found_speaking_2x():
 
 class _NotAStore:
     """A TCP server on a free port that is not a store: `echo` sends back
-    what it reads, `garbage` sends bytes no store would. Counts connections."""
+    what it reads, `garbage` sends bytes no store would, `silent` never
+    answers. Counts connections."""
 
     def __init__(self, kind):
         import socket
@@ -107,7 +108,7 @@ class _NotAStore:
             self.held.append(conn)
             if self.kind == "garbage":
                 conn.sendall(b"\xde\xad\xbe\xef" * 64)
-            else:
+            elif self.kind == "echo":
                 threading.Thread(target=self._echo, args=(conn,), daemon=True).start()
 
     @staticmethod
@@ -138,3 +139,17 @@ def test_a_server_that_is_not_a_store_is_named_at_once(kind):
     assert len(lines) == 1 and "it is not a TCPStore" in lines[0], r
     assert "check that the host is up" not in lines[0]
     assert server.connections == 1
+
+
+def test_a_server_that_never_answers_is_not_called_unreachable():
+    # It took the connection: the host is up; what is wrong is the port.
+    server = _NotAStore("silent")
+    try:
+        r = sh.cli(f"{sh.HOST}:{server.port}", "get", "k", connect_timeout_s=1)
+    finally:
+        server.close()
+    assert r.returncode == sh.EXIT_UNREACHABLE, r
+    lines = r.stderr.decode().splitlines()
+    assert len(lines) == 1, r
+    assert "took the connection but did not answer the PyTorch 2.x handshake" in lines[0], r
+    assert "check that the host is up" not in lines[0]
