@@ -297,6 +297,17 @@ launch_config resolve_launch_config(const launch_options& o, const agent::env_ma
     c.program = !o.python.empty() ? o.python
                                   : set("DTRUN_PYTHON").value_or(
                                         set("PYTHON_EXEC").value_or("python3"));
+    if (!o.python.empty()) {
+      // --python reads DTRUN_PYTHON as its default (CLI11's envname).
+      auto given = o.given.find("python");
+      c.python_source = given != o.given.end() && given->second != "command line"
+                            ? given->second
+                            : "--python";
+    } else if (set("DTRUN_PYTHON")) {
+      c.python_source = "DTRUN_PYTHON";
+    } else if (set("PYTHON_EXEC")) {
+      c.python_source = "PYTHON_EXEC";
+    }
     c.args = {"-u"};
     if (o.module) c.args.push_back("-m");
     c.args.push_back(o.script);

@@ -37,9 +37,12 @@ int launch(const launcher::launch_config& config, const agent::env_map& env) {
   if (!program) {
     return fail(agent::exit_not_found,
                 config.program_is_python
-                    ? fmt::format("Python interpreter '{}' not found on PATH; pass "
+                    ? fmt::format("Python interpreter '{}'{} not found on PATH; pass "
                                   "--python=/path/to/python or set DTRUN_PYTHON",
-                                  config.program)
+                                  config.program,
+                                  config.python_source.empty()
+                                      ? ""
+                                      : fmt::format(" (from {})", config.python_source))
                     : fmt::format("program '{}' not found on PATH", config.program));
   }
   // Checked once here, so a missing or non-executable program is one clear
