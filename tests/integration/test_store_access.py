@@ -199,17 +199,20 @@ def test_multi_node_job_with_an_allow_list():
     finish; h3, not listed, is refused while the job waits for it."""
     with netns_hosts.Hosts(3) as hosts:
         store_cli = dh.BUILD_DIR / "launcher" / "dtrun-store"
-        # Each worker uses the agents' store (MASTER_ADDR = h1's address),
-        # then waits for the probe's verdict before finishing.
+        # Each worker uses this round's workers' store (MASTER_ADDR:MASTER_PORT,
+        # on h1, under the same allow list), says so in the endpoint store,
+        # then waits there for the probe's verdict before finishing.
+        endpoint = f"{hosts.addr(1)}:29400"
         worker = (f'"{store_cli}" --endpoint "$MASTER_ADDR:$MASTER_PORT" set "w$RANK" ok && '
-                  f'"{store_cli}" --endpoint "$MASTER_ADDR:$MASTER_PORT" wait probed')
+                  f'"{store_cli}" --endpoint "$MASTER_ADDR:$MASTER_PORT" get "w$RANK" && '
+                  f'"{store_cli}" --endpoint {endpoint} set "w$RANK" ok && '
+                  f'"{store_cli}" --endpoint {endpoint} --timeout 170 wait probed')
         args = [str(dh.DTRUN), "--nnodes=2", "--nproc-per-node=2", "--rdzv-backend=c10d",
                 f"--rdzv-endpoint={hosts.addr(1)}:29400", "--rdzv-id=allow1",
                 f"--store-allow-networks={hosts.addr(2)}/32", "--no-python",
                 "/bin/sh", "-c", worker]
         env = dh.job_env()
         procs = [hosts.start(i, args, env) for i in (1, 2)]
-        endpoint = f"{hosts.addr(1)}:29400"
         # Every worker of both nodes has reached the store.
         r = subprocess.run(hosts.command(2, [store_cli, "--endpoint", endpoint, "--timeout",
                                              "120", "wait", "w0", "w1", "w2", "w3"]),
