@@ -78,6 +78,19 @@ TEST_CASE("an empty value after the equals sign does not take the next flag") {
                     Catch::Contains("--max-restarts: '' is not a whole number"));
 }
 
+TEST_CASE("a flag missing its value does not take the next flag as it") {
+  // argparse: "expected one argument"; dtrun took --dry-run as the role
+  // and ran x.py for real.
+  CHECK_THROWS_WITH(parse({"--role", "--dry-run", "x.py"}), Catch::Contains("--role: needs a value"));
+  CHECK_THROWS_WITH(parse({"--nproc-per-node", "--version", "x.py"}),
+                    Catch::Contains("--nproc-per-node: needs a value"));
+  CHECK_THROWS_WITH(parse({"-r", "-t", "3", "x.py"}), Catch::Contains("needs a value"));
+  // A negative number is a value, as in argparse (then refused by range).
+  CHECK_THROWS_WITH(parse({"--max-restarts", "-1", "x.py"}),
+                    Catch::Contains("--max-restarts: '-1' is not a whole number"));
+  CHECK(parse({"--role", "-", "x.py"}).role == "-");
+}
+
 TEST_CASE("a double dash separates dtrun's flags from the program") {
   launch_options o = parse({"--standalone", "--", "--weird-name", "-x", "--", "y"});
   CHECK(o.script == "--weird-name");
