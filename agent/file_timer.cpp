@@ -57,6 +57,14 @@ file_timer::file_timer(asio::io_context& io, std::string path, hooks h, std::siz
   struct stat st {};
   if (::lstat(path_.c_str(), &st) == 0) {
     if (!S_ISFIFO(st.st_mode)) fail(path_, "exists and is not a named pipe");
+    // Opening for writing without blocking succeeds only when a process
+    // reads the pipe: another job's watchdog, whose workers would lose it
+    // if we replaced it. ENXIO: nobody reads, a leftover.
+    int probe = ::open(path_.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW);
+    if (probe >= 0) {
+      ::close(probe);
+      fail(path_, "is a named pipe that another process reads (another job's watchdog?)");
+    }
     ::unlink(path_.c_str());  // torch's server also starts from a fresh pipe
   }
   if (::mkfifo(path_.c_str(), 0600) != 0) fail(path_, "cannot create the named pipe: " + errno_text());
@@ -77,6 +85,8 @@ file_timer::file_timer(asio::io_context& io, std::string path, hooks h, std::siz
     ::unlink(path_.c_str());
     fail(path_, "cannot open the named pipe: " + why);
   }
+  device_ = st.st_dev;
+  inode_ = st.st_ino;
   reader_.assign(rd);
   read();
 }
@@ -86,7 +96,10 @@ file_timer::~file_timer() {
   reader_.close(ignored);
   if (writer_ >= 0) ::close(writer_);
   deadline_.cancel();
-  ::unlink(path_.c_str());
+  struct stat st {};
+  if (::lstat(path_.c_str(), &st) == 0 && st.st_dev == device_ && st.st_ino == inode_) {
+    ::unlink(path_.c_str());
+  }
 }
 
 void file_timer::forget(pid_t pid) {

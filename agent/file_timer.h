@@ -54,12 +54,14 @@ class file_timer {
   };
 
   // Makes the pipe at `path` (mode 0600) and opens it. An existing named
-  // pipe there is replaced (as torch does); any other file is left alone
-  // and is an error. Throws std::runtime_error with a one-line message
-  // that names the variable and what to do.
+  // pipe there that nobody reads is replaced (as torch does); one that a
+  // process reads (another job's watchdog) and any other file are left
+  // alone and are an error. Throws std::runtime_error with a one-line
+  // message that names the variable and what to do.
   file_timer(boost::asio::io_context& io, std::string path, hooks h,
              std::size_t max_timers = default_max_timers);
-  // Closes the pipe and removes it.
+  // Closes the pipe and removes it, unless `path` no longer names the
+  // pipe this object made (someone replaced it: theirs stays).
   ~file_timer();
 
   file_timer(const file_timer&) = delete;
@@ -83,6 +85,8 @@ class file_timer {
   hooks hooks_;
   boost::asio::posix::stream_descriptor reader_;
   int writer_ = -1;
+  dev_t device_ = 0;  // the pipe we made, to remove only that one
+  ino_t inode_ = 0;
   boost::asio::steady_timer deadline_;
   std::uint64_t armed_ = 0;  // generation of deadline_: an old expiry is ignored
   timer_table table_;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <regex>
 #include <set>
 
 #include <CLI/CLI.hpp>
@@ -204,6 +205,13 @@ void define_flags(CLI::App& app, launch_options& o) {
 
 bool is_flag_token(const std::string& arg) { return arg.size() > 1 && arg[0] == '-'; }
 
+// argparse's test for an option string: a dash, and not a negative number
+// (-1, -2.5, -.5).
+bool looks_like_a_flag(const std::string& arg) {
+  static const std::regex negative_number(R"(^-\d+$|^-\d*\.\d+$)");
+  return is_flag_token(arg) && !std::regex_match(arg, negative_number);
+}
+
 // Splits args into dtrun's part and the script's part. The first token
 // that is neither a flag nor a flag's value is the script; "--" also ends
 // dtrun's part. Which flags take a value is asked of the CLI11 app, so
@@ -225,13 +233,32 @@ void split_args(const CLI::App& app, const std::vector<std::string>& args,
       o.script_args.assign(args.begin() + static_cast<std::ptrdiff_t>(i) + 1, args.end());
       return;
     }
-    own.push_back(arg);
     bool long_form = arg.rfind("--", 0) == 0;
     std::string name = long_form ? arg.substr(0, arg.find('=')) : arg.substr(0, 2);
     bool value_attached = long_form ? arg.find('=') != std::string::npos : arg.size() > 2;
     const CLI::Option* opt = app.get_option_no_throw(name);
     bool takes_value = opt != nullptr && opt->get_expected_min() > 0;
-    if (takes_value && !value_attached && i + 1 < args.size()) own.push_back(args[++i]);
+    if (takes_value && long_form && arg.size() == name.size() + 1) {
+      // "--role=": an empty value, as argparse reads it. CLI11 would take
+      // the next token instead ("--role= --dry-run x.py" would run x.py
+      // with role "--dry-run"), so the empty value goes as its own token.
+      own.push_back(name);
+      own.emplace_back();
+      continue;
+    }
+    own.push_back(arg);
+    if (takes_value && !value_attached && i + 1 < args.size()) {
+      // As argparse: a next token that looks like a flag (not a negative
+      // number) is not this flag's value. CLI11 would take it: "--role
+      // --dry-run x.py" would run x.py for real, with role "--dry-run".
+      if (looks_like_a_flag(args[i + 1])) {
+        throw usage_error(fmt::format(
+            "{}: needs a value (got the flag {}; a value that starts with '-' goes as {}=VALUE) "
+            "(run 'dtrun --help')",
+            name, args[i + 1], name));
+      }
+      own.push_back(args[++i]);
+    }
   }
 }
 
@@ -312,7 +339,7 @@ parse_result parse_command_line(const std::vector<std::string>& args) {
         "flags go after the script)",
         extras));
   } catch (const CLI::ArgumentMismatch& e) {
-    // "--max-restarts=": CLI11 says "1 required INT:0..1000000 missing".
+    // "--max-restarts" last with no value: CLI11 says "1 required INT:0..1000000 missing".
     std::string line = first_line(e.what());
     throw usage_error(fmt::format("{}: needs a value (run 'dtrun --help')",
                                   line.substr(0, line.find(':'))));

@@ -294,19 +294,19 @@ launch_config resolve_launch_config(const launch_options& o, const agent::env_ma
       auto it = env.find(name);
       return it != env.end() && !it->second.empty() ? std::optional(it->second) : std::nullopt;
     };
+    c.program = !o.python.empty() ? o.python
+                                  : set("DTRUN_PYTHON").value_or(
+                                        set("PYTHON_EXEC").value_or("python3"));
     if (!o.python.empty()) {
-      c.program = o.python;
-      c.interpreter_source = o.given.count("python") > 0 && o.given.at("python") != "command line"
-                                 ? "DTRUN_PYTHON"
-                                 : "--python";
-    } else if (auto dtrun_python = set("DTRUN_PYTHON")) {
-      c.program = *dtrun_python;
-      c.interpreter_source = "DTRUN_PYTHON";
-    } else if (auto python_exec = set("PYTHON_EXEC")) {
-      c.program = *python_exec;
-      c.interpreter_source = "PYTHON_EXEC";
-    } else {
-      c.program = "python3";
+      // --python reads DTRUN_PYTHON as its default (CLI11's envname).
+      auto given = o.given.find("python");
+      c.python_source = given != o.given.end() && given->second != "command line"
+                            ? given->second
+                            : "--python";
+    } else if (set("DTRUN_PYTHON")) {
+      c.python_source = "DTRUN_PYTHON";
+    } else if (set("PYTHON_EXEC")) {
+      c.python_source = "PYTHON_EXEC";
     }
     c.args = {"-u"};
     if (o.module) c.args.push_back("-m");

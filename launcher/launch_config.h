@@ -48,9 +48,9 @@ struct launch_config {
   // summary's title).
   std::string script;
   bool program_is_python = true;
-  // Where the interpreter's name came from ("--python", "DTRUN_PYTHON",
-  // "PYTHON_EXEC"; empty: the default python3), for the not-found error.
-  std::string interpreter_source;
+  // Where the interpreter's name came from (--python, DTRUN_PYTHON,
+  // PYTHON_EXEC), named when it cannot be found; empty: the default.
+  std::string python_source;
   // Per-worker edits (legacy --local-rank, templates, scheduler variables).
   agent::worker_customization worker_args;
   std::chrono::milliseconds stop_timeout{30000};

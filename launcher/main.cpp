@@ -40,9 +40,9 @@ int launch(const launcher::launch_config& config, const agent::env_map& env) {
                     ? fmt::format("Python interpreter '{}'{} not found on PATH; pass "
                                   "--python=/path/to/python or set DTRUN_PYTHON",
                                   config.program,
-                                  config.interpreter_source.empty()
+                                  config.python_source.empty()
                                       ? ""
-                                      : fmt::format(" (from {})", config.interpreter_source))
+                                      : fmt::format(" (from {})", config.python_source))
                     : fmt::format("program '{}' not found on PATH", config.program));
   }
   // Checked once here, so a missing or non-executable program is one clear

@@ -15,9 +15,12 @@
 // answered within --connect-timeout) or connection lost; 4 timed out
 // waiting for a key or a reply; 5 any other store error (also `serve`
 // failing to listen).
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <limits>
+#include <string>
+#include <vector>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
@@ -113,6 +116,31 @@ std::unique_ptr<tcp_store_client> connect(const client_flags& flags) {
   return std::make_unique<tcp_store_client>(options);
 }
 
+// The arguments for CLI11, "--flag=" split into "--flag" and "": an empty
+// value, as getopt and argparse read it. CLI11 would take the next token
+// as the value ("--endpoint= set k v" would connect to "set").
+std::vector<std::string> empty_values_apart(const CLI::App& app, int argc, char** argv) {
+  std::vector<std::string> args;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg.size() > 3 && arg.rfind("--", 0) == 0 && arg.find('=') == arg.size() - 1) {
+      std::string name = arg.substr(0, arg.size() - 1);
+      const CLI::Option* opt = app.get_option_no_throw(name);
+      for (const CLI::App* sub : app.get_subcommands({})) {
+        if (opt == nullptr) opt = sub->get_option_no_throw(name);
+      }
+      if (opt != nullptr && opt->get_expected_min() > 0) {
+        args.push_back(name);
+        args.emplace_back();
+        continue;
+      }
+    }
+    args.push_back(std::move(arg));
+  }
+  std::reverse(args.begin(), args.end());  // CLI11 consumes from the back
+  return args;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -183,7 +211,8 @@ int main(int argc, char** argv) {
       "dialect", "print the dialect in use: v2 (PyTorch 2.x, dtrun) or v1.13 (PyTorch 1.13)");
 
   try {
-    app.parse(argc, argv);
+    auto args = empty_values_apart(app, argc, argv);
+    app.parse(args);
   } catch (const CLI::ParseError& e) {
     // --help is a "parse error" with exit code 0; every real one is a
     // usage error, exit 2 (not CLI11's own 104-109).

@@ -64,6 +64,12 @@ class tcp_store_client::impl {
       std::uniform_real_distribution<double> jitter(0.5, 1.5);
       auto pause = std::chrono::duration_cast<std::chrono::milliseconds>(backoff * jitter(rng));
       if (store_clock::now() + pause >= deadline) {
+        if (silent_server_) {
+          throw store_timeout(fmt::format(
+              "the server at {} took the connection but did not answer the PyTorch 2.x "
+              "handshake within {} s; check that the address and port are a TCPStore's",
+              endpoint_text_, options_.connect_timeout.count() / 1000.0));
+        }
         throw store_timeout(fmt::format(
             "could not reach the store at {} within {} s ({}); check that the host is up, "
             "the address and port are right, and no firewall is in the way",
@@ -86,6 +92,12 @@ class tcp_store_client::impl {
     bool answered = false;
     try {
       answered = ping_until(deadline);
+    } catch (const store_timeout&) {
+      // Connected, but nothing came back: a server that is not a store
+      // (or one too busy to answer), not an unreachable host.
+      close();
+      silent_server_ = true;
+      throw;
     } catch (const store_connection_error&) {
       // Closed on the handshake: a 1.13 server, or a dtrun store that
       // refuses us. Retrying would not help.
@@ -102,8 +114,15 @@ class tcp_store_client::impl {
                 "(same-user rule, allowed networks)");
     }
     if (!answered) {
+      // Something answered, but not a store (an echo, HTTP, garbage): it
+      // will not become one, so this is final rather than retried until
+      // the connect timeout.
       close();
-      throw store_connection_error("the server did not answer the ping; is it a TCPStore?");
+      handshake_rejected_ = true;
+      throw store_connection_error(fmt::format(
+          "the server at {} answered the PyTorch 2.x ping with other bytes: it is not a "
+          "TCPStore (nor dtrun's store); check the address and port",
+          endpoint_text_));
     }
     detecting_ = false;  // a 2.x server (PyTorch 2.x or dtrun)
   }
@@ -316,7 +335,10 @@ class tcp_store_client::impl {
   tcp::socket socket_{io_};
   bool connected_ = false;
   bool keep_connection_on_timeout_ = false;
+  // The server refused the handshake or is not a store: final, not retried.
   bool handshake_rejected_ = false;
+  // A connection was taken but the handshake was never answered.
+  bool silent_server_ = false;
   // The dialect spoken; while detecting_, found by the first connection.
   wire::dialect dialect_ = options_.dialect;
   bool detecting_ = options_.detect_dialect;

@@ -136,3 +136,42 @@ def test_no_timer_file_for_the_workers_when_the_watchdog_is_off(tmp_path):
     assert "TORCHELASTIC_TIMER_FILE" not in dump_env(tmp_path)
     # Only exactly "1" turns it on, as in torch.
     assert "TORCHELASTIC_TIMER_FILE" not in dump_env(tmp_path / "a", TORCHELASTIC_ENABLE_FILE_TIMER="true")
+
+
+def test_a_pipe_another_process_reads_is_not_taken_over(tmp_path):
+    # Another job's watchdog reads it: replacing it would cut that job's
+    # workers off their watchdog.
+    pipe = tmp_path / "shared_timer"
+    os.mkfifo(pipe, 0o600)
+    reader = os.open(pipe, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        inode = pipe.stat().st_ino
+        r, seen = run_worker(tmp_path, "quick", TORCHELASTIC_TIMER_FILE=str(pipe))
+        assert pipe.stat().st_ino == inode
+    finally:
+        os.close(reader)
+    assert r.returncode == 1, r.stderr
+    assert seen == {}
+    lines = [line for line in r.stderr.splitlines() if "TORCHELASTIC_TIMER_FILE" in line]
+    assert len(lines) == 1 and "another process reads" in lines[0], r.stderr
+
+
+def test_a_leftover_pipe_nobody_reads_is_replaced(tmp_path):
+    pipe = tmp_path / "left_timer"
+    os.mkfifo(pipe, 0o600)
+    r, seen = run_worker(tmp_path, "quick", TORCHELASTIC_TIMER_FILE=str(pipe))
+    assert r.returncode == 0, r.stderr
+    assert "released" in r.stdout
+    assert not pipe.exists()
+
+
+def test_a_pipe_replaced_during_the_run_is_not_removed_at_exit(tmp_path):
+    # Another job started with the same TORCHELASTIC_TIMER_FILE after ours
+    # put its own pipe there: ours ending must not remove that job's pipe.
+    pipe = tmp_path / "timer"
+    r = dh.run(["--standalone", "--nproc-per-node=1", "--no-python", "/bin/sh", "-c",
+                'mkfifo "$TORCHELASTIC_TIMER_FILE.new" && '
+                'mv "$TORCHELASTIC_TIMER_FILE.new" "$TORCHELASTIC_TIMER_FILE"'],
+               env=env(TORCHELASTIC_ENABLE_FILE_TIMER="1", TORCHELASTIC_TIMER_FILE=str(pipe)))
+    assert r.returncode == 0, r.stderr
+    assert stat.S_ISFIFO(pipe.lstat().st_mode)

@@ -44,6 +44,10 @@ def server():
     (["get"], "key is required"),
     ([], "A subcommand is required"),
     (["--bogus", "get", "k"], "--bogus"),
+    # "--flag=" is an empty value (as getopt reads it), never the next token.
+    (["--endpoint=", "set", "k", "v"], "--endpoint: '' is not host:port"),
+    (["--endpoint=", "--connect-timeout=1", "get", "k"], "--endpoint: '' is not host:port"),
+    (["serve", "--port=", "--max-value-bytes=8"], "--port: '' is not a whole number"),
 ])
 def test_usage_errors_exit_2_with_one_line(args, message):
     r = store_cli(*args)

@@ -83,3 +83,73 @@ def test_the_store_of_a_running_dtrun_job_is_found_speaking_2x():
                 'exec "$0" --endpoint "$MASTER_ADDR:$MASTER_PORT" dialect', str(sh.STORE_BIN)],
                dh.job_env())
     assert (r.returncode, r.stdout) == (0, "v2\n"), r.stderr
+
+
+class _NotAStore:
+    """A TCP server on a free port that is not a store: `echo` sends back
+    what it reads, `garbage` sends bytes no store would, `silent` never
+    answers. Counts connections."""
+
+    def __init__(self, kind):
+        import socket
+        self.kind, self.connections = kind, 0
+        self.sock = socket.create_server((sh.HOST, 0))
+        self.port = self.sock.getsockname()[1]
+        self.held = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connections += 1
+            self.held.append(conn)
+            if self.kind == "garbage":
+                conn.sendall(b"\xde\xad\xbe\xef" * 64)
+            elif self.kind == "echo":
+                threading.Thread(target=self._echo, args=(conn,), daemon=True).start()
+
+    @staticmethod
+    def _echo(conn):
+        try:
+            while data := conn.recv(4096):
+                conn.sendall(data)
+        except OSError:
+            pass
+
+    def close(self):
+        self.sock.close()
+        for conn in self.held:
+            conn.close()
+
+
+@pytest.mark.parametrize("kind", ["echo", "garbage"])
+def test_a_server_that_is_not_a_store_is_named_at_once(kind):
+    # It answered, so trying again until --connect-timeout cannot help: one
+    # connection, one line saying what it is, exit 3 (unreachable).
+    server = _NotAStore(kind)
+    try:
+        r = sh.cli(f"{sh.HOST}:{server.port}", "set", "k", "v", connect_timeout_s=20)
+    finally:
+        server.close()
+    assert r.returncode == sh.EXIT_UNREACHABLE, r
+    lines = r.stderr.decode().splitlines()
+    assert len(lines) == 1 and "it is not a TCPStore" in lines[0], r
+    assert "check that the host is up" not in lines[0]
+    assert server.connections == 1
+
+
+def test_a_server_that_never_answers_is_not_called_unreachable():
+    # It took the connection: the host is up; what is wrong is the port.
+    server = _NotAStore("silent")
+    try:
+        r = sh.cli(f"{sh.HOST}:{server.port}", "get", "k", connect_timeout_s=1)
+    finally:
+        server.close()
+    assert r.returncode == sh.EXIT_UNREACHABLE, r
+    lines = r.stderr.decode().splitlines()
+    assert len(lines) == 1, r
+    assert "took the connection but did not answer the PyTorch 2.x handshake" in lines[0], r
+    assert "check that the host is up" not in lines[0]

@@ -129,3 +129,28 @@ TEST_CASE("the watchdog is on only for TORCHELASTIC_ENABLE_FILE_TIMER=1") {
   CHECK(c.path == "/tmp/p");
   CHECK(file_timer_from_env({{"TORCHELASTIC_ENABLE_FILE_TIMER", "1"}}).path.empty());
 }
+
+TEST_CASE("hostile numbers in a request are refused and never wrapped") {
+  auto line = [](const std::string& pid, const std::string& when, const std::string& sig) {
+    return R"({"pid": )" + pid + R"(, "scope_id": "s", "expiration_time": )" + when +
+           R"(, "signal": )" + sig + "}";
+  };
+  std::string why;
+  // Overflowing floats are a JSON error for nlohmann: no deadline.
+  CHECK_FALSE(parse(line("42", "1e400", "9"), &why));
+  CHECK(why == "not a JSON object");
+  CHECK_FALSE(parse(line("42", "-1e400", "9")));
+  CHECK_FALSE(parse(line("42", "NaN", "9")));
+  // pid_t is 32 bits: 2^31 and above are no process.
+  CHECK_FALSE(parse(line("2147483648", "1", "9")));
+  CHECK_FALSE(parse(line("-9223372036854775808", "1", "9")));
+  CHECK_FALSE(parse(line("true", "1", "9")));
+  CHECK_FALSE(parse(line("42.0", "1", "9")));
+  // A signal below INT64_MIN reads as a float: refused, not wrapped.
+  CHECK_FALSE(parse(line("42", "1", "-9223372036854775809")));
+  auto r = parse(line("42", "1", "-9223372036854775808"));
+  REQUIRE(r);
+  CHECK(r->signal == 0);
+  // A key given twice: the last one counts (nlohmann), still checked.
+  CHECK_FALSE(parse(R"({"pid": 42, "pid": -1, "scope_id": "s", "expiration_time": 1, "signal": 9})"));
+}

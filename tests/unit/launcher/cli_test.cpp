@@ -66,6 +66,31 @@ TEST_CASE("a flag's value is not mistaken for the script") {
   CHECK(o.script_args == std::vector<std::string>{"a"});
 }
 
+TEST_CASE("an empty value after the equals sign does not take the next flag") {
+  // argparse reads "--role=" as role ""; the next token stays a flag.
+  launch_options o = parse({"--role=", "--nproc-per-node=2", "--dry-run", "x.py"});
+  CHECK(o.role.empty());
+  CHECK(o.nproc_per_node == "2");
+  CHECK(o.dry_run);
+  CHECK(o.script == "x.py");
+  CHECK(parse({"--log-dir=", "--standalone", "x.py"}).standalone);
+  CHECK_THROWS_WITH(parse({"--max-restarts=", "--standalone", "x.py"}),
+                    Catch::Contains("--max-restarts: '' is not a whole number"));
+}
+
+TEST_CASE("a flag missing its value does not take the next flag as it") {
+  // argparse: "expected one argument"; dtrun took --dry-run as the role
+  // and ran x.py for real.
+  CHECK_THROWS_WITH(parse({"--role", "--dry-run", "x.py"}), Catch::Contains("--role: needs a value"));
+  CHECK_THROWS_WITH(parse({"--nproc-per-node", "--version", "x.py"}),
+                    Catch::Contains("--nproc-per-node: needs a value"));
+  CHECK_THROWS_WITH(parse({"-r", "-t", "3", "x.py"}), Catch::Contains("needs a value"));
+  // A negative number is a value, as in argparse (then refused by range).
+  CHECK_THROWS_WITH(parse({"--max-restarts", "-1", "x.py"}),
+                    Catch::Contains("--max-restarts: '-1' is not a whole number"));
+  CHECK(parse({"--role", "-", "x.py"}).role == "-");
+}
+
 TEST_CASE("a double dash separates dtrun's flags from the program") {
   launch_options o = parse({"--standalone", "--", "--weird-name", "-x", "--", "y"});
   CHECK(o.script == "--weird-name");
@@ -162,7 +187,7 @@ TEST_CASE("every numeric flag refuses bad values with its name and range") {
       {"--master-port=0x50", "--master-port: '0x50' is not a whole number from 0 to 65535"},
       {"--node-rank=-1", "--node-rank: '-1' is not a whole number from 0 to 99999"},
       {"--node-rank=4294967296", "--node-rank: '4294967296' is not a whole number"},
-      {"--max-restarts=", "--max-restarts: needs a value"},
+      {"--max-restarts=", "--max-restarts: '' is not a whole number from 0 to 1000000"},
   };
   for (const auto& [arg, message] : table) {
     INFO(arg);
