@@ -717,24 +717,57 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
     on_over_ = std::move(on_over);
   }
 
+  // A round that ends in failure costs the job one restart, however many
+  // nodes report it: workers of one collective often fail together, so
+  // several nodes may get here for the same round before any has seen the
+  // round end. The first reporter of the round (by ADD) counts it and
+  // publishes the count; the others read that count.
   void report_failure(std::string reason, restart_completion done) {
     auto self = shared_from_this();
     round_over_ = true;  // our own doing: no on_over callback
     cancel(heartbeat_timer_, heartbeat_armed_);
-    ops_->add(key("restarts"), 1, [self, reason, done](store_result n) {
-      if (n.error) return done(n.error, 0);
-      if (n.number > self->options_.max_restarts) {
-        // Out of restarts: the job is over for every node, not just us.
-        self->mark_job_failed(fmt::format("node {}: {}", self->group_rank_, reason));
+    auto r = round_;
+    ops_->add(round_key(r, "failure_reports"), 1, [self, r, reason, done](store_result first) {
+      if (first.error) return done(first.error, 0);
+      if (first.number != 1) {
+        self->ops_->get(self->round_key(r, "restarts"), self->options_.close_timeout,
+                        [self, r, reason, done](store_result counted) {
+                          if (counted.error) return done(counted.error, 0);
+                          std::int64_t restarts = 0;
+                          try {
+                            restarts = std::stoll(counted.value);
+                          } catch (const std::exception&) {
+                            return done(error_of(fmt::format(
+                                            "the restart count of round {} is corrupt", r)),
+                                        0);
+                          }
+                          self->end_failed_round(r, reason, restarts, done);
+                        });
+        return;
       }
-      auto over = self->round_key(self->round_, "over");
-      self->ops_->set(over, fmt::format("node {}: {}", self->group_rank_, reason),
-                      [](store_result) {});
-      // A round trip before we answer: the caller may start the next round
-      // at once, which closes this client, and the others must be told.
-      self->ops_->check({over}, [done, restarts = static_cast<int>(n.number)](store_result) {
-        done(nullptr, restarts);
+      self->ops_->add(self->key("restarts"), 1, [self, r, reason, done](store_result n) {
+        if (n.error) return done(n.error, 0);
+        if (n.number > self->options_.max_restarts) {
+          // Out of restarts: the job is over for every node, not just us.
+          self->mark_job_failed(fmt::format("node {}: {}", self->group_rank_, reason));
+        }
+        self->ops_->set(self->round_key(r, "restarts"), std::to_string(n.number),
+                        [](store_result) {});
+        self->end_failed_round(r, reason, n.number, done);
       });
+    });
+  }
+
+  // Tells every node that round r is over, then answers with the job's
+  // restart count.
+  void end_failed_round(std::int64_t r, const std::string& reason, std::int64_t restarts,
+                        const restart_completion& done) {
+    auto over = round_key(r, "over");
+    ops_->set(over, fmt::format("node {}: {}", group_rank_, reason), [](store_result) {});
+    // A round trip before we answer: the caller may start the next round
+    // at once, which closes this client, and the others must be told.
+    ops_->check({over}, [done, restarts = static_cast<int>(restarts)](store_result) {
+      done(nullptr, restarts);
     });
   }
 

@@ -206,6 +206,43 @@ TEST_CASE("a failure on one node ends the round everywhere, and ranks survive th
   }
 }
 
+TEST_CASE("nodes whose workers fail together in one round count one restart") {
+  // Both nodes report before either hears that the round ended (the
+  // workers of one collective fail together): the job has used one restart
+  // after round 0 and two after round 1, on both nodes.
+  cluster c;
+  for (int i = 0; i < 2; ++i) c.add(2, 2);
+  std::vector<std::vector<int>> counts(2);
+  int joined = 0;
+  std::function<void(int)> start_round = [&](int round) {
+    auto results = std::make_shared<std::vector<round_result>>(2);
+    for (int i = 0; i < 2; ++i) {
+      join(*c.nodes[i], (*results)[i], [&, results, round] {
+        if (++joined < 2 * (round + 1)) return;
+        for (const auto& r : *results) REQUIRE_FALSE(r.error);
+        auto reported = std::make_shared<int>(0);
+        for (int n = 0; n < 2; ++n) {
+          c.nodes[n]->report_failure("worker exited with 3",
+                                     [&, n, round, reported](std::exception_ptr e, int k) {
+                                       REQUIRE_FALSE(e);
+                                       counts[n].push_back(k);
+                                       if (++*reported < 2) return;
+                                       if (round == 0) {
+                                         start_round(1);
+                                       } else {
+                                         c.shutdown_all();
+                                       }
+                                     });
+        }
+      });
+    }
+  };
+  start_round(0);
+  c.io.run();
+  CHECK(counts[0] == std::vector<int>{1, 2});
+  CHECK(counts[1] == std::vector<int>{1, 2});
+}
+
 TEST_CASE("a node whose connection dies ends the round at once (last will)") {
   cluster c;
   for (int i = 0; i < 3; ++i) c.add(2, 3);
