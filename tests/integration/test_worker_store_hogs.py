@@ -34,7 +34,7 @@ signal.pause()
 WORKER = """
 import json, os, subprocess, sys
 e = os.environ
-out, hog = sys.argv[1], sys.argv[2]
+out, hog, store_cli = sys.argv[1], sys.argv[2], sys.argv[3]
 rank, attempt = int(e["RANK"]), int(e["TORCHELASTIC_RESTART_COUNT"])
 agent = os.getppid()
 fds = len(os.listdir(f"/proc/{agent}/fd"))
@@ -46,6 +46,13 @@ if rank == 0:
     with open(os.path.join(out, f"hog.{attempt}"), "w") as f:
         f.write(str(p.pid))
     assert p.stdout.readline() == b"connected\\n"
+# Rank 1 ends the round (exit 3) only once rank 0 has reported and its hog
+# holds the store; otherwise the agents could stop rank 0 before it wrote.
+store = ["--endpoint", f"127.0.0.1:{e['MASTER_PORT']}", "--timeout", "120"]
+if rank == 0:
+    subprocess.run([store_cli, *store, "set", "reported", "1"], check=True)
+else:
+    subprocess.run([store_cli, *store, "wait", "reported"], check=True)
 sys.exit(0 if attempt == %d else 3)
 """ % (ROUNDS - 1)
 
@@ -62,7 +69,8 @@ def test_a_client_hogging_the_workers_store_leaks_nothing_across_rounds(tmp_path
         for is_host in (1, 0):
             procs.append(subprocess.Popen(
                 [str(dh.DTRUN), *common, f"--rdzv-conf={FAST_RDZV},is_host={is_host}",
-                 "--python", dh.PYTHON, str(script), str(tmp_path), str(hog)],
+                 "--python", dh.PYTHON, str(script), str(tmp_path), str(hog),
+                 str(dh.BUILD_DIR / "launcher" / "dtrun-store")],
                 env=dh.job_env(), stderr=subprocess.PIPE, text=True))
         outs = [p.communicate(timeout=240)[1] for p in procs]
     finally:
