@@ -98,13 +98,6 @@ int parse_nproc(const std::string& text, const agent::accelerator_inventory& dev
   return parse_nproc_with(text, devices, {});
 }
 
-int parse_nproc(const std::string& text) {
-  // Only the named words look at the machine.
-  if (text != "gpu" && text != "xpu" && text != "auto") return parse_nproc_with(text, {}, {});
-  agent::env_map env = agent::current_environment();
-  return parse_nproc_with(text, agent::discover_accelerators(system_root(env), env), env);
-}
-
 std::vector<std::vector<int>> resolve_numa_binding(const std::string& mode_name,
                                                    const std::vector<agent::accelerator>& gpus,
                                                    const std::string& root,

@@ -73,9 +73,6 @@ struct launch_config {
 // GPUs, else the online CPUs. Throws usage_error.
 int parse_nproc(const std::string& text, const agent::accelerator_inventory& devices);
 
-// parse_nproc with this machine's devices and this process's environment.
-int parse_nproc(const std::string& text);
-
 // "2" or "1:4" -> a node range. Throws usage_error.
 node_range parse_nnodes(const std::string& text);
 

@@ -316,12 +316,12 @@ TEST_CASE("every numeric rdzv-conf key refuses bad values with its name and rang
 }
 
 TEST_CASE("counts and the stop timeout are checked when the config is resolved") {
-  CHECK_THROWS_WITH(parse_nproc("0"), "--nproc-per-node: '0' is not a whole number from 1 to "
+  CHECK_THROWS_WITH(parse_nproc("0", {}), "--nproc-per-node: '0' is not a whole number from 1 to "
                                       "4096, 'auto', 'cpu', 'gpu' or 'xpu'");
-  CHECK_THROWS_WITH(parse_nproc("4097"), Catch::StartsWith("--nproc-per-node: '4097'"));
-  CHECK_THROWS_WITH(parse_nproc("99999999999999999999"),
+  CHECK_THROWS_WITH(parse_nproc("4097", {}), Catch::StartsWith("--nproc-per-node: '4097'"));
+  CHECK_THROWS_WITH(parse_nproc("99999999999999999999", {}),
                     Catch::StartsWith("--nproc-per-node: '99999999999999999999'"));
-  CHECK(parse_nproc(" 4") == 4);
+  CHECK(parse_nproc(" 4", {}) == 4);
   CHECK_THROWS_WITH(parse_nnodes("100001"),
                     "--nnodes: '100001' is not a whole number from 1 to 100000");
   CHECK_THROWS_WITH(parse_nnodes("1:1e3"),
