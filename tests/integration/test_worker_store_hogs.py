@@ -8,13 +8,11 @@ store, and the host agent's descriptors must not grow with the rounds
 import json
 import os
 import signal
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.environ["DTRUN_SOURCE_DIR"], "tests", "pyhelpers"))
 import dtrun_helpers as dh  # noqa: E402
 
-FAST_RDZV = "join_timeout=60,last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=3"
 ROUNDS = 4
 
 HOG = r"""
@@ -61,32 +59,23 @@ def test_a_client_hogging_the_workers_store_leaks_nothing_across_rounds(tmp_path
     script, hog = tmp_path / "worker.py", tmp_path / "hog.py"
     script.write_text(WORKER)
     hog.write_text(HOG)
-    port = dh.free_port()
-    common = ["--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=c10d",
-              f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=hogs", f"--max-restarts={ROUNDS - 1}"]
-    procs = []
     try:
-        for is_host in (1, 0):
-            procs.append(subprocess.Popen(
-                [str(dh.DTRUN), *common, f"--rdzv-conf={FAST_RDZV},is_host={is_host}",
-                 "--python", dh.PYTHON, str(script), str(tmp_path), str(hog),
-                 str(dh.BUILD_DIR / "launcher" / "dtrun-store")],
-                env=dh.job_env(), stderr=subprocess.PIPE, text=True))
-        outs = [p.communicate(timeout=240)[1] for p in procs]
+        nodes = dh.run_two_local_nodes(
+            ["--nproc-per-node=1", "--rdzv-id=hogs", f"--max-restarts={ROUNDS - 1}"],
+            ["--python", dh.PYTHON, str(script), str(tmp_path), str(hog),
+             str(dh.BUILD_DIR / "launcher" / "dtrun-store")],
+            timeout=240)
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        # The hogs left their job's process tree (own sessions).
         for marker in tmp_path.glob("hog.*"):
             if marker.suffix != ".py":
                 try:
                     os.kill(int(marker.read_text()), signal.SIGKILL)
                 except (ProcessLookupError, ValueError):
                     pass
-    for p, err in zip(procs, outs):
-        assert p.returncode == 0, err
-    host_pid = procs[0].pid
+    for node in nodes:
+        assert node.returncode == 0, node.stderr
+    host_pid = nodes[0].pid
     seen = [json.loads(f.read_text()) for f in sorted(tmp_path.glob("*.*.json"))]
     host = {}
     for s, f in zip(seen, sorted(tmp_path.glob("*.*.json"))):
@@ -98,4 +87,4 @@ def test_a_client_hogging_the_workers_store_leaks_nothing_across_rounds(tmp_path
     # Bounded: a leak keeps one descriptor per round (or more).
     fds = [host[a]["fds"] for a in range(ROUNDS)]
     assert fds[-1] <= fds[1] + 1, fds
-    assert f"round {ROUNDS - 1}: the workers' store is on port" in outs[0]
+    assert f"round {ROUNDS - 1}: the workers' store is on port" in nodes[0].stderr

@@ -11,13 +11,11 @@ be on another port and must not see that key."""
 
 import json
 import os
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.environ["DTRUN_SOURCE_DIR"], "tests", "pyhelpers"))
 import dtrun_helpers as dh  # noqa: E402
 
-FAST_RDZV = "join_timeout=60,last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=3"
 
 WORKER = """
 import json, os, signal, sys
@@ -65,24 +63,11 @@ if attempt == 0:
 def test_each_round_gets_a_new_empty_worker_store(tmp_path):
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
-    port = dh.free_port()
-    common = ["--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=c10d",
-              f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=wstore1", "--max-restarts=1"]
-    procs = []
-    try:
-        for is_host in (1, 0):
-            procs.append(subprocess.Popen(
-                [str(dh.DTRUN), *common, f"--rdzv-conf={FAST_RDZV},is_host={is_host}",
-                 "--python", dh.PYTHON, str(script), str(tmp_path)],
-                env=dh.job_env(), stderr=subprocess.PIPE, text=True))
-        outs = [p.communicate(timeout=120)[1] for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    for p, err in zip(procs, outs):
-        assert p.returncode == 0, err
+    nodes = dh.run_two_local_nodes(
+        ["--nproc-per-node=1", "--rdzv-id=wstore1", "--max-restarts=1"],
+        ["--python", dh.PYTHON, str(script), str(tmp_path)])
+    for node in nodes:
+        assert node.returncode == 0, node.stderr
     seen = {(a, r): json.loads((tmp_path / f"{a}.{r}.json").read_text())
             for a in (0, 1) for r in (0, 1)}
     # Round 1 starts empty: the key of round 0 is gone.
@@ -92,10 +77,10 @@ def test_each_round_gets_a_new_empty_worker_store(tmp_path):
     ports = {a: {seen[a, r]["port"] for r in (0, 1)} for a in (0, 1)}
     assert len(ports[0]) == 1 and len(ports[1]) == 1, ports
     assert ports[0] != ports[1]
-    assert port not in ports[0] | ports[1]
+    assert nodes[0].endpoint_port not in ports[0] | ports[1]
     # In each round the host listens on the endpoint and that round's
     # workers' store only (the last round's is closed), the other node on
     # nothing.
     for a in (0, 1):
         assert sorted(seen[a, r]["agent_listeners"] for r in (0, 1)) == [0, 2], seen
-    assert "round 1: the workers' store is on port" in outs[0]
+    assert "round 1: the workers' store is on port" in nodes[0].stderr

@@ -24,6 +24,7 @@ import threading
 import time
 import uuid
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 SOURCE_DIR = Path(os.environ.get("DTRUN_SOURCE_DIR", Path(__file__).resolve().parents[2]))
@@ -77,6 +78,47 @@ def run(args: list[str], env: dict[str, str] | None = None, timeout: float = 60,
     """Runs dtrun to completion, capturing text output."""
     return subprocess.run([str(DTRUN), *args], env=env or job_env(), timeout=timeout,
                           capture_output=True, text=True, **kwargs)
+
+
+# Rendezvous timeouts for tests whose nodes all start at once: a second of
+# last call, and a silent node noticed within seconds.
+FAST_RDZV = "join_timeout=60,last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=3"
+
+
+@dataclass
+class node_run:
+    pid: int
+    returncode: int
+    stderr: str
+    endpoint_port: int  # the rendezvous store's
+
+
+def run_two_local_nodes(flags: list[str], program: list[str], timeout: float = 120
+                        ) -> list[node_run]:
+    """Runs a two-node c10d job on this machine: `dtrun --nnodes=2
+    --rdzv-backend=c10d --rdzv-endpoint=127.0.0.1:<free port> FLAGS PROGRAM`
+    twice, the first hosting the store (is_host=1), the second joining it.
+    Returns each node's agent pid, exit code, stderr and the endpoint's
+    port, host first. Afterwards no process of the job is left (kill_marked),
+    also when the time runs out."""
+    port = free_port()
+    env = job_env()
+    procs = []
+    try:
+        for is_host in (1, 0):
+            procs.append(subprocess.Popen(
+                [str(DTRUN), "--nnodes=2", "--rdzv-backend=c10d",
+                 f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-conf={FAST_RDZV},is_host={is_host}",
+                 *flags, *program],
+                env=env, stderr=subprocess.PIPE, text=True))
+        errs = [p.communicate(timeout=timeout)[1] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        kill_marked(env["DTRUN_TEST_MARK"])
+    return [node_run(p.pid, p.returncode, err, port) for p, err in zip(procs, errs)]
 
 
 def default_signals() -> None:
