@@ -20,5 +20,7 @@ with open(fifo, "w") as f:  # one short write on a FIFO: atomic
     f.write(f"ready {rank} {os.getpid()} {hup}\n")
 with open(os.path.join(go_dir, f"go_{rank}")) as go:
     go.readline()
-print(f"rank {rank} finished", flush=True)
+# One write: print() makes two ("text", "\n") when Python is unbuffered
+# (PYTHONUNBUFFERED=1, as on CI), and the two workers share the agent's stdout.
+os.write(1, f"rank {rank} finished\n".encode())
 sys.exit(0)
