@@ -1,7 +1,7 @@
 """Running things under a real torch 2.6 (tests/e2e/test_torch2_*.py).
 
 Debian 12 has torch 1.13 only; scripts/torch2-rootfs makes (once, cached)
-a Debian 13 rootfs with python3-torch 2.6, and scripts/torch2-run runs a
+a Debian 13 rootfs with python3-torch 2.6, and scripts/torch2-run (scripts/rootfs-run) runs a
 command in it with the source and build directories (and any --bind
 folder, e.g. a test's tmp_path) at the same paths, in the host's network
 and PID namespaces. So dtrun itself runs inside, as on a user's torch 2.x
