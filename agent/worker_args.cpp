@@ -82,7 +82,9 @@ void customize_worker(const worker_customization& c, std::vector<std::string>& a
   }
   if (c.virtual_local_rank) {
     env["CUDA_VISIBLE_DEVICES"] = virtual_visible_device(local_rank, c.parent_visible_devices);
-    env["LOCAL_RANK"] = "0";
+    // A std::string, not the literal: GCC 12 at -O3 warns (-Wrestrict, a
+    // false positive, GCC PR 105329) when a 1-character literal is assigned.
+    env["LOCAL_RANK"] = std::string("0");
   }
 }
 
