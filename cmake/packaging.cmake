@@ -46,6 +46,7 @@ foreach(tool dtrun dtrun-store)
               --binary $<TARGET_FILE:${tool}> --shell zsh --version ${PROJECT_VERSION}
               --out ${generated}/zsh/_${tool}
       DEPENDS ${tool} ${PROJECT_SOURCE_DIR}/packaging/completions.py
+              ${PROJECT_SOURCE_DIR}/packaging/cli_help.py
       COMMENT "Writing the bash and zsh completions of ${tool}"
       VERBATIM)
     list(APPEND generated_files ${generated}/bash/${tool} ${generated}/zsh/_${tool})

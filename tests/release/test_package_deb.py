@@ -1,9 +1,10 @@
 """The .deb as an admin installs it: `dpkg -i` in a plain Debian 13 root
 with nothing added (scripts/rootfs-run --rootfs=trixie: minbase, no Python,
 no Boost or fmt), then the installed /usr/bin/dtrun runs a real 2-worker
-job whose workers use the job's store through the installed dtrun-store.
-dpkg refuses a package whose Depends that root cannot meet, so this also
-proves the Depends dpkg-shlibdeps computed are satisfiable there."""
+job whose workers use the job's store through the installed dtrun-store,
+and `dpkg -r` removes it again. dpkg refuses a package whose Depends that
+root cannot meet, so this also proves the Depends dpkg-shlibdeps computed
+are satisfiable there."""
 
 import os
 import subprocess
@@ -37,7 +38,11 @@ test -x /usr/bin/dtrun && test -f /usr/share/man/man1/dtrun.1.gz || exit 11
 test -f /usr/share/bash-completion/completions/dtrun || exit 12
 echo "version: $(/usr/bin/dtrun --version)"
 command -v python3 >/dev/null && echo "python3 is in the root" && exit 13
-/usr/bin/dtrun --standalone --nproc-per-node=2 --no-python /bin/sh -c "$2"
+rc=0
+/usr/bin/dtrun --standalone --nproc-per-node=2 --no-python /bin/sh -c "$2" || rc=$?
+dpkg -r dtrun >/tmp/dpkg.log 2>&1 || { cat /tmp/dpkg.log; exit 14; }
+test ! -e /usr/bin/dtrun && test ! -e /usr/share/man/man1/dtrun.1.gz || exit 15
+exit $rc
 '''
 
 
