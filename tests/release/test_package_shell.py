@@ -124,6 +124,49 @@ def test_zsh_parses_the_completion_files(share):
         assert r.returncode == 0, r.stderr
 
 
+# Types each line into an interactive zsh (on a pseudo-terminal, zsh/zpty)
+# that loaded the shipped completions with compinit, waits for its prompt,
+# presses TAB, then runs `print END` and reads until END: what zsh listed or
+# inserted lies between.
+ZSH_DRIVER = r'''
+zmodload zsh/zpty
+dir=$1; shift
+for line in "$@"; do
+  zpty z 'zsh -f -i'
+  zpty -w z "bindkey -e; PS1='P> '; fpath=($dir \$fpath); autoload -Uz compinit; compinit -u -D; print RE''ADY"
+  zpty -r z out '*READY*'
+  zpty -r z out '*P> *'  # the line editor is reading: typed keys reach it
+  zpty -w -n z "$line"$'\t'
+  zpty -w z $'\C-uprint EN""D'
+  zpty -r z out '*END*'
+  print -r -- "=== $line"
+  print -r -- "$out"
+  zpty -d z
+done
+'''
+
+
+def test_zsh_completes_flags_values_and_subcommands(share):
+    cases = {
+        "dtrun --nproc": ["--nproc-per-node", "--nproc_per_node"],
+        "dtrun --rdzv-backend ": ["c10d", "static"],
+        "dtrun --rdzv_backend=c": ["--rdzv_backend=c10d"],
+        "dtrun --standalone --numa-binding ": ["node", "socket", "exclusive", "core-complex"],
+        "dtrun-store se": ["serve", "set"],
+        "dtrun-store --dialect v": ["v1.13", "v2"],
+    }
+    r = subprocess.run(["zsh", "-f", "-c", ZSH_DRIVER, "zsh",
+                        str(share / "zsh" / "vendor-completions"), *cases],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    plain = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]|\r", "", r.stdout)
+    shown = dict(part.split("\n", 1) for part in plain.split("=== ")[1:])
+    for line, words in cases.items():
+        # None of the words is part of the typed line: each was offered or inserted.
+        missing = [w for w in words if w not in shown[line]]
+        assert missing == [], f"zsh did not offer {missing} for {line!r}:\n{shown[line]}"
+
+
 def test_man_pages_render_with_the_real_flags(share):
     env = dict(os.environ, MANWIDTH="200", LANG="C.UTF-8")
     help_text = dh.run(["--help"]).stdout
