@@ -12,6 +12,7 @@ import zipfile
 from pathlib import Path
 
 sys.path.insert(0, os.path.join(os.environ["DTRUN_SOURCE_DIR"], "tests", "pyhelpers"))
+import dtrun_helpers as dh  # noqa: E402
 import packages  # noqa: E402
 
 GLIBC_LIBRARY = re.compile(r"(libc|libm|libpthread|libdl|librt|libresolv|libutil|libanl)\.so\.\d+"
@@ -128,3 +129,20 @@ def readelf(option: str, binary: Path) -> str:
 def assert_stripped(binary: Path) -> None:
     sections = readelf("--section-headers", binary)
     assert ".symtab" not in sections and ".debug_info" not in sections, f"{binary} not stripped"
+
+
+def test_cmake_install_with_destdir_installs_what_the_deb_holds(tmp_path):
+    art = packages.artifacts()
+    staged, unpacked = tmp_path / "destdir", tmp_path / "deb"
+    r = subprocess.run(["cmake", "--install", str(dh.BUILD_DIR), "--prefix", "/usr",
+                        "--strip"], env=dict(os.environ, DESTDIR=str(staged)),
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    subprocess.run(["dpkg-deb", "--extract", str(art.deb), str(unpacked)], check=True)
+
+    def files(root: Path) -> list[str]:
+        return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+
+    assert files(staged) == files(unpacked)
+    assert "usr/bin/dtrun" in files(staged)
+    assert_stripped(staged / "usr" / "bin" / "dtrun")
