@@ -25,7 +25,7 @@ foreach(tool dtrun dtrun-store)
     # gzip -n: compressed as Debian policy wants, without a time stamp.
     add_custom_command(OUTPUT ${generated}/man/${tool}.1.gz
       COMMAND ${CMAKE_COMMAND} -E make_directory ${generated}/man
-      COMMAND ${DTRUN_HELP2MAN} --no-info --no-discard-stderr
+      COMMAND ${DTRUN_HELP2MAN} --no-info
               --version-string=${PROJECT_VERSION}
               --include=${PROJECT_SOURCE_DIR}/packaging/man/${tool}.h2m
               --output=${generated}/man/${tool}.1 $<TARGET_FILE:${tool}>
