@@ -52,7 +52,7 @@ def test_two_workers_in_a_bare_root(tmp_path: Path):
     contents = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
     assert not [f for f in contents if re.search(r"boost|fmt|hwloc|udev|stdc\+\+|gcc_s", f)], \
         contents
-    # mount --make-rprivate keeps the new /proc out of the host's mounts.
+    # A private mount namespace: the new /proc stays out of the host's mounts.
     r = subprocess.run(
         ["unshare", "--mount", "--propagation", "private", "--fork", "--", "/bin/sh", "-c",
          'mount -t proc proc "$0/proc" && exec chroot "$0" /bin/dtrun "$@"', str(root),

@@ -113,9 +113,7 @@ TEST_CASE("duplicate filters without a tee'd shown stream are warned about") {
   o.duplicate_stdout_filters = "loss";
   o.duplicate_stderr_filters = "err";
   o.tee = "0:1,1:2";
-  // rank 0's tee'd stdout is not shown: no copy. (A std::string: GCC 12 at
-  // -O3 warns, -Wrestrict, on assigning a 1-character literal; GCC PR 105329.)
-  o.local_ranks_filter = std::string("1");
+  o.local_ranks_filter = "1";  // rank 0's tee'd stdout is not shown: no copy
   std::vector<std::string> warnings;
   resolve_log_spec(o, 2, {}, warnings);
   REQUIRE(warnings.size() == 1);
