@@ -1,0 +1,75 @@
+"""scripts/package given what a careless user gives it: a mistyped or
+unconfigured --build-dir (refused, no build started in it), a sanitizer
+build (refused: no release), an --out that is a file (refused), and an
+--out that keeps an earlier release's artifacts (left alone)."""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, os.path.join(os.environ["DTRUN_SOURCE_DIR"], "tests", "pyhelpers"))
+import dtrun_helpers as dh  # noqa: E402
+import packages  # noqa: E402
+
+
+def package(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(packages.PACKAGE), *args], capture_output=True, text=True,
+                          timeout=600)
+
+
+def one_line_error(r: subprocess.CompletedProcess, *words: str) -> None:
+    assert r.returncode == 1, f"rc {r.returncode}\n{r.stdout}\n{r.stderr}"
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("package: "), r.stderr
+    for word in words:
+        assert word in lines[0], r.stderr
+
+
+def test_a_missing_build_dir_is_refused_not_built(tmp_path):
+    typo = tmp_path / "buld"
+    one_line_error(package("--build-dir", str(typo)), str(typo), "no configured build")
+    assert not typo.exists()
+
+
+def test_an_unconfigured_build_dir_is_refused(tmp_path):
+    one_line_error(package("--build-dir", str(tmp_path)), "no configured build")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_sanitizer_build_is_no_release(tmp_path):
+    # What a configured ASan build's cache says (scripts/build asan).
+    (tmp_path / "CMakeCache.txt").write_text(
+        "CMAKE_BUILD_TYPE:STRING=Debug\nDTRUN_PORTABLE:BOOL=OFF\nDTRUN_SANITIZE:BOOL=ON\n")
+    one_line_error(package("--build-dir", str(tmp_path)), "sanitizer", "release build")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["CMakeCache.txt"]
+
+
+def test_an_out_that_is_a_file_is_refused(tmp_path):
+    target = tmp_path / "dist"
+    target.write_text("not a folder")
+    one_line_error(package("--build-dir", str(dh.BUILD_DIR), "--out", str(target)),
+                   "not a folder")
+    assert target.read_text() == "not a folder"
+
+
+def test_earlier_releases_in_out_are_kept(tmp_path):
+    out = tmp_path / "releases"
+    out.mkdir()
+    old = [out / "dtrun_0.0.1-1_amd64.deb", out / "dtrun-0.0.1-linux-x86_64.tar.gz",
+           out / "dtrun-0.0.1-py3-none-manylinux_2_36_x86_64.whl"]
+    for path in old:
+        path.write_text("an earlier release")
+    r = package("--build-dir", str(dh.BUILD_DIR), "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    assert all(path.read_text() == "an earlier release" for path in old)
+    version = packages.project_version()
+    made = sorted(p.name for p in out.iterdir() if version in p.name)
+    assert len(made) == 3, made
+    listed = sorted(line.split()[1] for line in (out / "SHA256SUMS").read_text().splitlines())
+    assert listed == made
+    check = subprocess.run(["sha256sum", "-c", "SHA256SUMS"], cwd=out, capture_output=True,
+                           text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+    shutil.rmtree(out)
