@@ -3,7 +3,9 @@
 from the binaries' --help (cmake/packaging.cmake) must still work there,
 or the default build target fails. A fresh tree is configured there and
 those steps, exactly as ninja would run them, run on this build's binaries
-copied in (compiling them again would take minutes)."""
+copied in (compiling them again would take minutes). Named test_package_*
+so that CTest runs it after the release.package fixture, which may relink
+those binaries."""
 
 import gzip
 import os
