@@ -73,3 +73,32 @@ def test_earlier_releases_in_out_are_kept(tmp_path):
                            text=True)
     assert check.returncode == 0, check.stdout + check.stderr
     shutil.rmtree(out)
+
+
+def test_a_fresh_checkout_is_built_as_a_user_build(tmp_path):
+    """From a checkout without build/, scripts/package configures build/
+    as a user's build: no -DDTRUN_WERROR=ON (scripts/build's developer
+    setting), so a compiler that warns where ours does not still builds.
+    Run from a copy of the scripts in an empty checkout, with a cmake on
+    PATH that records what it is asked and fails the build step."""
+    checkout = tmp_path / "checkout"
+    (checkout / "scripts").mkdir(parents=True)
+    for script in ("package", "build"):
+        shutil.copy2(dh.SOURCE_DIR / "scripts" / script, checkout / "scripts" / script)
+    fake = tmp_path / "fakebin"
+    fake.mkdir()
+    log = tmp_path / "cmake.log"
+    (fake / "cmake").write_text(f'#!/bin/sh\necho "$*" >>"{log}"\n'
+                                'case " $* " in *" --build "*) exit 42 ;; esac\n')
+    (fake / "cmake").chmod(0o755)
+    env = dict(os.environ, PATH=f"{fake}:{os.environ['PATH']}")
+    r = subprocess.run([str(checkout / "scripts" / "package")], env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 42, f"rc {r.returncode}\n{r.stderr}"
+    calls = log.read_text().splitlines()
+    assert len(calls) == 2, calls
+    configure, build = calls
+    assert f"-S {checkout} -B {checkout}/build" in configure, configure
+    assert "-DCMAKE_BUILD_TYPE=RelWithDebInfo" in configure
+    assert "WERROR" not in configure, configure
+    assert build == f"--build {checkout}/build"
