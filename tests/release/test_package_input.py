@@ -102,3 +102,27 @@ def test_a_fresh_checkout_is_built_as_a_user_build(tmp_path):
     assert "-DCMAKE_BUILD_TYPE=RelWithDebInfo" in configure
     assert "WERROR" not in configure, configure
     assert build == f"--build {checkout}/build"
+
+
+def test_a_build_without_man_pages_is_not_packaged(tmp_path):
+    """A build configured before help2man was installed has binaries but no
+    man pages, and `cmake --build` does not add them: scripts/package says
+    so instead of shipping packages without them (cmake here is a stand-in
+    that builds nothing, as that build's would)."""
+    build = tmp_path / "build"
+    (build / "launcher").mkdir(parents=True)
+    (build / "packaging" / "bash").mkdir(parents=True)
+    (build / "CMakeCache.txt").write_text("DTRUN_PORTABLE:BOOL=ON\n")
+    (build / "packaging" / "version").write_text(packages.project_version() + "\n")
+    for tool in ("dtrun", "dtrun-store"):
+        shutil.copy2(dh.BUILD_DIR / "launcher" / tool, build / "launcher" / tool)
+        (build / "packaging" / "bash" / tool).write_text("# completion\n")
+    fake = tmp_path / "fakebin"
+    fake.mkdir()
+    (fake / "cmake").write_text("#!/bin/sh\nexit 0\n")
+    (fake / "cmake").chmod(0o755)
+    env = dict(os.environ, PATH=f"{fake}:{os.environ['PATH']}")
+    r = subprocess.run([str(packages.PACKAGE), "--build-dir", str(build)], env=env,
+                       capture_output=True, text=True, timeout=120)
+    one_line_error(r, "packaging/man/dtrun.1.gz", "configure it again")
+    assert list((build / "dist").iterdir()) == [build / "dist" / ".package.lock"]
