@@ -23,13 +23,16 @@ foreach(tool dtrun dtrun-store)
   if(DTRUN_HELP2MAN)
     # --version-string: the man page carries the release, not the commit.
     # gzip -n: compressed as Debian policy wants, without a time stamp.
+    # help2man runs the program through the shell unquoted, so it gets
+    # ./<tool> from the binary's folder: a build path with a space works.
     add_custom_command(OUTPUT ${generated}/man/${tool}.1.gz
       COMMAND ${CMAKE_COMMAND} -E make_directory ${generated}/man
       COMMAND ${DTRUN_HELP2MAN} --no-info
               --version-string=${PROJECT_VERSION}
               --include=${PROJECT_SOURCE_DIR}/packaging/man/${tool}.h2m
-              --output=${generated}/man/${tool}.1 $<TARGET_FILE:${tool}>
+              --output=${generated}/man/${tool}.1 ./$<TARGET_FILE_NAME:${tool}>
       COMMAND gzip -9 -n -f ${generated}/man/${tool}.1
+      WORKING_DIRECTORY $<TARGET_FILE_DIR:${tool}>
       DEPENDS ${tool} ${PROJECT_SOURCE_DIR}/packaging/man/${tool}.h2m
       COMMENT "Writing the man page ${tool}(1)"
       VERBATIM)

@@ -69,5 +69,8 @@ def artifacts() -> release:
                            text=True, timeout=600)
         assert r.returncode == 0, f"scripts/package failed ({r.returncode}):\n{r.stderr}"
         _made = True
-    return release(version=project_version(), deb=_one("dtrun_*.deb"), wheel=_one("dtrun-*.whl"),
-                   tarball=_one("dtrun-*-linux-*.tar.gz"), sums=DIST / "SHA256SUMS")
+    # This version's: scripts/package leaves earlier versions' artifacts.
+    version = project_version()
+    return release(version=version, deb=_one(f"dtrun_{version}-*.deb"),
+                   wheel=_one(f"dtrun-{version}-*.whl"),
+                   tarball=_one(f"dtrun-{version}-linux-*.tar.gz"), sums=DIST / "SHA256SUMS")
