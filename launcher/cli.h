@@ -54,6 +54,10 @@ struct launch_options {
   bool no_python = false;
   bool run_path = false;
   std::string python;  // --python or DTRUN_PYTHON, else PYTHON_EXEC, else python3 on PATH
+  // Not a flag: the interpreter of the Python environment dtrun is
+  // installed in (installed_python.h), set by main; used after
+  // PYTHON_EXEC and before python3 on PATH, as torchrun's sys.executable.
+  std::string installed_python;
   bool virtual_local_rank = false;  // LOCAL_RANK=0, one visible device per worker
   // Logs.
   std::string log_dir;

@@ -282,14 +282,17 @@ launch_config resolve_launch_config(const launch_options& o, const agent::env_ma
     c.program = o.script;
     c.args = o.script_args;
   } else {
-    // --python, DTRUN_PYTHON, then torchrun's PYTHON_EXEC, then PATH.
+    // --python, DTRUN_PYTHON, then torchrun's PYTHON_EXEC, then the
+    // environment dtrun is installed in (torchrun's sys.executable), then
+    // PATH.
     auto set = [&env](const char* name) {
       auto it = env.find(name);
       return it != env.end() && !it->second.empty() ? std::optional(it->second) : std::nullopt;
     };
+    std::string fallback = o.installed_python.empty() ? "python3" : o.installed_python;
     c.program = !o.python.empty() ? o.python
                                   : set("DTRUN_PYTHON").value_or(
-                                        set("PYTHON_EXEC").value_or("python3"));
+                                        set("PYTHON_EXEC").value_or(fallback));
     if (!o.python.empty()) {
       // --python reads DTRUN_PYTHON as its default (CLI11's envname).
       auto given = o.given.find("python");
@@ -300,6 +303,8 @@ launch_config resolve_launch_config(const launch_options& o, const agent::env_ma
       c.python_source = "DTRUN_PYTHON";
     } else if (set("PYTHON_EXEC")) {
       c.python_source = "PYTHON_EXEC";
+    } else if (!o.installed_python.empty()) {
+      c.python_source = "the Python environment dtrun is installed in";
     }
     c.args = {"-u"};
     if (o.module) c.args.push_back("-m");

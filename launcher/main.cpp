@@ -15,6 +15,7 @@
 #include "agent/exit_status.h"
 #include "agent/worker_process.h"
 #include "launcher/cli.h"
+#include "launcher/installed_python.h"
 #include "launcher/launch_config.h"
 #include "launcher/legacy_launch.h"
 #include "launcher/scheduler_env.h"
@@ -93,6 +94,7 @@ int main(int argc, char** argv) {
       fmt::print("{}", parsed.help_text);
       return 0;
     }
+    parsed.options.installed_python = launcher::python_beside_this_program();
     agent::env_map env = agent::current_environment();
     launcher::scheduler_env scheduler = launcher::detect_scheduler_env(parsed.options, env);
     launcher::launch_config config = launcher::resolve_launch_config(parsed.options, env);

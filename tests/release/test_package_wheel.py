@@ -45,12 +45,25 @@ def test_pip_puts_both_tools_on_the_venv_path(venv):
     assert found == str(venv / "bin" / "dtrun-store")
 
 
+def test_venv_dtrun_starts_workers_with_the_venvs_python_unactivated(venv, tmp_path):
+    # As torchrun's sys.executable: the venv's interpreter, though the venv
+    # is not active and another python3 (/usr/bin's) is first on PATH.
+    script = tmp_path / "which.py"
+    script.write_text("import os, sys\nos.write(1, f'{sys.prefix}\\n'.encode())\n")
+    env = dh.job_env(PATH="/usr/bin:/bin")
+    env.pop("VIRTUAL_ENV", None)
+    r = subprocess.run([str(venv / "bin" / "dtrun"), "--standalone", "--nproc-per-node=1",
+                        str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [str(venv)]
+
+
 def test_venv_dtrun_runs_a_two_worker_gloo_ddp_job(venv, tmp_path):
-    python = venv / "bin" / "python"
     out = tmp_path / "out"
-    env = dh.job_env(PATH=f"{venv / 'bin'}:/usr/bin:/bin", VIRTUAL_ENV=str(venv))
+    env = dh.job_env(PATH="/usr/bin:/bin")  # not activated: dtrun finds the venv's python
+    env.pop("VIRTUAL_ENV", None)
     r = subprocess.run([str(venv / "bin" / "dtrun"), "--standalone", "--nproc-per-node=2",
-                        "--python", str(python), str(dh.EXAMPLES / "ddp_gloo.py"),
+                        str(dh.EXAMPLES / "ddp_gloo.py"),
                         "--epochs", "1", "--out", str(out)],
                        env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, f"rc {r.returncode}\nstdout:\n{r.stdout}\nstderr:\n{r.stderr}"

@@ -105,6 +105,18 @@ TEST_CASE("PYTHON_EXEC is torchrun's interpreter and comes after DTRUN_PYTHON") 
   CHECK(resolve_launch_config(o, {{"PYTHON_EXEC", "/opt/exec"}}).program == "train.py");
 }
 
+TEST_CASE("the python of the environment dtrun is installed in comes after PYTHON_EXEC") {
+  launch_options o = standalone_options();
+  o.installed_python = "/venv/bin/python3";
+  launch_config c = resolve_launch_config(o, {});
+  CHECK(c.program == "/venv/bin/python3");
+  CHECK(c.python_source == "the Python environment dtrun is installed in");
+  CHECK(resolve_launch_config(o, {{"PYTHON_EXEC", "/opt/exec"}}).program == "/opt/exec");
+  CHECK(resolve_launch_config(o, {{"DTRUN_PYTHON", "/opt/py"}}).program == "/opt/py");
+  o.python = "/usr/bin/python3";
+  CHECK(resolve_launch_config(o, {}).program == "/usr/bin/python3");
+}
+
 TEST_CASE("torchrun's built-in plug-in names map to dtrun's event log") {
   launch_options o = standalone_options();
   CHECK(resolve_launch_config(o, {}).report.event_log.empty());
