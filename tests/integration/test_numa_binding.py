@@ -14,29 +14,9 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.environ["DTRUN_SOURCE_DIR"], "tests", "pyhelpers"))
 import dtrun_helpers as dh  # noqa: E402
+from fake_machine import cpu_set, fake_gpus  # noqa: E402
 
 SYNTHETIC = "package:2 numa:2 l3:2 core:4 pu:2"  # 64 CPUs, 16 per NUMA node
-
-
-def cpu_list(text: str) -> set[int]:
-    cpus = set()
-    for item in text.strip().split(","):
-        if item:
-            lo, _, hi = item.partition("-")
-            cpus.update(range(int(lo), int(hi or lo) + 1))
-    return cpus
-
-
-def fake_gpus(root: Path, numa_nodes: list[int]) -> None:
-    """One NVIDIA GPU per entry, on that NUMA node, in PCI order."""
-    for i, node in enumerate(numa_nodes):
-        address = f"0000:{0x10 + i:02x}:00.0"
-        info = root / "proc/driver/nvidia/gpus" / address / "information"
-        info.parent.mkdir(parents=True)
-        info.write_text(f"Model: \t\t Fake\nGPU UUID: \t GPU-{i:04x}aaaa-0000\n")
-        pci = root / "sys/bus/pci/devices" / address
-        pci.mkdir(parents=True)
-        pci.joinpath("numa_node").write_text(f"{node}\n")
 
 
 def env_for(root: Path, **extra: str) -> dict[str, str]:
@@ -60,7 +40,7 @@ def worker_cpus(out: Path, nproc: int, args: list[str], env: dict[str, str], **k
                 "-c", f'grep "^Cpus_allowed_list" /proc/self/status > {out}/$LOCAL_RANK'],
                env=env, **kwargs)
     assert r.returncode == 0, r.stderr
-    return [cpu_list((out / str(rank)).read_text().split(":", 1)[1]) for rank in range(nproc)]
+    return [cpu_set((out / str(rank)).read_text().split(":", 1)[1]) for rank in range(nproc)]
 
 
 # This machine, read the way torch/numa/binding.py reads it.
@@ -71,7 +51,7 @@ def first_numa_node() -> tuple[int, set[int]]:
     nodes = sorted(Path("/sys/devices/system/node").glob("node[0-9]*"),
                    key=lambda p: int(p.name[4:]))
     for node in nodes:
-        cpus = cpu_list(node.joinpath("cpulist").read_text()) & ALLOWED
+        cpus = cpu_set(node.joinpath("cpulist").read_text()) & ALLOWED
         if cpus:
             return int(node.name[4:]), cpus
     pytest.skip("no NUMA node with an allowed CPU under /sys/devices/system/node")
@@ -81,7 +61,7 @@ def physical_cores(cpus: set[int]) -> list[set[int]]:
     cores: dict[int, set[int]] = {}
     for cpu in cpus:
         path = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list")
-        cores.setdefault(min(cpu_list(path.read_text())), set()).add(cpu)
+        cores.setdefault(min(cpu_set(path.read_text())), set()).add(cpu)
     return [cores[key] for key in sorted(cores)]
 
 
@@ -91,7 +71,7 @@ def test_node_binding_pins_each_worker_to_its_gpus_node(tmp_path):
     env = env_for(tmp_path / "root")
     plan = dry_run(["--nproc-per-node=gpu", "--numa-binding=node"], env)
     assert plan["numa_binding"] == "node"
-    assert [cpu_list(w["cpus"]) for w in plan["workers"]] == [cpus, cpus]
+    assert [cpu_set(w["cpus"]) for w in plan["workers"]] == [cpus, cpus]
     (tmp_path / "out").mkdir()
     assert worker_cpus(tmp_path / "out", 2, ["--numa-binding=node"], env) == [cpus, cpus]
 

@@ -40,16 +40,6 @@ def interpreter(path: Path) -> str:
     return found.group(1)
 
 
-def cpu_set(text: str) -> set[int]:
-    """The CPUs of a Linux CPU list such as "0-3,8"."""
-    cpus = set()
-    for item in text.strip().split(","):
-        if item:
-            lo, _, hi = item.partition("-")
-            cpus.update(range(int(lo), int(hi or lo) + 1))
-    return cpus
-
-
 def job_command(store: Path | str) -> list[str]:
     """dtrun's argv (without dtrun itself) for a 2-worker standalone job
     whose workers each add 1 to a counter, publish a key, wait for the

@@ -14,6 +14,7 @@ import pytest
 sys.path.insert(0, os.path.join(os.environ["DTRUN_SOURCE_DIR"], "tests", "pyhelpers"))
 import dtrun_helpers as dh  # noqa: E402
 import release_job as rj  # noqa: E402
+from fake_machine import cpu_set, fake_gpus  # noqa: E402
 
 GLIBC = {"libc.so.6", "libm.so.6"}
 
@@ -37,14 +38,7 @@ def test_hwloc_plugins_stay_quiet(tmp_path: Path):
     and nothing reaches stderr."""
     if not any(PLUGINS.glob("hwloc_*.so")):
         pytest.skip(f"no hwloc plugins in {PLUGINS} (libhwloc-plugins) on this machine")
-    for i in range(2):  # two fake GPUs on NUMA node 0 (test_numa_binding.py's layout)
-        address = f"0000:{0x10 + i:02x}:00.0"
-        info = tmp_path / "proc/driver/nvidia/gpus" / address / "information"
-        info.parent.mkdir(parents=True)
-        info.write_text(f"Model: \t\t Fake\nGPU UUID: \t GPU-{i:04x}aaaa-0000\n")
-        pci = tmp_path / "sys/bus/pci/devices" / address
-        pci.mkdir(parents=True)
-        pci.joinpath("numa_node").write_text("0\n")
+    fake_gpus(tmp_path, [0, 0])  # two fake GPUs on NUMA node 0
     env = dh.job_env(DTRUN_SYSTEM_ROOT=str(tmp_path))
     for key in ("CUDA_VISIBLE_DEVICES", "HWLOC_SYNTHETIC", "HWLOC_XMLFILE",
                 "HWLOC_PLUGINS_VERBOSE", "HWLOC_COMPONENTS_VERBOSE"):
@@ -58,5 +52,5 @@ def test_hwloc_plugins_stay_quiet(tmp_path: Path):
     node0 = Path("/sys/devices/system/node/node0/cpulist")
     expected = os.sched_getaffinity(0)
     if node0.exists():  # a kernel without NUMA has no node directories: all CPUs
-        expected &= rj.cpu_set(node0.read_text())
-    assert [rj.cpu_set(w["cpus"]) for w in plan["workers"]] == [expected] * 2
+        expected &= cpu_set(node0.read_text())
+    assert [cpu_set(w["cpus"]) for w in plan["workers"]] == [expected] * 2

@@ -18,6 +18,7 @@ import pytest
 sys.path.insert(0, os.path.join(os.environ["DTRUN_SOURCE_DIR"], "tests", "pyhelpers"))
 import dtrun_helpers as dh  # noqa: E402
 import release_job as rj  # noqa: E402
+from fake_machine import cpu_set, fake_gpus  # noqa: E402
 
 ROOTFS = dh.SOURCE_DIR / "scripts" / "trixie-rootfs"
 RUN = dh.SOURCE_DIR / "scripts" / "rootfs-run"
@@ -66,19 +67,6 @@ def test_two_workers(trixie):
     rj.check_job(in_trixie([rj.DTRUN, *rj.job_command(rj.STORE)], dh.job_env()))
 
 
-def fake_gpus_on_node0(root: Path) -> None:
-    """Two NVIDIA GPUs on NUMA node 0 under DTRUN_SYSTEM_ROOT (as in
-    tests/integration/test_numa_binding.py)."""
-    for i in range(2):
-        address = f"0000:{0x10 + i:02x}:00.0"
-        info = root / "proc/driver/nvidia/gpus" / address / "information"
-        info.parent.mkdir(parents=True)
-        info.write_text(f"Model: \t\t Fake\nGPU UUID: \t GPU-{i:04x}aaaa-0000\n")
-        pci = root / "sys/bus/pci/devices" / address
-        pci.mkdir(parents=True)
-        pci.joinpath("numa_node").write_text("0\n")
-
-
 def numa_env(root: Path) -> dict[str, str]:
     env = dh.job_env(DTRUN_SYSTEM_ROOT=str(root))
     for key in ("CUDA_VISIBLE_DEVICES", "HWLOC_SYNTHETIC", "HWLOC_XMLFILE"):
@@ -91,24 +79,24 @@ def node0_cpus() -> set[int]:
     CPUs that this process may use (all of them on a kernel without NUMA)."""
     cpus = os.sched_getaffinity(0)
     node0 = Path("/sys/devices/system/node/node0/cpulist")
-    return cpus & rj.cpu_set(node0.read_text()) if node0.exists() else cpus
+    return cpus & cpu_set(node0.read_text()) if node0.exists() else cpus
 
 
 def test_numa_binding_dry_run(trixie, tmp_path: Path):
-    fake_gpus_on_node0(tmp_path)
+    fake_gpus(tmp_path, [0, 0])
     r = in_trixie([rj.DTRUN, "--standalone", "--nproc-per-node=gpu", "--numa-binding=node",
                    "--dry-run", "x.py"], numa_env(tmp_path), binds=[tmp_path])
     assert r.returncode == 0, r.stderr
     assert r.stderr == "", f"stderr: {r.stderr!r}"
     plan = json.loads(r.stdout)
     assert plan["numa_binding"] == "node"
-    assert [rj.cpu_set(w["cpus"]) for w in plan["workers"]] == [node0_cpus()] * 2
+    assert [cpu_set(w["cpus"]) for w in plan["workers"]] == [node0_cpus()] * 2
 
 
 def test_numa_binding_run(trixie, tmp_path: Path):
     """Workers started there run on node 0's CPUs, read from their own
     /proc/self/status."""
-    fake_gpus_on_node0(tmp_path)
+    fake_gpus(tmp_path, [0, 0])
     r = in_trixie([rj.DTRUN, "--standalone", "--nproc-per-node=gpu", "--numa-binding=node",
                    "--no-python", "/bin/sh", "-c",
                    'echo "rank=$RANK $(grep ^Cpus_allowed_list: /proc/self/status)"'],
@@ -116,4 +104,4 @@ def test_numa_binding_run(trixie, tmp_path: Path):
     assert r.returncode == 0, r.stderr
     lines = sorted(line for line in r.stdout.splitlines() if line.startswith("rank="))
     assert [line.split()[0] for line in lines] == ["rank=0", "rank=1"], r.stdout
-    assert [rj.cpu_set(line.split()[-1]) for line in lines] == [node0_cpus()] * 2, r.stdout
+    assert [cpu_set(line.split()[-1]) for line in lines] == [node0_cpus()] * 2, r.stdout
