@@ -10,7 +10,9 @@
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <system_error>
 
@@ -21,6 +23,7 @@
 #include "agent/exit_status.h"
 #include "agent/file_timer.h"
 #include "agent/orphan_guard.h"
+#include "agent/progress_monitor.h"
 #include "agent/worker_output.h"
 #include "agent/worker_process.h"
 #include "rendezvous/printable.h"
@@ -41,6 +44,8 @@ struct worker {
   // The file-timer watchdog sent it `watchdog_signal`: why, for the summary.
   int watchdog_signal = 0;
   std::string watchdog;
+  // dtrun killed it after a hang (--hang-timeout): where it was stuck.
+  std::string hang;
 };
 
 // The first failure of a round: the root cause we report and exit with.
@@ -150,6 +155,9 @@ class elastic_agent::impl {
     }
     wait_for_signal();
     guard_.emplace();
+    // Hang detection must see the workers' output even where it would go
+    // straight to the console.
+    if (options_.hang_timeout.count() > 0) options_.logs.watch_console = true;
     output_.emplace(io_, options_.logs, [this](const std::string& line) { log_error(line); });
     bool writes_logs = options_.logs.writes_files(options_.spec.local_world_size);
     remove_run_dir_ = options_.log_dir.empty() && !writes_logs;
@@ -159,6 +167,7 @@ class elastic_agent::impl {
       log(fmt::format("worker logs: {} (kept; choose the folder with --log-dir)", run_dir_));
     }
     start_watchdog();
+    start_hang_detection();
     reporter_.agent_started(config_summary());
     start_round();
     io_.run();
@@ -182,9 +191,90 @@ class elastic_agent::impl {
     hooks.expire = [this](const timer_table::expired& e) { watchdog_expired(e); };
     hooks.error = [this](const std::string& line) { log_error(line); };
     hooks.debug = [this](const std::string& line) { log_debug(line); };
+    hooks.request = [this](pid_t pid) {
+      if (worker* w = live_worker(pid); w != nullptr && progress_) progress_->progress(w->local_rank);
+    };
     watchdog_.emplace(io_, path, std::move(hooks));
     options_.spec.timer_file = path;
     log_debug(fmt::format("file-timer watchdog: reading {}", printable(path)));
+  }
+
+  // --hang-timeout: progress is output, heartbeat-file touches and
+  // file-timer requests, shared across nodes through the rendezvous.
+  void start_hang_detection() {
+    if (options_.hang_timeout.count() <= 0) return;
+    progress_monitor::hooks hooks;
+    hooks.share = [this](bool progressed, std::function<void(std::int64_t)> done) {
+      rendezvous_.share_progress(progressed, std::move(done));
+    };
+    hooks.hang = [this](std::chrono::milliseconds idle) { on_hang(idle); };
+    hooks.error = [this](const std::string& line) { log_error(line); };
+    progress_.emplace(io_, options_.hang_timeout, std::move(hooks));
+    output_->on_output([this](int local_rank) {
+      if (progress_) progress_->progress(local_rank);
+    });
+  }
+
+  // No worker of the job progressed for --hang-timeout: say where every
+  // worker of this node is, then fail the group as a worker failure would
+  // (restart while restarts remain). The ranks stuck somewhere the others
+  // are not are killed first, so the failure summary names them as the
+  // root cause; the others are stopped as after any failure.
+  void on_hang(std::chrono::milliseconds idle) {
+    if (phase_ != phase::running) return;
+    ++hangs_;
+    double idle_s = static_cast<double>(idle.count()) / 1000.0;
+    log_error(fmt::format("hang: no progress from any worker for {:.1f} s (--hang-timeout={:g}); "
+                          "capturing every worker's stacks",
+                          idle_s, static_cast<double>(options_.hang_timeout.count()) / 1000.0));
+    capture_hang_stacks([this, idle_s](hang_report report) {
+      if (phase_ != phase::running) return;  // a worker failed or a signal came meanwhile
+      for (const auto& line : report.summary_lines) log_error(line);
+      nlohmann::ordered_json stuck = nlohmann::ordered_json::array();
+      for (const auto& w : workers_) {
+        auto where = report.where.find(w.local_rank);
+        stuck.push_back({{"rank", w.rank},
+                         {"local_rank", w.local_rank},
+                         {"pid", w.pid},
+                         {"where", where == report.where.end() ? "" : where->second},
+                         {"stacks", report.files.count(w.local_rank) > 0
+                                        ? report.files.at(w.local_rank)
+                                        : std::string()}});
+      }
+      reporter_.hang_detected({{"idle_s", idle_s},
+                               {"hang_timeout_s",
+                                static_cast<double>(options_.hang_timeout.count()) / 1000.0},
+                               {"workers", stuck}});
+      for (auto& w : workers_) {
+        if (!w.running || w.exited || report.culprits.count(w.local_rank) == 0) continue;
+        auto where = report.where.find(w.local_rank);
+        auto file = report.files.find(w.local_rank);
+        w.watchdog_signal = SIGKILL;
+        w.hang = fmt::format("no progress from any worker for {:.1f} s{}{}", idle_s,
+                             where == report.where.end() || where->second.empty()
+                                 ? std::string()
+                                 : "; it was in " + where->second,
+                             file == report.files.end() ? std::string()
+                                                        : "; stacks: " + file->second);
+        ::kill(w.pid, SIGKILL);
+      }
+    });
+  }
+
+  struct hang_report {
+    std::vector<std::string> summary_lines;
+    std::map<int, std::string> where;  // local rank -> "load_batch (train.py:42)"
+    std::map<int, std::string> files;  // local rank -> its stacks file
+    std::set<int> culprits;            // local ranks to kill first
+  };
+
+  // Without stack capture: every worker is a culprit.
+  void capture_hang_stacks(std::function<void(hang_report)> done) {
+    hang_report report;
+    for (const auto& w : workers_) {
+      if (w.running && !w.exited) report.culprits.insert(w.local_rank);
+    }
+    done(std::move(report));
   }
 
   // A worker not yet reaped (so its pid cannot have been reused), or null.
@@ -281,6 +371,7 @@ class elastic_agent::impl {
     // that bootstrap from the agent store never meet a previous round's keys.
     round_ = static_cast<int>(info.round);
     node_rank_ = info.group_rank;
+    if (progress_) progress_->start_round();
     reporter_.rendezvous_completed(info, global_rank(info, 0));
     const auto& spec = options_.spec;
     if (info.group_world_size > 1) {
@@ -300,6 +391,11 @@ class elastic_agent::impl {
       fs::remove(error_file, stale);
 
       spawn_request request{options_.program, options_.args, inherited_};
+      if (progress_) {
+        // Touching it (any write, or its times set) is progress.
+        request.env["DTRUN_HEARTBEAT_FILE"] = (rank_dir / "heartbeat").string();
+        progress_->watch_rank_dir(local_rank, rank_dir.string(), "heartbeat");
+      }
       for (auto& [k, v] : static_worker_env(spec, local_rank, inherited_)) request.env[k] = v;
       for (auto& [k, v] : round_worker_env(spec, info, local_rank, round_)) {
         request.env[k] = v;
@@ -379,7 +475,10 @@ class elastic_agent::impl {
     auto record = reporter_.worker_exited(
         worker_exit{round_, reporter_.host(), node_rank_, w.local_rank, w.rank, w.pid, status,
                     exited_at, w.error_file, fs::path(w.error_file).parent_path().string(),
-                    w.watchdog_signal != 0 && status.signal == w.watchdog_signal ? w.watchdog
+                    w.watchdog_signal != 0 && status.signal == w.watchdog_signal && w.hang.empty()
+                        ? w.watchdog
+                        : std::string(),
+                    w.watchdog_signal != 0 && status.signal == w.watchdog_signal ? w.hang
                                                                                  : std::string()},
         phase_ == phase::stopping, stop_signal_, [] {});
     if (phase_ == phase::running) {
@@ -443,6 +542,7 @@ class elastic_agent::impl {
   // workers can act on it) now, SIGKILL when the grace period ends.
   void begin_stop(int sig) {
     phase_ = phase::stopping;
+    if (progress_) progress_->stop();
     signal_workers(sig);
     if (sig != SIGKILL) signal_workers(SIGCONT);
     if (running_count() == 0) {
@@ -566,6 +666,7 @@ class elastic_agent::impl {
   // Leaves nothing of the round behind: grandchildren still in a worker's
   // group, and orphans that left it (adopted by us as subreaper).
   void end_round() {
+    if (progress_) progress_->stop();
     for (const auto& w : workers_) {
       signal_group(w.pid, SIGKILL);
       guard_->unwatch(w.pid);
@@ -605,6 +706,8 @@ class elastic_agent::impl {
   std::optional<orphan_guard> guard_;
   std::optional<worker_output> output_;
   std::optional<file_timer> watchdog_;
+  std::optional<progress_monitor> progress_;
+  int hangs_ = 0;
   std::string run_dir_;
   bool remove_run_dir_ = false;
 

@@ -46,6 +46,15 @@ struct agent_options {
   std::vector<std::vector<int>> worker_cpus;
   // Between the first (forwarded) signal and SIGKILL.
   std::chrono::milliseconds stop_timeout = std::chrono::seconds(30);
+  // --hang-timeout: this long without progress from any worker of the job
+  // is a hang (stacks captured, the group failed); 0: off.
+  std::chrono::milliseconds hang_timeout{0};
+  // Load dtrun's start-up hook in the workers (Python workers only), so
+  // their Python stacks can be captured.
+  bool stack_hook = false;
+  // --metrics-port (-1: no server; 0: any free port) and its address.
+  int metrics_port = -1;
+  std::string metrics_host = "127.0.0.1";
   // Signals forwarded to the workers (SIGCHLD is always watched). SIGUSR1
   // and SIGUSR2 are only forwarded (Slurm's preemption notice: the workers
   // checkpoint and decide); the others also stop the workers.

@@ -110,7 +110,8 @@ json to_json(const failure_record& r) {
          {"exit_code", r.exit_code},   {"signal", r.signal},     {"time_ms", r.time_ms},
          {"message", r.message},       {"traceback", r.traceback}, {"error_file", r.error_file},
          {"error_file_problem", r.error_file_problem}, {"log_file", r.log_file},
-         {"log_tail", r.log_tail},     {"watchdog", r.watchdog}};
+         {"log_tail", r.log_tail},     {"watchdog", r.watchdog},
+         {"hang", r.hang}};
   j["error_time"] = r.error_time ? json(*r.error_time) : json(nullptr);
   return j;
 }
@@ -137,6 +138,7 @@ std::optional<failure_record> failure_from_json(std::string_view text) {
   get_text(j, "error_file_problem", r.error_file_problem, max_record_text);
   get_text(j, "log_file", r.log_file, max_record_text);
   get_text(j, "watchdog", r.watchdog, max_record_text);
+  get_text(j, "hang", r.hang, max_record_text);
   if (auto tail = j.find("log_tail"); tail != j.end() && tail->is_array()) {
     for (const auto& line : *tail) {
       if (line.is_string() && r.log_tail.size() < max_record_lines) {
@@ -197,6 +199,7 @@ failure_record make_failure_record(const worker_exit& e, const error_file_limits
   r.signal = e.status.signal;
   r.time_ms = std::chrono::duration_cast<std::chrono::milliseconds>(e.time.time_since_epoch()).count();
   r.watchdog = e.watchdog;
+  r.hang = e.hang;
   auto file = load_error_file(e.error_file, limits);
   if (file.present) r.error_file = e.error_file;
   if (file.contents) {
@@ -249,6 +252,10 @@ std::string format_summary(const std::vector<failure_record>& failures, const su
     out += fmt::format("  watchdog  : killed by dtrun's file-timer watchdog: {}\n",
                        printable(root.watchdog));
   }
+  if (!root.hang.empty()) {
+    out += fmt::format("  hang      : killed by dtrun after a hang (--hang-timeout): {}\n",
+                       printable(root.hang));
+  }
   if (!root.message.empty()) {
     out += fmt::format("  error     : {}\n", printable(root.message));
     out += fmt::format("  error_file: {}\n", printable(root.error_file));
@@ -261,7 +268,7 @@ std::string format_summary(const std::vector<failure_record>& failures, const su
     if (!root.error_file_problem.empty()) {
       out += fmt::format("  error_file: {} is unusable: {}; ignored\n", printable(root.error_file),
                          printable(root.error_file_problem));
-    } else {
+    } else if (root.hang.empty()) {
       out += "  error     : no error file (decorate the entrypoint with torch.distributed.elastic."
              "multiprocessing.errors.record to see the exception here)\n";
     }
@@ -294,6 +301,7 @@ std::string format_summary(const std::vector<failure_record>& failures, const su
       const auto& o = *others[i];
       std::string why = !o.message.empty()    ? o.message
                         : !o.watchdog.empty() ? "killed by the file-timer watchdog: " + o.watchdog
+                        : !o.hang.empty()     ? "killed after a hang: " + o.hang
                                               : std::string("no error file");
       out += fmt::format("  rank {} (local_rank {}) on {} (node rank {}), pid {}: {} at {}: {}\n",
                          o.rank, o.local_rank, printable(o.host), o.node_rank, o.pid,

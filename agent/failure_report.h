@@ -43,6 +43,7 @@ struct failure_record {
   std::string log_file;     // the worker's redirected stderr, when it exists
   std::vector<std::string> log_tail;  // its last lines
   std::string watchdog;     // the file-timer watchdog killed it: which deadline
+  std::string hang;         // dtrun killed it after a hang (--hang-timeout): where it was
 };
 
 nlohmann::json to_json(const failure_record& r);
@@ -65,6 +66,9 @@ struct worker_exit {
   // Set when the file-timer watchdog sent the signal that ended it: the
   // expired deadline ("scope train.py#42 expired 1.0 s ago, SIGKILL sent").
   std::string watchdog;
+  // Set when dtrun killed it after detecting a hang: where it was stuck and
+  // where its stacks are.
+  std::string hang;
 };
 
 // Builds the record: reads the error file and, when there is none, the

@@ -155,6 +155,7 @@ void file_timer::on_line(const timer_line_splitter::line& line) {
     bad_line(fmt::format("{}: {}{}", error, printable(shown), line.text.size() > 200 ? "..." : ""));
     return;
   }
+  if (hooks_.request) hooks_.request(request->pid);
   if (request->is_release()) {
     table_.release(request->pid, request->scope_id);
     return;

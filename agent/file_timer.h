@@ -51,6 +51,9 @@ class file_timer {
     std::function<void(const timer_table::expired&)> expire;
     std::function<void(const std::string&)> error;  // one log line
     std::function<void(const std::string&)> debug;  // one log line
+    // A well-formed request (a deadline set or released) from `pid`: hang
+    // detection counts it as progress. May be empty.
+    std::function<void(pid_t)> request;
   };
 
   // Makes the pipe at `path` (mode 0600) and opens it. An existing named

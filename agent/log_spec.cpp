@@ -33,6 +33,7 @@ const char* route_name(stream_route route) {
     case stream_route::file: return "file";
     case stream_route::file_and_console: return "file+console";
     case stream_route::prefixed_console: return "console+prefix";
+    case stream_route::watched_console: return "console (watched)";
   }
   return "console";
 }
@@ -52,7 +53,8 @@ worker_routes log_spec::routes(int local_rank) const {
     }
     if ((redirected & stream) != 0) return stream_route::file;
     if (!shown) return stream_route::discard;
-    return local_ranks_filter ? stream_route::prefixed_console : stream_route::console;
+    if (local_ranks_filter) return stream_route::prefixed_console;
+    return watch_console ? stream_route::watched_console : stream_route::console;
   };
   return {route(std_out), route(std_err)};
 }

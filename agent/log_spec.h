@@ -43,6 +43,11 @@ enum class stream_route {
   // --tee: a pipe to the agent, which copies the bytes unchanged into the
   // file and, line by line with the rank's prefix, to its own stdout/stderr.
   file_and_console,
+  // What `console` becomes under --hang-timeout: a pipe to the agent, which
+  // copies each read unchanged (no prefix, no line assembly, so progress
+  // bars with '\r' look as before) to its own stdout/stderr, and so sees
+  // that the worker wrote something.
+  watched_console,
 };
 
 const char* route_name(stream_route route);
@@ -70,6 +75,9 @@ struct log_spec {
   // DefaultLogsSpecs layout). Empty: no file.
   std::vector<std::string> duplicate_stdout_filters;
   std::vector<std::string> duplicate_stderr_filters;
+  // --hang-timeout: the agent must see every shown stream's output, so
+  // `console` streams become `watched_console` pipes.
+  bool watch_console = false;
 
   worker_routes routes(int local_rank) const;
   // Whether any of `local_world_size` workers writes a log file.

@@ -113,6 +113,7 @@ std::optional<failure_record> run_reporter::worker_exited(const worker_exit& exi
     bool our_signal = s.signal == SIGTERM || s.signal == SIGKILL || s.signal == SIGCONT ||
                       (stop_signal != 0 && s.signal == stop_signal);
     bool failed_on_its_own = !record.message.empty() || !record.watchdog.empty() ||
+                             !record.hang.empty() ||
                              (s.signal != 0 && !our_signal);
     if (!failed_on_its_own) {
       stopped_ranks_.push_back(exit.rank);
@@ -131,6 +132,11 @@ std::optional<failure_record> run_reporter::worker_exited(const worker_exit& exi
                                                                  nlohmann::json::error_handler_t::replace),
                               std::move(published));
   return record;
+}
+
+void run_reporter::hang_detected(nlohmann::ordered_json fields) {
+  fields["round"] = round_;
+  events_.emit("hang_detected", std::move(fields));
 }
 
 void run_reporter::restart(int count, int max) {

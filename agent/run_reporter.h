@@ -50,6 +50,9 @@ class run_reporter {
   std::optional<failure_record> worker_exited(const worker_exit& exit, bool stopping,
                                               int stop_signal, std::function<void()> published);
 
+  // --hang-timeout: no progress anywhere for `fields.idle_s` seconds;
+  // `fields` names the stuck locations and the stack files.
+  void hang_detected(nlohmann::ordered_json fields);
   void restart(int count, int max);
   void group_stopping(std::string_view reason);
   void membership_change(std::string_view reason);

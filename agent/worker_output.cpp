@@ -86,11 +86,16 @@ struct worker_output::duplicate_file {
 // reads and console writes in flight keep it alive after end_round().
 class worker_output::piped_stream : public std::enable_shared_from_this<piped_stream> {
  public:
+  // `raw`: each read goes to the console as it is (no prefix, no lines).
+  // `on_bytes`: called after each read that brought bytes.
   piped_stream(asio::io_context& io, int read_fd, int file_fd, std::string file_path,
                console_sink& console, std::string prefix,
                std::function<void(const std::string&)>& log,
-               std::shared_ptr<duplicate_file> duplicates)
-      : pipe_(io, read_fd),
+               std::shared_ptr<duplicate_file> duplicates, bool raw,
+               std::function<void()> on_bytes)
+      : raw_(raw),
+        on_bytes_(std::move(on_bytes)),
+        pipe_(io, read_fd),
         file_fd_(file_fd),
         file_path_(std::move(file_path)),
         console_(console),
@@ -136,6 +141,12 @@ class worker_output::piped_stream : public std::enable_shared_from_this<piped_st
       } else {
         console_.write(out_, [self = shared_from_this()] { self->end(); });
       }
+      return;
+    }
+    if (on_bytes_ && n > 0) on_bytes_();
+    if (raw_) {
+      out_.assign(buffer_.data(), n);
+      console_.write(out_, [self = shared_from_this()] { self->read(); });
       return;
     }
     write_file(buffer_.data(), n);
@@ -196,6 +207,8 @@ class worker_output::piped_stream : public std::enable_shared_from_this<piped_st
     if (on_end) on_end();
   }
 
+  bool raw_;
+  std::function<void()> on_bytes_;
   asio::posix::stream_descriptor pipe_;
   int file_fd_;
   std::string file_path_;
@@ -241,6 +254,7 @@ int worker_output::open_stream(worker_slot& slot, int local_rank, stream_route r
     case stream_route::file:
       return open_or_throw(path, O_WRONLY | O_CREAT | O_TRUNC);
     case stream_route::prefixed_console:
+    case stream_route::watched_console:
     case stream_route::file_and_console: {
       int file_fd = route == stream_route::file_and_console
                         ? open_or_throw(path, O_WRONLY | O_CREAT | O_TRUNC)
@@ -254,8 +268,14 @@ int worker_output::open_stream(worker_slot& slot, int local_rank, stream_route r
       }
       // As torchrun: only tee'd lines are duplicated.
       if (route != stream_route::file_and_console) duplicates.reset();
-      slot.pipes.push_back(std::make_shared<piped_stream>(
-          io_, ends[0], file_fd, path, console(console_fd), prefix, log_, std::move(duplicates)));
+      bool raw = route == stream_route::watched_console;
+      if (raw) duplicates.reset();
+      auto on_bytes = [this, local_rank] {
+        if (on_output_) on_output_(local_rank);
+      };
+      slot.pipes.push_back(std::make_shared<piped_stream>(io_, ends[0], file_fd, path,
+                                                          console(console_fd), prefix, log_,
+                                                          std::move(duplicates), raw, on_bytes));
       return above_stdio(ends[1]);
     }
   }

@@ -11,6 +11,8 @@
 //                     agent's own stdout/stderr (console_sink)
 //   prefixed_console  the same pipe without the file (a rank shown by
 //                     --local-ranks-filter: its lines carry its prefix)
+//   watched_console   a pipe whose reads go unchanged to the console
+//                     (--hang-timeout: the agent sees that output came)
 //
 // Files: <rank_dir>/stdout.log and stderr.log (rank_dir is
 // <run dir>/attempt_<n>/<local_rank>, torchrun's layout).
@@ -71,6 +73,10 @@ class worker_output {
 
   const log_spec& spec() const { return spec_; }
 
+  // Called on the loop with the local rank each time bytes arrive from one
+  // of its piped streams (hang detection's "the worker wrote something").
+  void on_output(std::function<void(int local_rank)> callback) { on_output_ = std::move(callback); }
+
   // Creates what local_rank's streams need in `rank_dir` (which must
   // exist): log files, pipes. `prefix` starts each of its console lines.
   // Call spawned() after the spawn, whether it worked or not. Throws
@@ -114,6 +120,7 @@ class worker_output {
   boost::asio::io_context& io_;
   log_spec spec_;
   std::function<void(const std::string&)> log_;
+  std::function<void(int)> on_output_;
   std::chrono::milliseconds drain_grace_;
   std::uint64_t grace_armed_ = 0;  // last grace generation handed out
   int console_out_;

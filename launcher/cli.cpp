@@ -20,6 +20,8 @@ constexpr duration_limits stop_timeout_limits{true, max_duration_s};
 // torchrun sleeps this long between polls; dtrun does not poll, so even 0
 // (a busy loop in torchrun) costs nothing and is accepted.
 constexpr duration_limits monitor_interval_limits{true, max_duration_s};
+// 0 turns hang detection off.
+constexpr duration_limits hang_timeout_limits{true, max_duration_s};
 
 // "nproc-per-node" -> "--nproc-per-node,--nproc_per_node" (torchrun 2.x
 // accepts both; 1.13 scripts use the underscores).
@@ -118,6 +120,22 @@ void define_flags(CLI::App& app, launch_options& o) {
   add_option(app, "monitor-interval", o.monitor_interval,
              "Accepted for torchrun compatibility; dtrun reacts to events, it does not poll")
       ->check(seconds_within("--monitor-interval", monitor_interval_limits))
+      ->group(group_supervision);
+  add_option(app, "hang-timeout", o.hang_timeout,
+             "Seconds without progress from any worker (output, heartbeat file, file timer) "
+             "after which dtrun captures every rank's stacks and fails the group (0: off)")
+      ->check(seconds_within("--hang-timeout", hang_timeout_limits))
+      ->group(group_supervision);
+  add_flag(app, "no-stack-hook", o.no_stack_hook,
+           "Do not load dtrun's start-up hook in Python workers (then no Python stacks)")
+      ->group(group_supervision);
+  add_option(app, "metrics-port", o.metrics_port,
+             "Serve Prometheus metrics on /metrics and the status on /status at this port "
+             "(0: any free port, printed)")
+      ->check(whole_number("--metrics-port", 0, max_port))
+      ->group(group_supervision);
+  add_option(app, "metrics-host", o.metrics_host,
+             "Address the metrics server listens on (default 127.0.0.1: this machine only)")
       ->group(group_supervision);
   add_option(app, "start-method", o.start_method,
              "Accepted for torchrun compatibility (spawn, fork, forkserver)")

@@ -48,6 +48,11 @@ struct launch_options {
   std::string start_method = "spawn";  // accepted; only for function entrypoints
   double stop_timeout = 30.0;          // seconds
   std::string signals_to_handle = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
+  // Observability (docs/observability.md).
+  double hang_timeout = 0.0;  // seconds without progress from any worker; 0: off
+  bool no_stack_hook = false;  // no start-up hook in Python workers (no Python stacks)
+  int metrics_port = -1;       // --metrics-port; -1: no metrics server
+  std::string metrics_host = "127.0.0.1";
   // Program.
   std::string role = "default";
   bool module = false;

@@ -264,6 +264,14 @@ launch_config resolve_launch_config(const launch_options& o, const agent::env_ma
     throw usage_error(fmt::format("--max-restarts: '{}' is not a whole number from 0 to {}",
                                   o.max_restarts, max_restarts_limit));
   }
+  c.hang_timeout = seconds_to_duration(o.hang_timeout, "--hang-timeout", {true, max_duration_s});
+  c.stack_hook = !o.no_stack_hook && !o.no_python;
+  if (o.metrics_port > max_port) {
+    throw usage_error(fmt::format("--metrics-port: '{}' is not a whole number from 0 to {}",
+                                  o.metrics_port, max_port));
+  }
+  c.metrics_port = o.metrics_port;
+  c.metrics_host = o.metrics_host;
   c.signals = parse_signals(o.signals_to_handle);
   c.spec.signals_to_handle = o.signals_to_handle;
   c.log_dir = o.log_dir;
@@ -343,6 +351,11 @@ nlohmann::json to_json(const launch_config& c, const agent::env_map& env) {
       {"max_restarts", c.spec.max_restarts},
       {"stop_timeout_s", static_cast<double>(c.stop_timeout.count()) / 1000.0},
       {"signals_to_handle", signals},
+      {"hang_timeout_s", static_cast<double>(c.hang_timeout.count()) / 1000.0},
+      {"stack_hook", c.stack_hook},
+      {"metrics", c.metrics_port < 0 ? nlohmann::json()
+                                     : nlohmann::json(fmt::format("{}:{}", c.metrics_host,
+                                                                  c.metrics_port))},
       {"use_agent_store", c.spec.use_agent_store},
       {"store_access", to_json(c.store_access)},
       {"log_dir", c.log_dir},

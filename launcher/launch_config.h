@@ -54,6 +54,11 @@ struct launch_config {
   // Per-worker edits (legacy --local-rank, templates, scheduler variables).
   agent::worker_customization worker_args;
   std::chrono::milliseconds stop_timeout{30000};
+  // Observability: hang detection (0: off), the Python stack hook, metrics.
+  std::chrono::milliseconds hang_timeout{0};
+  bool stack_hook = true;
+  int metrics_port = -1;
+  std::string metrics_host = "127.0.0.1";
   std::vector<int> signals;
   std::string log_dir;
   // --redirects, --tee, --local-ranks-filter (launcher/log_options.h).

@@ -76,6 +76,10 @@ int launch(const launcher::launch_config& config, const agent::env_map& env) {
   options.worker_args = config.worker_args;
   options.worker_cpus = config.worker_cpus;
   options.stop_timeout = config.stop_timeout;
+  options.hang_timeout = config.hang_timeout;
+  options.stack_hook = config.stack_hook;
+  options.metrics_port = config.metrics_port;
+  options.metrics_host = config.metrics_host;
   options.signals = config.signals;
   options.log_dir = config.log_dir;
   options.logs = config.logs;

@@ -717,6 +717,23 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
     on_over_ = std::move(on_over);
   }
 
+  // r/<r>/progress: ADD 1 by each node whose workers progressed since its
+  // last tick (ADD 0 only reads), so every node sees the job's progress.
+  void share_progress(bool progressed, std::function<void(std::int64_t)> done) {
+    if (!ops_ || round_ < 0) return;
+    ops_->add(round_key(round_, "progress"), progressed ? 1 : 0, [done](store_result n) {
+      if (!n.error) done(n.number);
+    });
+  }
+
+  // dtrun/status/<run_id>/<node rank> and .../nodes, read by `dtrun status`.
+  void publish_status(std::string status_json) {
+    if (!ops_ || round_ < 0) return;
+    auto base = fmt::format("dtrun/status/{}/", options_.run_id);
+    ops_->set(base + std::to_string(group_rank_), std::move(status_json), [](store_result) {});
+    ops_->set(base + "nodes", std::to_string(members_), [](store_result) {});
+  }
+
   // A round that ends in failure costs the job one restart, however many
   // nodes report it: workers of one collective often fail together, so
   // several nodes may get here for the same round before any has seen the
@@ -926,6 +943,13 @@ void dynamic_rendezvous::publish_failure(std::int64_t round, std::string record,
 }
 void dynamic_rendezvous::round_failures(std::int64_t round, failures_completion done) {
   impl_->round_failures(round, std::move(done));
+}
+void dynamic_rendezvous::share_progress(bool progressed,
+                                        std::function<void(std::int64_t)> done) {
+  impl_->share_progress(progressed, std::move(done));
+}
+void dynamic_rendezvous::publish_status(std::string status_json) {
+  impl_->publish_status(std::move(status_json));
 }
 std::uint64_t dynamic_rendezvous::store_requests() const {
   return impl_->server_ ? impl_->server_->stats().requests : 0;

@@ -28,6 +28,12 @@ void rendezvous_handler::round_failures(std::int64_t round, failures_completion 
   done(std::move(records), total);
 }
 
+void rendezvous_handler::share_progress(bool progressed,
+                                        std::function<void(std::int64_t)> done) {
+  if (progressed) ++local_progress_;
+  done(local_progress_);
+}
+
 void rendezvous_handler::finish(std::function<void(std::exception_ptr)> done) { done(nullptr); }
 
 }  // namespace dtrun::rendezvous

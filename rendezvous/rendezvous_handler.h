@@ -105,7 +105,18 @@ class rendezvous_handler {
       std::function<void(std::vector<std::string> records, std::size_t total)>;
   virtual void round_failures(std::int64_t round, failures_completion done);
 
+  // Hang detection (--hang-timeout): tells the job whether this node's
+  // workers progressed since this node last called, and completes with a
+  // counter of the current round that grows whenever any node's did. On a
+  // store error it does not complete (no hang is declared on a guess).
+  virtual void share_progress(bool progressed, std::function<void(std::int64_t counter)> done);
+
+  // Publishes this node's status (JSON text, a few KiB) where `dtrun
+  // status --rdzv-endpoint` finds it: best effort, never fails the job.
+  virtual void publish_status(std::string status_json) { (void)status_json; }
+
  private:
+  std::int64_t local_progress_ = 0;
   int local_restarts_ = 0;
   std::map<std::int64_t, std::vector<std::string>> local_failures_;
 };

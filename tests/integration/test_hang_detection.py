@@ -1,0 +1,93 @@
+"""--hang-timeout: a job whose workers all stop making progress (no output,
+no heartbeat-file touch, no file-timer request) for the timeout is a hang:
+dtrun says so, captures where each worker is, kills the rank stuck apart
+from the others and fails (or restarts) the group. Progress of any kind
+on any node keeps the job alive, and the option is off by default."""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.environ["DTRUN_SOURCE_DIR"], "tests", "pyhelpers"))
+import dtrun_helpers as dh  # noqa: E402
+
+WORKER = str(dh.SOURCE_DIR / "tests" / "pyhelpers" / "hang_worker.py")
+
+
+def run(*flags, mode, nproc=2, timeout=120):
+    return dh.run(["--standalone", f"--nproc-per-node={nproc}", *flags, "--python", dh.PYTHON,
+                   WORKER, *mode], timeout=timeout)
+
+
+def test_a_silent_job_is_a_hang_and_fails_with_a_summary(tmp_path):
+    events = tmp_path / "events.jsonl"
+    r = run("--hang-timeout=1", f"--event-log={events}", mode=["stuck"])
+    assert r.returncode == 137, r.stderr
+    assert "hang: no progress from any worker for" in r.stderr
+    assert "hang      : killed by dtrun after a hang (--hang-timeout)" in r.stderr
+    hang = [e for e in dh.read_json_lines(events) if e["event"] == "hang_detected"]
+    assert len(hang) == 1
+    assert hang[0]["hang_timeout_s"] == 1
+    assert hang[0]["idle_s"] >= 1
+    assert sorted(w["rank"] for w in hang[0]["workers"]) == [0, 1]
+    failed = [e for e in dh.read_json_lines(events) if e["event"] == "job_failed"]
+    assert len(failed) == 1
+
+
+def test_a_hang_restarts_the_group_while_restarts_remain(tmp_path):
+    events = tmp_path / "events.jsonl"
+    r = run("--hang-timeout=1", "--max-restarts=1", f"--event-log={events}", mode=["stuck"])
+    assert r.returncode == 137, r.stderr
+    names = [e["event"] for e in dh.read_json_lines(events)]
+    assert names.count("hang_detected") == 2
+    assert names.count("restart") == 1
+
+
+def test_output_is_progress():
+    r = run("--hang-timeout=1", mode=["prints", "3"])
+    assert r.returncode == 0, r.stderr
+    assert "hang" not in r.stderr
+    # The watched console passes the lines through unchanged.
+    assert r.stdout.count("rank 0: step") >= 5
+    assert "[default0]" not in r.stdout
+
+
+def test_output_redirected_to_files_is_progress(tmp_path):
+    r = run("--hang-timeout=1", "--redirects=3", f"--log-dir={tmp_path}", mode=["prints", "3"])
+    assert r.returncode == 0, r.stderr
+    assert "hang" not in r.stderr
+    logs = list(tmp_path.glob("*/attempt_0/0/stdout.log"))
+    assert len(logs) == 1 and logs[0].read_text().count("rank 0: step") >= 5
+
+
+def test_touching_the_heartbeat_file_is_progress():
+    r = run("--hang-timeout=1", mode=["heartbeat", "3"])
+    assert r.returncode == 0, r.stderr
+    assert "hang" not in r.stderr
+
+
+def test_one_printing_rank_keeps_the_whole_job_alive():
+    r = run("--hang-timeout=1", mode=["rank0-prints", "3"])
+    assert r.returncode == 0, r.stderr
+
+
+def test_hang_detection_is_off_by_default():
+    r = run(mode=["silent", "2.5"])
+    assert r.returncode == 0, r.stderr
+    assert "hang" not in r.stderr
+
+
+def test_progress_on_another_node_keeps_a_silent_node_alive():
+    # Node 1's only worker (rank 1) never prints; rank 0 on node 0 does.
+    nodes = dh.run_two_local_nodes(["--nproc-per-node=1", "--hang-timeout=1.5", "--python",
+                                    dh.PYTHON], [WORKER, "rank0-prints", "5"])
+    for node in nodes:
+        assert node.returncode == 0, node.stderr
+        assert "hang" not in node.stderr
+
+
+def test_a_silent_multi_node_job_is_a_hang_on_every_node():
+    nodes = dh.run_two_local_nodes(["--nproc-per-node=1", "--hang-timeout=1", "--python",
+                                    dh.PYTHON], [WORKER, "silent", "3600"])
+    for node in nodes:
+        assert node.returncode == 137, node.stderr
+        assert "job failed" in node.stderr
