@@ -120,7 +120,7 @@ class connection : public std::enable_shared_from_this<connection> {
       return send({{"ok", false}, {"error", "the request has no string \"op\""}}, true);
     }
     auto answered = std::make_shared<bool>(false);
-    respond_fn respond = [weak = weak_from_this(), answered](nlohmann::ordered_json reply) {
+    control_socket::respond_fn respond = [weak = weak_from_this(), answered](nlohmann::ordered_json reply) {
       if (*answered) return;
       *answered = true;
       if (auto self = weak.lock(); self && !self->state_->stopped) self->send(reply, true);
@@ -152,8 +152,8 @@ class connection : public std::enable_shared_from_this<connection> {
   std::list<std::weak_ptr<connection>>::iterator entry_;
 };
 
-void accept(const state_ptr& st) {
-  st->acceptor.async_accept([weak = std::weak_ptr<control_socket::state>(st)](
+void accept(const state_ptr& server) {
+  server->acceptor.async_accept([weak = std::weak_ptr<control_socket::state>(server)](
                                 boost::system::error_code ec, unix_socket::socket socket) {
     auto st = weak.lock();
     if (!st || st->stopped || ec == asio::error::operation_aborted) return;

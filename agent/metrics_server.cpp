@@ -1,6 +1,7 @@
 #include "agent/metrics_server.h"
 
 #include <list>
+#include <optional>
 #include <stdexcept>
 
 #include <boost/asio/ip/tcp.hpp>
@@ -129,7 +130,7 @@ class session : public std::enable_shared_from_this<session> {
              unsigned version, bool allow_get = false) {
     auto response = std::make_shared<http::response<http::string_body>>(code, version);
     response->set(http::field::server, "dtrun");
-    response->set(http::field::content_type, type);
+    response->set(http::field::content_type, beast::string_view(type.data(), type.size()));
     if (allow_get) response->set(http::field::allow, "GET, HEAD");
     response->keep_alive(keep_alive);
     response->body() = std::move(body);
@@ -154,8 +155,8 @@ class session : public std::enable_shared_from_this<session> {
   bool head_only_ = false;
 };
 
-void accept(const state_ptr& st) {
-  st->acceptor.async_accept([weak = std::weak_ptr<metrics_server::state>(st)](
+void accept(const state_ptr& server) {
+  server->acceptor.async_accept([weak = std::weak_ptr<metrics_server::state>(server)](
                                 boost::system::error_code ec, tcp::socket socket) {
     auto st = weak.lock();
     if (!st || st->stopped || ec == asio::error::operation_aborted) return;
