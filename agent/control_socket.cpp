@@ -120,10 +120,13 @@ class connection : public std::enable_shared_from_this<connection> {
       return send({{"ok", false}, {"error", "the request has no string \"op\""}}, true);
     }
     auto answered = std::make_shared<bool>(false);
-    control_socket::respond_fn respond = [weak = weak_from_this(), answered](nlohmann::ordered_json reply) {
+    // Holds the connection until the handler answers (or drops respond
+    // without answering, which closes it).
+    control_socket::respond_fn respond = [self = shared_from_this(), answered](
+                                             nlohmann::ordered_json reply) {
       if (*answered) return;
       *answered = true;
-      if (auto self = weak.lock(); self && !self->state_->stopped) self->send(reply, true);
+      if (!self->state_->stopped) self->send(reply, true);
     };
     try {
       state_->handler(request, respond);

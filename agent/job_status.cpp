@@ -38,7 +38,7 @@ std::optional<std::int64_t> integer_in(const json& j, const char* key, std::int6
   if (it == j.end() || !it->is_number()) return std::nullopt;
   if (it->is_number_unsigned()) {
     auto u = it->get<std::uint64_t>();
-    if (u > static_cast<std::uint64_t>(hi)) return std::nullopt;
+    if (u > static_cast<std::uint64_t>(hi) || static_cast<std::int64_t>(u) < lo) return std::nullopt;
     return static_cast<std::int64_t>(u);
   }
   if (it->is_number_integer()) {

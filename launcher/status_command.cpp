@@ -1,5 +1,6 @@
 #include "launcher/status_command.h"
 
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <sstream>
@@ -132,7 +133,8 @@ std::optional<int> parse_status_args(int argc, const char* const* argv, status_o
                                      std::string& output) {
   CLI::App app("Show the running dtrun jobs of this user: job, nodes, workers.", "dtrun status");
   app.add_flag("--json", o.json, "Print dtrun.status/1 JSON documents (an array)");
-  auto* watch = app.add_option("--watch", o.watch_seconds, "Redraw every SECONDS (default 2) until Ctrl-C")
+  std::vector<std::string> watch_text;  // --watch alone gives none
+  auto* watch = app.add_option("--watch", watch_text, "Redraw every SECONDS (default 2) until Ctrl-C")
                     ->expected(0, 1)
                     ->type_name("[SECONDS]");
   int pid = 0;
@@ -143,7 +145,13 @@ std::optional<int> parse_status_args(int argc, const char* const* argv, status_o
   app.add_option("--rdzv-id,--rdzv_id", o.rdzv_id, "The job's run id (with --rdzv-endpoint)");
   if (auto code = parse_with(app, argc, argv, output)) return code;
   o.watch = watch->count() > 0;
-  if (o.watch && !(o.watch_seconds >= 0.1 && o.watch_seconds <= 86400)) {
+  bool number_ok = true;
+  if (!watch_text.empty() && !watch_text.back().empty()) {
+    const auto& t = watch_text.back();
+    auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), o.watch_seconds);
+    number_ok = ec == std::errc() && end == t.data() + t.size();
+  }
+  if (o.watch && !(number_ok && o.watch_seconds >= 0.1 && o.watch_seconds <= 86400)) {
     output = "dtrun status: --watch takes seconds between 0.1 and 86400\n";
     return 2;
   }

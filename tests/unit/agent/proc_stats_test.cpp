@@ -126,8 +126,8 @@ TEST_CASE("sampling cost per worker", "[.][bench]") {
   auto mid = std::chrono::steady_clock::now();
   for (int i = 0; i < 200; ++i) REQUIRE(sample_group(::getpgrp()));
   auto end = std::chrono::steady_clock::now();
-  WARN("sample_process: " << std::chrono::duration<double, std::micro>(mid - start).count() / n
-                          << " us; sample_group (scans /proc): "
-                          << std::chrono::duration<double, std::micro>(end - mid).count() / 200
-                          << " us");
+  using micros = std::chrono::duration<double, std::micro>;
+  double one = micros(mid - start).count() / n;
+  double group = micros(end - mid).count() / 200;
+  WARN("sample_process: " << one << " us; sample_group (scans /proc): " << group << " us");
 }
