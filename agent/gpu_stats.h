@@ -1,0 +1,131 @@
+// Per-process GPU figures from NVIDIA's NVML, for `dtrun status` and the
+// metrics. libnvidia-ml.so.1 is loaded at run time with dlopen (no link-
+// time dependency, no NVIDIA headers): a machine without the driver simply
+// has no GPU figures. The declarations below follow NVML's C ABI
+// (nvml.h, CUDA 11+ drivers).
+//
+// Not thread-safe; one instance per agent, used on its event loop. A
+// sample costs a few NVML calls per device (milliseconds), so sample at
+// the status/metrics rate, not per line of output.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dtrun::agent {
+
+// NVML's types, declared here with its ABI.
+namespace nvml {
+using return_t = int;  // nvmlReturn_t
+inline constexpr return_t success = 0;
+inline constexpr return_t error_not_found = 6;
+inline constexpr return_t error_insufficient_size = 7;
+struct device_st;
+using device_t = device_st*;  // nvmlDevice_t
+// nvmlProcessInfo_t as the _v2 and _v3 entry points fill it (v2 layout).
+struct process_info_t {
+  unsigned int pid;
+  unsigned long long used_gpu_memory;  // NVML_VALUE_NOT_AVAILABLE: ~0ull
+  unsigned int gpu_instance_id;
+  unsigned int compute_instance_id;
+};
+// nvmlProcessUtilizationSample_t
+struct process_utilization_sample_t {
+  unsigned int pid;
+  unsigned long long time_stamp;  // microseconds
+  unsigned int sm_util;           // percent
+  unsigned int mem_util;
+  unsigned int enc_util;
+  unsigned int dec_util;
+};
+struct utilization_t {  // nvmlUtilization_t
+  unsigned int gpu;
+  unsigned int memory;
+};
+struct memory_t {  // nvmlMemory_t
+  unsigned long long total;
+  unsigned long long free;
+  unsigned long long used;
+};
+static_assert(sizeof(process_info_t) == 24);
+static_assert(sizeof(process_utilization_sample_t) == 32);
+
+// The entry points used; a test fills them with fakes.
+struct functions {
+  return_t (*init)() = nullptr;      // nvmlInit_v2
+  return_t (*shutdown)() = nullptr;  // nvmlShutdown
+  return_t (*device_count)(unsigned int*) = nullptr;                 // nvmlDeviceGetCount_v2
+  return_t (*device_by_index)(unsigned int, device_t*) = nullptr;    // nvmlDeviceGetHandleByIndex_v2
+  // nvmlDeviceGetComputeRunningProcesses_v3 (or _v2: the same layout)
+  return_t (*compute_processes)(device_t, unsigned int*, process_info_t*) = nullptr;
+  // nvmlDeviceGetProcessUtilization; optional (not on every GPU)
+  return_t (*process_utilization)(device_t, process_utilization_sample_t*, unsigned int*,
+                                  unsigned long long) = nullptr;
+  return_t (*utilization_rates)(device_t, utilization_t*) = nullptr;  // nvmlDeviceGetUtilizationRates
+  return_t (*memory_info)(device_t, memory_t*) = nullptr;             // nvmlDeviceGetMemoryInfo
+};
+}  // namespace nvml
+
+struct gpu_device_usage {
+  unsigned int index = 0;
+  std::optional<unsigned int> utilization_percent;
+  std::uint64_t memory_used = 0;
+  std::uint64_t memory_total = 0;
+};
+
+struct gpu_process_usage {
+  std::uint64_t memory_bytes = 0;  // summed over devices
+  // The highest SM share on any device over the last interval; nullopt
+  // when NVML had no sample for the process (idle, or not supported).
+  std::optional<double> utilization_percent;
+};
+
+struct gpu_snapshot {
+  std::vector<gpu_device_usage> devices;
+  std::map<pid_t, gpu_process_usage> processes;  // by host pid, as NVML sees them
+};
+
+class gpu_stats {
+ public:
+  using log_fn = std::function<void(const std::string&)>;
+
+  // dlopens libnvidia-ml.so.1 and initialises NVML. When the library is
+  // absent or init fails, available() is false and `debug` got one line.
+  explicit gpu_stats(log_fn debug);
+  // With given entry points (tests, or a library loaded elsewhere);
+  // calls fns.init.
+  gpu_stats(nvml::functions fns, log_fn debug);
+  ~gpu_stats();  // nvmlShutdown and dlclose
+
+  gpu_stats(const gpu_stats&) = delete;
+  gpu_stats& operator=(const gpu_stats&) = delete;
+
+  bool available() const { return available_; }
+
+  // Every device and every compute process on it. Utilisation is over the
+  // time since the previous sample (NVML keeps a short history). Empty
+  // when unavailable; a device whose calls fail is skipped.
+  gpu_snapshot sample();
+
+  // The usage of a set of pids (a worker's process group) in `snapshot`:
+  // memory summed, utilisation the highest (nullopt when none of the pids
+  // is on a GPU).
+  static std::optional<gpu_process_usage> usage_of(const gpu_snapshot& snapshot,
+                                                   const std::vector<pid_t>& pids);
+
+ private:
+  void start(log_fn& debug);
+
+  nvml::functions fns_;
+  void* library_ = nullptr;
+  bool available_ = false;
+  std::map<unsigned int, unsigned long long> last_seen_;  // per device, NVML µs
+};
+
+}  // namespace dtrun::agent

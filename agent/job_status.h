@@ -1,0 +1,104 @@
+// What `dtrun status` shows and what `--metrics-port` serves: a snapshot of
+// one agent's job, its nodes and its workers, as plain structs.
+//
+// The agent fills a job_status from its own state (and proc_stats,
+// gpu_stats); to_json() is the versioned wire form other dtrun processes
+// read back with from_json(), and to_prometheus() the scrape form.
+// docs/status-notes.md lists every field and metric.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace dtrun::agent {
+
+// The schema to_json() writes. from_json() reads any "dtrun.status/1"
+// document and, best effort, documents without a schema field; a later
+// incompatible change bumps the number.
+inline constexpr std::string_view status_schema = "dtrun.status/1";
+
+// One worker process of this node. Times are seconds since the Unix epoch
+// (wall clock), durations seconds.
+struct worker_status {
+  int rank = 0;        // global rank
+  int local_rank = 0;
+  int node_rank = 0;   // the node it runs on (filled when nodes are merged)
+  std::int64_t pid = 0;
+  std::string state = "running";  // "running", "stopping" or "exited"
+  std::optional<int> exit_code;   // when exited: the code, or 128+signal
+  double started_at = 0;          // wall clock; 0 when unknown
+  double cpu_seconds = 0;         // user+system, the process group summed
+  std::optional<double> cpu_percent;  // over the last sampling interval; 100 = one core
+  std::uint64_t rss_bytes = 0;        // resident memory, the process group summed
+  // Since the worker last wrote a line; unknown when the agent does not see
+  // its output (the default: output goes straight to the terminal).
+  std::optional<double> seconds_since_output;
+  std::optional<double> gpu_utilization_percent;  // 0..100, NVML's per-process SM use
+  std::optional<std::uint64_t> gpu_memory_bytes;  // NVML's per-process used memory
+};
+
+// One node of a multi-node job, as the merged view sees it.
+struct node_status {
+  int node_rank = 0;
+  std::string host;
+  std::int64_t agent_pid = 0;
+  std::string state;  // the node agent's phase, or "unknown" when it published nothing
+  std::optional<double> last_heartbeat;  // wall clock of its last published status
+};
+
+struct job_status {
+  std::string run_id;
+  std::int64_t round = 0;         // rendezvous round (restart generation)
+  std::int64_t restarts_used = 0;
+  std::int64_t max_restarts = 0;
+  std::string host;               // this agent's host name
+  std::int64_t agent_pid = 0;
+  int node_rank = 0;
+  int nnodes = 1;
+  // What the agent does now: "rendezvous", "starting", "running",
+  // "stopping", "restarting", "succeeded", "failed" (free text on the wire).
+  std::string phase;
+  double started_at = 0;           // when the agent started, wall clock
+  double generated_at = 0;         // when this snapshot was taken, wall clock
+  std::uint64_t hangs_detected = 0;
+  std::uint64_t failures = 0;      // worker failures seen, all rounds
+  std::uint64_t rounds = 0;        // worker groups started, all rounds
+  std::vector<node_status> nodes;  // empty for one node
+  std::vector<worker_status> workers;
+};
+
+// The versioned JSON form; keys in a fixed order, unknown optionals as null.
+nlohmann::ordered_json to_json(const job_status& status);
+
+// Reads a document that another dtrun process wrote. Never throws: a
+// missing or ill-typed field keeps its default, numbers out of range or not
+// finite are dropped, strings are cut at 256 bytes and lists at 65536
+// entries. Returns nullopt (and says why in `error`) only when `document`
+// is not an object or names another schema.
+std::optional<job_status> from_json(const nlohmann::json& document, std::string& error);
+// The same for raw text (one JSON document).
+std::optional<job_status> parse_status(std::string_view text, std::string& error);
+
+// Prometheus text exposition format 0.0.4: HELP and TYPE for every family,
+// labels run_id and node_rank on each sample, plus rank, local_rank and
+// pid on the worker ones. Unknown optionals are left out, not written as 0.
+std::string to_prometheus(const job_status& status);
+
+// Escapes a label value for the exposition format: backslash, double quote
+// and newline.
+std::string escape_label_value(std::string_view value);
+
+// One view of a multi-node job from each node's own status (any order,
+// nullopt for a node that published nothing): the job fields come from the
+// lowest node that has them, `nodes` lists every node 0..n-1, `workers`
+// every node's workers with node_rank set, ordered by rank.
+job_status merge_nodes(const std::vector<std::optional<job_status>>& per_node);
+
+}  // namespace dtrun::agent

@@ -1,0 +1,247 @@
+#include "launcher/status_command.h"
+
+#include <charconv>
+#include <chrono>
+#include <cstdio>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "agent/control_client.h"
+#include "agent/job_status.h"
+#include "launcher/status_store.h"
+#include "launcher/status_table.h"
+#include "rendezvous/endpoint.h"
+#include "rendezvous/printable.h"
+#include "rendezvous/tcp_store_client.h"
+
+namespace dtrun::launcher {
+
+namespace {
+
+constexpr auto status_timeout = std::chrono::seconds(5);
+// Stacks are taken with py-spy or a signal and may take seconds per worker.
+constexpr auto stacks_timeout = std::chrono::seconds(120);
+
+const char* const no_job_hint =
+    "no running dtrun job found for this user on this machine; start one with `dtrun "
+    "--standalone --nproc-per-node=N train.py`, or reach a multi-node job with "
+    "--rdzv-endpoint HOST:PORT --rdzv-id ID";
+
+double wall_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// CLI11's own exit handling, into a string (tests read it).
+std::optional<int> parse_with(CLI::App& app, int argc, const char* const* argv, std::string& output) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    std::ostringstream out, err;
+    int code = app.exit(e, out, err);
+    output = out.str() + err.str();
+    return code == 0 ? 0 : 2;
+  }
+  return std::nullopt;
+}
+
+struct gathered {
+  std::vector<agent::job_status> statuses;
+  std::vector<std::string> errors;  // one line per agent that could not be asked
+};
+
+std::vector<agent::agent_endpoint> chosen_agents(std::optional<int> pid) {
+  auto agents = agent::find_local_agents();
+  if (!pid) return agents;
+  std::vector<agent::agent_endpoint> one;
+  for (auto& a : agents) {
+    if (a.pid == *pid) one.push_back(a);
+  }
+  return one;
+}
+
+gathered gather(const status_options& o) {
+  gathered g;
+  if (!o.rdzv_endpoint.empty()) {
+    auto ep = rendezvous::parse_endpoint(o.rdzv_endpoint, 29400);
+    if (!ep) {
+      g.errors.push_back(fmt::format("--rdzv-endpoint '{}' is not HOST:PORT", printable(o.rdzv_endpoint)));
+      return g;
+    }
+    try {
+      rendezvous::tcp_store_client_options options;
+      options.host = ep->host;
+      options.port = ep->port;
+      options.detect_dialect = true;
+      options.connect_timeout = status_timeout;
+      options.timeout = status_timeout;
+      rendezvous::tcp_store_client client(options);
+      std::string error;
+      if (auto s = read_job_status(client, o.rdzv_id, error)) {
+        g.statuses.push_back(std::move(*s));
+      } else {
+        g.errors.push_back(error);
+      }
+    } catch (const std::exception& e) {
+      g.errors.push_back(e.what());
+    }
+    return g;
+  }
+  for (const auto& a : chosen_agents(o.agent_pid)) {
+    try {
+      auto reply = agent::ask_agent(a.path, {{"op", "status"}}, status_timeout);
+      std::string error;
+      if (auto s = agent::from_json(reply, error)) {
+        g.statuses.push_back(std::move(*s));
+      } else {
+        g.errors.push_back(fmt::format("agent {}: {}", a.pid, error));
+      }
+    } catch (const std::exception& e) {
+      g.errors.push_back(fmt::format("agent {}: {}", a.pid, e.what()));
+    }
+  }
+  return g;
+}
+
+// One screenful; the exit code it stands for.
+int show(const status_options& o, const gathered& g, std::string& out) {
+  if (o.json) {
+    nlohmann::ordered_json all = nlohmann::ordered_json::array();
+    for (const auto& s : g.statuses) all.push_back(agent::to_json(s));
+    out += all.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  } else {
+    double now = wall_now();
+    for (std::size_t i = 0; i < g.statuses.size(); ++i) {
+      if (i > 0) out += "\n";
+      out += render_status(g.statuses[i], now);
+    }
+  }
+  if (!g.statuses.empty()) return 0;
+  return g.errors.empty() ? exit_no_job : 1;
+}
+
+void print_errors(const gathered& g) {
+  for (const auto& e : g.errors) fmt::print(stderr, "dtrun status: {}\n", printable(e));
+}
+
+}  // namespace
+
+std::optional<int> parse_status_args(int argc, const char* const* argv, status_options& o,
+                                     std::string& output) {
+  CLI::App app("Show the running dtrun jobs of this user: job, nodes, workers.", "dtrun status");
+  app.add_flag("--json", o.json, "Print dtrun.status/1 JSON documents (an array)");
+  std::vector<std::string> watch_text;  // --watch alone gives none
+  auto* watch = app.add_option("--watch", watch_text, "Redraw every SECONDS (default 2) until Ctrl-C")
+                    ->expected(0, 1)
+                    ->type_name("[SECONDS]");
+  int pid = 0;
+  auto* agent_flag = app.add_option("--agent", pid, "Ask only the agent with this pid")
+                         ->check(CLI::Range(1, 0x3fffffff));
+  app.add_option("--rdzv-endpoint,--rdzv_endpoint", o.rdzv_endpoint,
+                 "Read a multi-node job from its rendezvous store (HOST:PORT)");
+  app.add_option("--rdzv-id,--rdzv_id", o.rdzv_id, "The job's run id (with --rdzv-endpoint)");
+  if (auto code = parse_with(app, argc, argv, output)) return code;
+  o.watch = watch->count() > 0;
+  bool number_ok = true;
+  if (!watch_text.empty() && !watch_text.back().empty()) {
+    const auto& t = watch_text.back();
+    auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), o.watch_seconds);
+    number_ok = ec == std::errc() && end == t.data() + t.size();
+  }
+  if (o.watch && !(number_ok && o.watch_seconds >= 0.1 && o.watch_seconds <= 86400)) {
+    output = "dtrun status: --watch takes seconds between 0.1 and 86400\n";
+    return 2;
+  }
+  if (agent_flag->count() > 0) o.agent_pid = pid;
+  if (o.rdzv_endpoint.empty() != o.rdzv_id.empty()) {
+    output = "dtrun status: --rdzv-endpoint and --rdzv-id go together\n";
+    return 2;
+  }
+  if (!o.rdzv_endpoint.empty() && o.agent_pid) {
+    output = "dtrun status: --agent asks a local agent; it does not combine with --rdzv-endpoint\n";
+    return 2;
+  }
+  return std::nullopt;
+}
+
+int run_status_command(int argc, char** argv) {
+  status_options o;
+  std::string output;
+  if (auto code = parse_status_args(argc, argv, o, output)) {
+    std::fputs(output.c_str(), *code == 0 ? stdout : stderr);
+    return *code;
+  }
+  if (!o.watch) {
+    auto g = gather(o);
+    std::string out;
+    int code = show(o, g, out);
+    std::fputs(out.c_str(), stdout);
+    print_errors(g);
+    if (code == exit_no_job) fmt::print(stderr, "dtrun status: {}\n", no_job_hint);
+    return code;
+  }
+  // Redrawn until Ctrl-C (the default SIGINT action ends us; nothing to
+  // clean up).
+  auto period = std::chrono::duration<double>(o.watch_seconds);
+  while (true) {
+    auto g = gather(o);
+    std::string out = "\x1b[H\x1b[2J";  // home, clear screen
+    if (show(o, g, out) == exit_no_job) out += std::string(no_job_hint) + "\n";
+    for (const auto& e : g.errors) out += printable(e) + "\n";
+    std::fputs(out.c_str(), stdout);
+    std::fflush(stdout);
+    std::this_thread::sleep_for(period);
+  }
+}
+
+int run_stacks_command(int argc, char** argv) {
+  CLI::App app("Print the Python stacks of the workers of the running dtrun jobs.", "dtrun stacks");
+  bool json = false;
+  int pid = 0;
+  app.add_flag("--json", json, "Print each agent's reply as JSON");
+  auto* agent_flag = app.add_option("--agent", pid, "Ask only the agent with this pid")
+                         ->check(CLI::Range(1, 0x3fffffff));
+  std::string output;
+  if (auto code = parse_with(app, argc, argv, output)) {
+    std::fputs(output.c_str(), *code == 0 ? stdout : stderr);
+    return *code;
+  }
+  auto agents = chosen_agents(agent_flag->count() > 0 ? std::optional<int>(pid) : std::nullopt);
+  if (agents.empty()) {
+    fmt::print(stderr, "dtrun stacks: {}\n", no_job_hint);
+    return exit_no_job;
+  }
+  int code = 0;
+  for (const auto& a : agents) {
+    try {
+      auto reply = agent::ask_agent(a.path, {{"op", "stacks"}}, stacks_timeout);
+      if (json) {
+        fmt::print("{}\n", reply.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+        continue;
+      }
+      if (auto ok = reply.find("ok"); ok != reply.end() && *ok == false) {
+        auto error = reply.value("error", std::string("the agent refused"));
+        fmt::print(stderr, "dtrun stacks: agent {}: {}\n", a.pid, printable(error));
+        code = 1;
+        continue;
+      }
+      if (auto summary = reply.find("summary"); summary != reply.end() && summary->is_string()) {
+        fmt::print("{}\n", printable(summary->get<std::string>(), /*keep_newlines=*/true));
+      }
+      if (auto files = reply.find("files"); files != reply.end() && files->is_array()) {
+        for (const auto& f : *files) {
+          if (f.is_string()) fmt::print("  {}\n", printable(f.get<std::string>()));
+        }
+      }
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "dtrun stacks: agent {}: {}\n", a.pid, printable(e.what()));
+      code = 1;
+    }
+  }
+  return code;
+}
+
+}  // namespace dtrun::launcher
