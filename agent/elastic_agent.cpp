@@ -22,6 +22,7 @@
 
 #include "agent/exit_status.h"
 #include "agent/file_timer.h"
+#include "agent/job_monitor.h"
 #include "agent/orphan_guard.h"
 #include "agent/progress_monitor.h"
 #include "agent/worker_output.h"
@@ -41,6 +42,8 @@ struct worker {
   bool running = true;
   std::string error_file;
   bool exited = false;  // reaped; still `running` until its output is drained
+  std::chrono::system_clock::time_point started_at{};
+  std::optional<int> exit_code;  // once reaped
   // The file-timer watchdog sent it `watchdog_signal`: why, for the summary.
   int watchdog_signal = 0;
   std::string watchdog;
@@ -168,6 +171,7 @@ class elastic_agent::impl {
     }
     start_watchdog();
     start_hang_detection();
+    start_monitor();
     reporter_.agent_started(config_summary());
     start_round();
     io_.run();
@@ -277,6 +281,80 @@ class elastic_agent::impl {
     done(std::move(report));
   }
 
+  // `dtrun status`, `dtrun stacks`, --metrics-port, and the status a node
+  // of a multi-node job publishes.
+  void start_monitor() {
+    job_monitor::options opts;
+    opts.metrics_port = options_.metrics_port;
+    opts.metrics_host = options_.metrics_host;
+    opts.control_socket = options_.control_socket;
+    job_monitor::hooks hooks;
+    hooks.facts = [this] { return facts(); };
+    hooks.stacks = [this](control_socket::respond_fn respond) { stacks_on_request(std::move(respond)); };
+    hooks.publish = [this](std::string status) { rendezvous_.publish_status(std::move(status)); };
+    hooks.info = [this](const std::string& line) { log(line); };
+    hooks.warn = [this](const std::string& line) { log(fmt::format("warning: {}", line)); };
+    hooks.debug = [this](const std::string& line) { log_debug(line); };
+    monitor_.emplace(io_, std::move(opts), std::move(hooks));
+  }
+
+  agent_facts facts() const {
+    agent_facts f;
+    f.run_id = rendezvous_.run_id();
+    f.round = round_;
+    f.restarts_used = job_restarts_.value_or(restarts_seen_);
+    f.max_restarts = options_.spec.max_restarts;
+    f.node_rank = node_rank_;
+    f.nnodes = nnodes_;
+    f.phase = phase_name();
+    f.hangs = static_cast<std::uint64_t>(hangs_);
+    f.failures = failures_;
+    f.rounds = rounds_;
+    auto now = std::chrono::steady_clock::now();
+    for (const auto& w : workers_) {
+      agent_facts::worker fw;
+      fw.rank = w.rank;
+      fw.local_rank = w.local_rank;
+      fw.pid = w.pid;
+      fw.state = w.exited ? "exited" : phase_ == phase::stopping ? "stopping" : "running";
+      fw.exit_code = w.exit_code;
+      fw.started_at = std::chrono::duration<double>(w.started_at.time_since_epoch()).count();
+      if (progress_ && sees_output(w.local_rank)) {
+        if (auto last = progress_->last_progress(w.local_rank)) {
+          fw.seconds_since_output = std::chrono::duration<double>(now - *last).count();
+        }
+      }
+      f.workers.push_back(fw);
+    }
+    return f;
+  }
+
+  // Whether the agent sees local_rank's output (a pipe or a log file).
+  bool sees_output(int local_rank) const {
+    auto routes = options_.logs.routes(local_rank);
+    auto seen = [](stream_route r) {
+      return r != stream_route::console && r != stream_route::discard;
+    };
+    return seen(routes.out) || seen(routes.err);
+  }
+
+  std::string phase_name() const {
+    switch (phase_) {
+      case phase::starting: return "starting";
+      case phase::rendezvous: return "rendezvous";
+      case phase::running: return "running";
+      case phase::stopping: return "stopping";
+      case phase::exiting: return "exiting";
+      case phase::done: return exit_code_ == 0 ? "succeeded" : "failed";
+    }
+    return "unknown";
+  }
+
+  // `dtrun stacks`: every running worker's stacks, without stopping them.
+  void stacks_on_request(control_socket::respond_fn respond) {
+    respond({{"ok", false}, {"error", "stack capture is not available in this build"}});
+  }
+
   // A worker not yet reaped (so its pid cannot have been reused), or null.
   worker* live_worker(pid_t pid) {
     auto it = std::find_if(workers_.begin(), workers_.end(), [pid](const worker& w) {
@@ -371,6 +449,8 @@ class elastic_agent::impl {
     // that bootstrap from the agent store never meet a previous round's keys.
     round_ = static_cast<int>(info.round);
     node_rank_ = info.group_rank;
+    nnodes_ = info.group_world_size;
+    ++rounds_;
     if (progress_) progress_->start_round();
     reporter_.rendezvous_completed(info, global_rank(info, 0));
     const auto& spec = options_.spec;
@@ -425,8 +505,11 @@ class elastic_agent::impl {
       }
       guard_->watch(spawned.pid);
       reporter_.worker_started(local_rank, rank, spawned.pid);
-      workers_.push_back({local_rank, rank, spawned.pid, true, error_file});
+      worker started{local_rank, rank, spawned.pid, true, error_file};
+      started.started_at = std::chrono::system_clock::now();
+      workers_.push_back(std::move(started));
     }
+    if (monitor_ && info.group_world_size > 1) monitor_->start_publishing();
     // Another node failed, died or wants in: stop ours and meet again.
     rendezvous_.watch_round([this](std::string reason) {
       if (phase_ != phase::running && phase_ != phase::exiting) return;
@@ -454,6 +537,7 @@ class elastic_agent::impl {
       });
       if (it == workers_.end()) continue;
       it->exited = true;
+      it->exit_code = decode_wait_status(status).code;
       if (watchdog_) watchdog_->forget(pid);
       // Its last lines come before the agent reacts to its exit (at once
       // when its output is not piped through the agent).
@@ -488,6 +572,7 @@ class elastic_agent::impl {
                               w.local_rank, w.rank, w.pid, describe(status), why));
         reporter_.group_stopping(fmt::format("worker rank {} {}", w.rank, describe(status)));
         failure_ = failure{w.local_rank, w.rank, w.pid, status, w.error_file, false};
+        ++failures_;
         count_restart(fmt::format("worker rank {} {}", w.rank, describe(status)));
         begin_stop(SIGTERM);
       } else if (running_count() == 0) {
@@ -609,6 +694,7 @@ class elastic_agent::impl {
         restarts = options_.spec.max_restarts + 1;
       }
       job_restarts_ = restarts;
+      restarts_seen_ = restarts;
       if (awaiting_restart_count_) {
         awaiting_restart_count_ = false;
         decide_restart();
@@ -685,6 +771,7 @@ class elastic_agent::impl {
     reporter_.agent_exiting(code);
     cancel_stop_timer();
     watchdog_.reset();  // closes and removes the pipe
+    monitor_.reset();   // removes the control socket; closes the metrics port
     rendezvous_.shutdown();
     // The signal set stays installed until the agent is destroyed, so a
     // late Ctrl-C cannot kill the agent halfway through its teardown.
@@ -707,7 +794,12 @@ class elastic_agent::impl {
   std::optional<worker_output> output_;
   std::optional<file_timer> watchdog_;
   std::optional<progress_monitor> progress_;
+  std::optional<job_monitor> monitor_;
   int hangs_ = 0;
+  int nnodes_ = 1;
+  std::uint64_t rounds_ = 0;
+  std::uint64_t failures_ = 0;
+  int restarts_seen_ = 0;
   std::string run_dir_;
   bool remove_run_dir_ = false;
 

@@ -55,6 +55,9 @@ struct agent_options {
   // --metrics-port (-1: no server; 0: any free port) and its address.
   int metrics_port = -1;
   std::string metrics_host = "127.0.0.1";
+  // The control socket `dtrun status` and `dtrun stacks` ask (tests of
+  // the agent alone turn it off).
+  bool control_socket = true;
   // Signals forwarded to the workers (SIGCHLD is always watched). SIGUSR1
   // and SIGUSR2 are only forwarded (Slurm's preemption notice: the workers
   // checkpoint and decide); the others also stop the workers.

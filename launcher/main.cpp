@@ -5,6 +5,7 @@
 #include <exception>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <boost/asio/io_context.hpp>
@@ -19,6 +20,7 @@
 #include "launcher/launch_config.h"
 #include "launcher/legacy_launch.h"
 #include "launcher/scheduler_env.h"
+#include "launcher/status_command.h"
 #include "rendezvous/dynamic_rendezvous.h"
 #include "rendezvous/printable.h"
 #include "rendezvous/standalone_rendezvous.h"
@@ -91,6 +93,14 @@ int launch(const launcher::launch_config& config, const agent::env_map& env) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // `dtrun status` and `dtrun stacks` look at running jobs. Only as the
+  // first word: a script of that name runs as `dtrun ./status`.
+  if (argc > 1 && std::string_view(argv[1]) == "status") {
+    return launcher::run_status_command(argc - 1, argv + 1);
+  }
+  if (argc > 1 && std::string_view(argv[1]) == "stacks") {
+    return launcher::run_stacks_command(argc - 1, argv + 1);
+  }
   try {
     std::vector<std::string> args(argv + 1, argv + argc);
     launcher::parse_result parsed = launcher::parse_command_line(args);

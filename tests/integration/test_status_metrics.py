@@ -1,0 +1,165 @@
+"""`dtrun status`, `dtrun stacks`'s reachability and --metrics-port, on a
+real running job: the figures are checked against /proc, the endpoints
+speak HTTP and Prometheus text, and nothing is left once the job ends.
+
+Each test gives the job and the commands its own XDG_RUNTIME_DIR, so the
+control sockets of jobs that other tests run at the same time are not
+seen here."""
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from contextlib import contextmanager
+from pathlib import Path
+
+sys.path.insert(0, os.path.join(os.environ["DTRUN_SOURCE_DIR"], "tests", "pyhelpers"))
+import dtrun_helpers as dh  # noqa: E402
+
+
+def page_size():
+    return os.sysconf("SC_PAGE_SIZE")
+
+
+def rss_bytes(pid):
+    return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * page_size()
+
+
+def children(pid):
+    return sorted(int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split())
+
+
+@contextmanager
+def running_job(tmp_path, *flags, nproc=2):
+    """A --standalone job whose workers each say 'ready' on a FIFO and then
+    wait; yields (proc, env, fifo) once every worker is ready."""
+    runtime = tmp_path / "runtime"
+    runtime.mkdir(mode=0o700)
+    env = dh.job_env(XDG_RUNTIME_DIR=str(runtime))
+    fifo = dh.Fifo(tmp_path)
+    script = f"echo ready > {fifo.path}; exec sleep 600"
+    proc = dh.start(["--standalone", f"--nproc-per-node={nproc}", *flags, "--no-python",
+                     "/bin/sh", "-c", script], env)
+    try:
+        fifo.lines(nproc)
+        yield proc, env
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            proc.communicate(timeout=60)
+        fifo.close()
+        dh.kill_marked(env["DTRUN_TEST_MARK"])
+
+
+def dtrun(*args, env):
+    return subprocess.run([str(dh.DTRUN), *args], env=env, capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_status_json_matches_proc(tmp_path):
+    with running_job(tmp_path) as (proc, env):
+        r = dtrun("status", "--json", env=env)
+        assert r.returncode == 0, r.stderr
+        docs = json.loads(r.stdout)
+        assert len(docs) == 1
+        doc = docs[0]
+        assert doc["schema"] == "dtrun.status/1"
+        assert doc["agent_pid"] == proc.pid
+        assert doc["phase"] == "running"
+        assert doc["restarts_used"] == 0 and doc["round"] == 0
+        workers = sorted(doc["workers"], key=lambda w: w["rank"])
+        assert [w["rank"] for w in workers] == [0, 1]
+        pids = [w["pid"] for w in workers]
+        # The agent's children are its workers and its orphan guard.
+        assert set(pids) <= set(children(proc.pid))
+        for w in workers:
+            assert w["state"] == "running"
+            real = rss_bytes(w["pid"])
+            assert 0.5 * real <= w["rss_bytes"] <= 2 * real + 4 * 1024 * 1024
+            assert w["cpu_seconds"] >= 0
+            # Console output is not watched without --hang-timeout.
+            assert w["seconds_since_output"] is None
+
+
+def test_status_table_names_every_worker(tmp_path):
+    with running_job(tmp_path) as (proc, env):
+        doc = json.loads(dtrun("status", "--json", env=env).stdout)[0]
+        r = dtrun("status", env=env)
+        assert r.returncode == 0, r.stderr
+        assert doc["run_id"] in r.stdout
+        for w in doc["workers"]:
+            assert re.search(rf"\b{w['pid']}\b", r.stdout), r.stdout
+
+
+def test_no_running_job_is_exit_3(tmp_path):
+    runtime = tmp_path / "runtime"
+    runtime.mkdir(mode=0o700)
+    r = dtrun("status", env=dh.job_env(XDG_RUNTIME_DIR=str(runtime)))
+    assert r.returncode == 3
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_the_control_socket_is_gone_after_the_job(tmp_path):
+    with running_job(tmp_path) as (proc, env):
+        sockets = list((tmp_path / "runtime" / "dtrun").glob("*.sock"))
+        assert [s.name for s in sockets] == [f"{proc.pid}.sock"]
+    assert list((tmp_path / "runtime" / "dtrun").glob("*.sock")) == []
+
+
+def get(url):
+    with urllib.request.urlopen(url, timeout=30) as reply:
+        return reply.status, reply.headers.get("Content-Type"), reply.read().decode()
+
+
+def test_metrics_endpoint(tmp_path):
+    runtime = tmp_path / "runtime"
+    runtime.mkdir(mode=0o700)
+    env = dh.job_env(XDG_RUNTIME_DIR=str(runtime))
+    fifo = dh.Fifo(tmp_path)
+    proc = dh.start(["--standalone", "--nproc-per-node=2", "--metrics-port=0", "--no-python",
+                     "/bin/sh", "-c", f"echo ready > {fifo.path}; exec sleep 600"], env)
+    try:
+        line = dh.wait_for_stderr(proc, "metrics: http://")
+        base = re.search(r"(http://127\.0\.0\.1:\d+)/metrics", line).group(1)
+        fifo.lines(2)
+        status, ctype, body = get(base + "/metrics")
+        assert status == 200 and ctype.startswith("text/plain")
+        assert "# TYPE dtrun_restarts_total counter" in body
+        assert re.search(r"^dtrun_restarts_total\{[^}]*\} 0$", body, re.M), body
+        rss = re.findall(r'^dtrun_worker_rss_bytes\{[^}]*rank="(\d)"[^}]*\} (\d+)', body, re.M)
+        assert sorted(r for r, _ in rss) == ["0", "1"] and all(int(v) > 0 for _, v in rss)
+        status, ctype, body = get(base + "/status")
+        assert ctype.startswith("application/json")
+        doc = json.loads(body)
+        assert doc["schema"] == "dtrun.status/1" and len(doc["workers"]) == 2
+        try:
+            get(base + "/nothing")
+            raise AssertionError("/nothing answered")
+        except urllib.error.HTTPError as e:
+            assert e.code == 404
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)
+        fifo.close()
+        dh.kill_marked(env["DTRUN_TEST_MARK"])
+
+
+def test_a_metrics_port_in_use_is_one_line_and_no_worker_starts(tmp_path):
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    port = holder.getsockname()[1]
+    marker = tmp_path / "started"
+    try:
+        r = dh.run(["--standalone", f"--metrics-port={port}", "--no-python", "/bin/sh", "-c",
+                    f"touch {marker}"])
+    finally:
+        holder.close()
+    assert r.returncode != 0
+    assert f"--metrics-port {port}" in r.stderr and "in use" in r.stderr
+    assert not marker.exists()
