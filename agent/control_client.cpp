@@ -81,9 +81,17 @@ std::vector<agent_endpoint> find_agents_in(const std::string& dir) {
 }
 
 std::vector<agent_endpoint> find_local_agents() {
-  auto dir = find_control_dir(/*create=*/false);
-  if (!dir.path) return {};
-  return find_agents_in(*dir.path);
+  std::vector<agent_endpoint> all;
+  for (const auto& dir : control_dirs_to_search()) {
+    for (auto& found : find_agents_in(dir)) {
+      bool seen = std::any_of(all.begin(), all.end(),
+                              [&](const agent_endpoint& a) { return a.pid == found.pid; });
+      if (!seen) all.push_back(std::move(found));
+    }
+  }
+  std::sort(all.begin(), all.end(),
+            [](const agent_endpoint& a, const agent_endpoint& b) { return a.pid < b.pid; });
+  return all;
 }
 
 nlohmann::json ask_agent(const std::string& path, const nlohmann::json& request,

@@ -50,8 +50,31 @@ control_dir_result find_control_dir(const std::optional<std::string>& xdg_runtim
 }
 
 control_dir_result find_control_dir(bool create) {
+  const char* chosen = std::getenv("DTRUN_CONTROL_DIR");
+  if (chosen != nullptr && *chosen != '\0') return make_and_check(chosen, create, ::getuid());
   const char* xdg = std::getenv("XDG_RUNTIME_DIR");
   return find_control_dir(xdg ? std::optional<std::string>(xdg) : std::nullopt, create, ::getuid());
+}
+
+}  // namespace dtrun::agent
+
+namespace dtrun::agent {
+
+std::vector<std::string> control_dirs_to_search() {
+  const char* chosen = std::getenv("DTRUN_CONTROL_DIR");
+  if (chosen != nullptr && *chosen != '\0') {
+    auto found = find_control_dir(/*create=*/false);
+    return found.path ? std::vector<std::string>{*found.path} : std::vector<std::string>{};
+  }
+  std::vector<std::string> dirs;
+  const char* xdg = std::getenv("XDG_RUNTIME_DIR");
+  if (xdg != nullptr && *xdg == '/') {
+    std::string dir = std::string(xdg) + "/dtrun";
+    if (!unsafe_dir_reason(dir, ::getuid())) dirs.push_back(dir);
+  }
+  std::string tmp = fmt::format("/tmp/dtrun-{}", ::getuid());
+  if (!unsafe_dir_reason(tmp, ::getuid())) dirs.push_back(tmp);
+  return dirs;
 }
 
 }  // namespace dtrun::agent

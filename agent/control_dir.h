@@ -5,6 +5,8 @@
 // could be swapped for theirs.
 #pragma once
 
+#include <vector>
+
 #include <sys/types.h>
 
 #include <optional>
@@ -24,8 +26,16 @@ struct control_dir_result {
 control_dir_result find_control_dir(const std::optional<std::string>& xdg_runtime_dir,
                                     bool create, uid_t uid, const std::string& tmp = "/tmp");
 
-// The same for this process: $XDG_RUNTIME_DIR and getuid().
+// The same for this process: $DTRUN_CONTROL_DIR when set (that folder
+// only: isolated setups and tests), else from $XDG_RUNTIME_DIR and
+// getuid().
 control_dir_result find_control_dir(bool create);
+
+// Every folder a client should look in for this process's user: the
+// $DTRUN_CONTROL_DIR override alone, else both $XDG_RUNTIME_DIR/dtrun and
+// /tmp/dtrun-<uid> (an agent started without XDG_RUNTIME_DIR, e.g. by a
+// batch system, is found from a login shell that has it). Only usable ones.
+std::vector<std::string> control_dirs_to_search();
 
 // Why `path` may not hold our sockets (nullopt when it may): not a
 // directory (a symbolic link is not followed), owned by another user, or

@@ -291,7 +291,13 @@ class elastic_agent::impl {
     job_monitor::hooks hooks;
     hooks.facts = [this] { return facts(); };
     hooks.stacks = [this](control_socket::respond_fn respond) { stacks_on_request(std::move(respond)); };
-    hooks.publish = [this](std::string status) { rendezvous_.publish_status(std::move(status)); };
+    hooks.publish = [this](std::string status) {
+      rendezvous_.publish_status(std::move(status), [this, round = round_] {
+        if (published_round_ == round) return;
+        published_round_ = round;  // said once per round: tests wait for it
+        log_debug(fmt::format("round {}: status published to the store", round));
+      });
+    };
     hooks.info = [this](const std::string& line) { log(line); };
     hooks.warn = [this](const std::string& line) { log(fmt::format("warning: {}", line)); };
     hooks.debug = [this](const std::string& line) { log_debug(line); };
@@ -800,6 +806,7 @@ class elastic_agent::impl {
   std::uint64_t rounds_ = 0;
   std::uint64_t failures_ = 0;
   int restarts_seen_ = 0;
+  int published_round_ = -1;
   std::string run_dir_;
   bool remove_run_dir_ = false;
 

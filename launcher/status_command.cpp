@@ -51,6 +51,7 @@ std::optional<int> parse_with(CLI::App& app, int argc, const char* const* argv, 
 struct gathered {
   std::vector<agent::job_status> statuses;
   std::vector<std::string> errors;  // one line per agent that could not be asked
+  std::string not_found;            // the store was asked and has no such job
 };
 
 std::vector<agent::agent_endpoint> chosen_agents(std::optional<int> pid) {
@@ -80,6 +81,12 @@ gathered gather(const status_options& o) {
       options.timeout = status_timeout;
       rendezvous::tcp_store_client client(options);
       std::string error;
+      if (!client.check({status_count_key(o.rdzv_id)})) {
+        g.not_found = fmt::format("no dtrun agent published a status for run id '{}' at {} (is "
+                                  "the job running, with this --rdzv-id?)",
+                                  printable(o.rdzv_id), printable(o.rdzv_endpoint));
+        return g;
+      }
       if (auto s = read_job_status(client, o.rdzv_id, error)) {
         g.statuses.push_back(std::move(*s));
       } else {
@@ -120,7 +127,7 @@ int show(const status_options& o, const gathered& g, std::string& out) {
     }
   }
   if (!g.statuses.empty()) return 0;
-  return g.errors.empty() ? exit_no_job : 1;
+  return g.errors.empty() ? exit_no_job : 1;  // not_found leaves errors empty
 }
 
 void print_errors(const gathered& g) {
@@ -180,7 +187,10 @@ int run_status_command(int argc, char** argv) {
     int code = show(o, g, out);
     std::fputs(out.c_str(), stdout);
     print_errors(g);
-    if (code == exit_no_job) fmt::print(stderr, "dtrun status: {}\n", no_job_hint);
+    if (code == exit_no_job) {
+      fmt::print(stderr, "dtrun status: {}\n",
+                 g.not_found.empty() ? no_job_hint : printable(g.not_found));
+    }
     return code;
   }
   // Redrawn until Ctrl-C (the default SIGINT action ends us; nothing to

@@ -727,11 +727,13 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   }
 
   // dtrun/status/<run_id>/<node rank> and .../nodes, read by `dtrun status`.
-  void publish_status(std::string status_json) {
+  void publish_status(std::string status_json, std::function<void()> stored) {
     if (!ops_ || round_ < 0) return;
     auto base = fmt::format("dtrun/status/{}/", options_.run_id);
     ops_->set(base + std::to_string(group_rank_), std::move(status_json), [](store_result) {});
-    ops_->set(base + "nodes", std::to_string(members_), [](store_result) {});
+    ops_->set(base + "nodes", std::to_string(members_), [stored](store_result r) {
+      if (!r.error && stored) stored();
+    });
   }
 
   // A round that ends in failure costs the job one restart, however many
@@ -948,8 +950,8 @@ void dynamic_rendezvous::share_progress(bool progressed,
                                         std::function<void(std::int64_t)> done) {
   impl_->share_progress(progressed, std::move(done));
 }
-void dynamic_rendezvous::publish_status(std::string status_json) {
-  impl_->publish_status(std::move(status_json));
+void dynamic_rendezvous::publish_status(std::string status_json, std::function<void()> stored) {
+  impl_->publish_status(std::move(status_json), std::move(stored));
 }
 std::uint64_t dynamic_rendezvous::store_requests() const {
   return impl_->server_ ? impl_->server_->stats().requests : 0;

@@ -91,7 +91,7 @@ class dynamic_rendezvous final : public rendezvous_handler {
   void publish_failure(std::int64_t round, std::string record, std::function<void()> done) override;
   void round_failures(std::int64_t round, failures_completion done) override;
   void share_progress(bool progressed, std::function<void(std::int64_t)> done) override;
-  void publish_status(std::string status_json) override;
+  void publish_status(std::string status_json, std::function<void()> stored) override;
 
   // The store's port when this node hosts it (0 otherwise).
   std::uint16_t store_port() const;

@@ -113,7 +113,11 @@ class rendezvous_handler {
 
   // Publishes this node's status (JSON text, a few KiB) where `dtrun
   // status --rdzv-endpoint` finds it: best effort, never fails the job.
-  virtual void publish_status(std::string status_json) { (void)status_json; }
+  // `stored` is called once the store has it (never on an error).
+  virtual void publish_status(std::string status_json, std::function<void()> stored) {
+    (void)status_json;
+    (void)stored;
+  }
 
  private:
   std::int64_t local_progress_ = 0;

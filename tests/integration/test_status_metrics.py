@@ -2,8 +2,8 @@
 real running job: the figures are checked against /proc, the endpoints
 speak HTTP and Prometheus text, and nothing is left once the job ends.
 
-Each test gives the job and the commands its own XDG_RUNTIME_DIR, so the
-control sockets of jobs that other tests run at the same time are not
+Each test gives the job and the commands their own DTRUN_CONTROL_DIR, so
+the control sockets of jobs that other tests run at the same time are not
 seen here."""
 
 import json
@@ -38,9 +38,7 @@ def children(pid):
 def running_job(tmp_path, *flags, nproc=2):
     """A --standalone job whose workers each say 'ready' on a FIFO and then
     wait; yields (proc, env, fifo) once every worker is ready."""
-    runtime = tmp_path / "runtime"
-    runtime.mkdir(mode=0o700)
-    env = dh.job_env(XDG_RUNTIME_DIR=str(runtime))
+    env = dh.job_env(DTRUN_CONTROL_DIR=str(tmp_path / "control"))
     fifo = dh.Fifo(tmp_path)
     script = f"echo ready > {fifo.path}; exec sleep 600"
     proc = dh.start(["--standalone", f"--nproc-per-node={nproc}", *flags, "--no-python",
@@ -97,18 +95,17 @@ def test_status_table_names_every_worker(tmp_path):
 
 
 def test_no_running_job_is_exit_3(tmp_path):
-    runtime = tmp_path / "runtime"
-    runtime.mkdir(mode=0o700)
-    r = dtrun("status", env=dh.job_env(XDG_RUNTIME_DIR=str(runtime)))
+    r = dtrun("status", env=dh.job_env(DTRUN_CONTROL_DIR=str(tmp_path / "control")))
     assert r.returncode == 3
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
 
 
 def test_the_control_socket_is_gone_after_the_job(tmp_path):
     with running_job(tmp_path) as (proc, env):
-        sockets = list((tmp_path / "runtime" / "dtrun").glob("*.sock"))
+        sockets = list((tmp_path / "control").glob("*.sock"))
         assert [s.name for s in sockets] == [f"{proc.pid}.sock"]
-    assert list((tmp_path / "runtime" / "dtrun").glob("*.sock")) == []
+        assert (tmp_path / "control").stat().st_mode & 0o777 == 0o700
+    assert list((tmp_path / "control").glob("*.sock")) == []
 
 
 def get(url):
@@ -117,9 +114,7 @@ def get(url):
 
 
 def test_metrics_endpoint(tmp_path):
-    runtime = tmp_path / "runtime"
-    runtime.mkdir(mode=0o700)
-    env = dh.job_env(XDG_RUNTIME_DIR=str(runtime))
+    env = dh.job_env(DTRUN_CONTROL_DIR=str(tmp_path / "control"))
     fifo = dh.Fifo(tmp_path)
     proc = dh.start(["--standalone", "--nproc-per-node=2", "--metrics-port=0", "--no-python",
                      "/bin/sh", "-c", f"echo ready > {fifo.path}; exec sleep 600"], env)
@@ -163,3 +158,40 @@ def test_a_metrics_port_in_use_is_one_line_and_no_worker_starts(tmp_path):
     assert r.returncode != 0
     assert f"--metrics-port {port}" in r.stderr and "in use" in r.stderr
     assert not marker.exists()
+
+
+def test_status_of_a_multi_node_job_from_its_store(tmp_path):
+    port = dh.free_port()
+    env = dh.job_env(DTRUN_CONTROL_DIR=str(tmp_path / "control"))
+    fifo = dh.Fifo(tmp_path)
+    run_id = f"status-{env['DTRUN_TEST_MARK'][:8]}"
+    procs = []
+    try:
+        for is_host in (1, 0):
+            procs.append(dh.start(
+                ["--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=c10d",
+                 f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-id={run_id}",
+                 f"--rdzv-conf={dh.FAST_RDZV},is_host={is_host}", "-v", "--no-python",
+                 "/bin/sh", "-c", f"echo ready > {fifo.path}; exec sleep 600"], env))
+        for p in procs:
+            dh.wait_for_stderr(p, "round 0: status published to the store")
+        fifo.lines(2)
+        r = dtrun("status", "--json", f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-id={run_id}",
+                  env=env)
+        assert r.returncode == 0, r.stderr
+        [doc] = json.loads(r.stdout)
+        assert doc["run_id"] == run_id and doc["nnodes"] == 2
+        assert sorted(n["agent_pid"] for n in doc["nodes"]) == sorted(p.pid for p in procs)
+        assert all(n["state"] == "running" for n in doc["nodes"])
+        assert sorted((w["rank"], w["node_rank"]) for w in doc["workers"]) == [(0, 0), (1, 1)]
+        r = dtrun("status", "--json", f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=other",
+                  env=env)
+        assert r.returncode == 3, r.stdout
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in procs:
+            p.communicate(timeout=60)
+        fifo.close()
+        dh.kill_marked(env["DTRUN_TEST_MARK"])
