@@ -1,6 +1,7 @@
 #include "agent/stack_dump.h"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <map>
 #include <tuple>
