@@ -1,0 +1,188 @@
+// Real workers, real signals: two hooked /usr/bin/python3 processes stuck
+// in user functions and one process without a hook, captured on a real
+// io_context. Readiness is a line each Python writes to a pipe after
+// start-up (its hook has then written its header): no sleeps.
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <catch2/catch.hpp>
+
+#include "agent/python_hook.h"
+#include "agent/stack_capture.h"
+#include "agent/worker_process.h"
+
+using namespace dtrun::agent;
+
+namespace {
+
+std::string temp_dir() {
+  char name[] = "/tmp/dtrun-capture-test.XXXXXX";
+  REQUIRE(::mkdtemp(name) != nullptr);
+  return name;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Starts a program whose stdout is a pipe; returns once it wrote a line.
+pid_t start_ready(const std::string& program, std::vector<std::string> args, const env_map& env) {
+  int fds[2];
+  REQUIRE(::pipe2(fds, O_CLOEXEC) == 0);
+  spawn_request request{program, std::move(args), env};
+  request.stdout_fd = fds[1];
+  spawn_result spawned = spawn_worker(request);
+  ::close(fds[1]);
+  REQUIRE(spawned.ok());
+  char c = 0;
+  while (::read(fds[0], &c, 1) == 1 && c != '\n') {
+  }
+  ::close(fds[0]);
+  return spawned.pid;
+}
+
+bool alive(pid_t pid) {
+  std::string stat = slurp("/proc/" + std::to_string(pid) + "/stat");
+  std::size_t paren = stat.rfind(") ");
+  return paren != std::string::npos && stat[paren + 2] != 'Z';
+}
+
+void stop(pid_t pid) {
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+}
+
+constexpr const char* script_a =
+    "import select, sys\n"
+    "def load_batch():\n"
+    "    print('ready', flush=True)\n"
+    "    select.select([], [], [], 1000)\n"
+    "load_batch()\n";
+
+constexpr const char* script_b =
+    "import queue\n"
+    "def train_step():\n"
+    "    print('ready', flush=True)\n"
+    "    queue.Queue().get()\n"
+    "train_step()\n";
+
+}  // namespace
+
+TEST_CASE("a capture names where each real worker is stuck and leaves them all running") {
+  if (::access("/usr/bin/python3", X_OK) != 0) { WARN("no /usr/bin/python3"); return; }
+  std::string dir = temp_dir();
+  write_python_hook(dir + "/hook");
+  std::ofstream(dir + "/stack_a.py") << script_a;
+  std::ofstream(dir + "/stack_b.py") << script_b;
+  env_map env{{"PATH", "/usr/bin:/bin"}};
+  env_map env_a = env, env_b = env;
+  add_python_hook_env(env_a, dir + "/hook", dir + "/stacks.0");
+  add_python_hook_env(env_b, dir + "/hook", dir + "/stacks.1");
+  pid_t a = start_ready("/usr/bin/python3", {dir + "/stack_a.py"}, env_a);
+  pid_t b = start_ready("/usr/bin/python3", {dir + "/stack_b.py"}, env_b);
+  // Not hooked, and its stack file holds another process's header: it
+  // must not be signalled (the real-time signal would kill it).
+  pid_t c = start_ready("/bin/sh", {"-c", "echo ready; exec sleep 100"}, env);
+  std::ofstream(dir + "/stacks.2") << slurp(dir + "/stacks.0");
+
+  boost::asio::io_context io;
+  stack_capture capture(io);
+  std::optional<std::vector<captured_stack>> got;
+  auto begun = std::chrono::steady_clock::now();
+  capture.capture({{0, 0, a, dir + "/stacks.0", dir + "/out.0"},
+                   {1, 1, b, dir + "/stacks.1", dir + "/out.1"},
+                   {2, 2, c, dir + "/stacks.2", dir + "/out.2"}},
+                  [&](std::vector<captured_stack> r) { got = std::move(r); });
+  CHECK(capture.busy());
+  CHECK_THROWS_AS(capture.capture({}, [](auto) {}), std::logic_error);
+  io.run();
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begun).count();
+  WARN("capture of 3 workers took " << seconds << " s");
+  REQUIRE(got);
+  REQUIRE(got->size() == 3);
+  CHECK_FALSE(capture.busy());
+  CHECK(capture.helper_pids().empty());
+  const auto& ra = (*got)[0];
+  const auto& rb = (*got)[1];
+  const auto& rc = (*got)[2];
+  CHECK(ra.hooked);
+  CHECK(ra.complete);
+  CHECK(rb.hooked);
+  CHECK(rb.complete);
+  CHECK_FALSE(rc.hooked);
+  CHECK(seconds < 2.5);  // finished by the dumps' ends, not the 3 s deadline
+
+  std::vector<rank_stack> ranks;
+  for (const auto& r : *got) ranks.push_back(r.summary());
+  std::string summary = hang_summary(ranks);
+  INFO(summary);
+  CHECK(summary.find("rank 0: load_batch (stack_a.py:4)\n") == 0);
+  CHECK(summary.find("rank 1: wait (threading.py:") != std::string::npos);
+  CHECK(summary.find("called from train_step (stack_b.py:4)\n") != std::string::npos);
+  CHECK(summary.find("rank 2: no Python stack") != std::string::npos);
+
+  CHECK(alive(a));
+  CHECK(alive(b));
+  CHECK(alive(c));
+  std::string out_a = slurp(dir + "/out.0");
+  CHECK(out_a.find("Current thread 0x") != std::string::npos);
+  CHECK(out_a.find("# native stacks (eu-stack):") != std::string::npos);
+  if (find_eu_stack("/usr/bin:/bin")) {
+    CHECK(out_a.find("TID " + std::to_string(a) + ":") != std::string::npos);
+    CHECK(summary.find("rank 2: no Python stack (not a Python worker, or its hook did not load); "
+                       "native: ") != std::string::npos);
+  } else {
+    CHECK(out_a.find(eu_stack_missing) != std::string::npos);
+  }
+  // A second capture of the same workers reads only its own dump.
+  got.reset();
+  io.restart();
+  capture.capture({{0, 0, a, dir + "/stacks.0", ""}}, [&](auto r) { got = std::move(r); });
+  io.run();
+  REQUIRE(got);
+  CHECK((*got)[0].complete);
+  CHECK((*got)[0].python_text.rfind("Current thread", 0) == 0);
+  stop(a);
+  stop(b);
+  stop(c);
+}
+
+TEST_CASE("a worker that is gone is reported as exited, and destroying a capture stops it quietly") {
+  boost::asio::io_context io;
+  spawn_result gone = spawn_worker({"/bin/true", {}, {{"PATH", "/bin"}}});
+  REQUIRE(gone.ok());
+  int status = 0;
+  REQUIRE(::waitpid(gone.pid, &status, 0) == gone.pid);
+  std::optional<std::vector<captured_stack>> got;
+  stack_capture capture(io);
+  capture.capture({{0, 3, gone.pid, "/nonexistent", ""}}, [&](auto r) { got = std::move(r); });
+  io.run();
+  REQUIRE(got);
+  CHECK((*got)[0].exited);
+  CHECK(hang_summary({(*got)[0].summary()}) ==
+        "rank 3: no Python stack (not a Python worker, or its hook did not load); native: the "
+        "worker had exited\n");
+
+  io.restart();
+  bool called = false;
+  pid_t sleeper = ::getpid();  // never signalled: no stack file
+  {
+    stack_capture doomed(io);
+    doomed.capture({{0, 0, sleeper, "", ""}}, [&](auto) { called = true; });
+  }
+  io.run();
+  CHECK_FALSE(called);
+}
