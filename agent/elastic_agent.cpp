@@ -25,6 +25,9 @@
 #include "agent/job_monitor.h"
 #include "agent/orphan_guard.h"
 #include "agent/progress_monitor.h"
+#include "agent/python_hook.h"
+#include "agent/stack_capture.h"
+#include "agent/stack_dump.h"
 #include "agent/worker_output.h"
 #include "agent/worker_process.h"
 #include "rendezvous/printable.h"
@@ -169,6 +172,11 @@ class elastic_agent::impl {
     if (writes_logs && options_.log_dir.empty()) {
       log(fmt::format("worker logs: {} (kept; choose the folder with --log-dir)", run_dir_));
     }
+    if (options_.stack_hook) {
+      hook_dir_ = (fs::path(run_dir_) / "python").string();
+      write_python_hook(hook_dir_);
+    }
+    stacks_.emplace(io_);
     start_watchdog();
     start_hang_detection();
     start_monitor();
@@ -272,13 +280,106 @@ class elastic_agent::impl {
     std::set<int> culprits;            // local ranks to kill first
   };
 
-  // Without stack capture: every worker is a culprit.
+  // Every running worker's stacks, then the report: where each is, and
+  // the culprits. Ranks are grouped by where their main thread is; the
+  // smallest group is the one stuck apart (one data-loading rank while the
+  // rest wait in a collective); between groups of one size, those stuck in
+  // their own code rather than in a library's; all of them when that does
+  // not decide.
   void capture_hang_stacks(std::function<void(hang_report)> done) {
-    hang_report report;
+    capture_stacks([this, done = std::move(done)](const std::vector<captured_stack>& stacks) {
+      hang_report report;
+      std::vector<rank_stack> ranks;
+      std::map<std::string, std::vector<const captured_stack*>> groups;
+      for (const auto& c : stacks) {
+        if (c.exited) continue;
+        rank_stack r = c.summary();
+        ranks.push_back(r);
+        std::string at = stuck_at(r);
+        report.where[c.local_rank] = at;
+        if (!c.error.empty()) log_error(c.error);
+        groups[at].push_back(&c);
+      }
+      for (const auto& w : workers_) {
+        report.files[w.local_rank] = stacks_file(w.local_rank);
+      }
+      if (!ranks.empty()) {
+        report.summary_lines.push_back(
+            fmt::format("hang summary (where each rank's main thread is; stacks in {}):",
+                        printable(stacks_file(-1))));
+        std::string text = hang_summary(ranks);
+        std::size_t start = 0;
+        while (start < text.size()) {
+          std::size_t end = text.find('\n', start);
+          if (end == std::string::npos) end = text.size();
+          report.summary_lines.push_back("  " + text.substr(start, end - start));
+          start = end + 1;
+        }
+      }
+      auto in_own_code = [](const captured_stack* c) {
+        return c->innermost && is_user_file(c->innermost->file);
+      };
+      std::size_t smallest = SIZE_MAX;
+      for (const auto& g : groups) smallest = std::min(smallest, g.second.size());
+      std::vector<const std::vector<const captured_stack*>*> chosen;
+      for (const auto& g : groups) {
+        if (g.second.size() == smallest) chosen.push_back(&g.second);
+      }
+      if (groups.size() > 1 && chosen.size() > 1) {
+        decltype(chosen) own;
+        for (auto* g : chosen) {
+          if (in_own_code(g->front())) own.push_back(g);
+        }
+        if (!own.empty() && own.size() < chosen.size()) chosen = own;
+      }
+      // Every group is one place: nobody stands apart, everyone is a culprit.
+      bool apart = groups.size() > 1 && chosen.size() < groups.size();
+      for (const auto& w : workers_) {
+        if (!apart && w.running && !w.exited) report.culprits.insert(w.local_rank);
+      }
+      if (apart) {
+        for (auto* g : chosen) {
+          for (const auto* c : *g) report.culprits.insert(c->local_rank);
+        }
+      }
+      if (report.culprits.empty()) {  // no stack at all: every live worker
+        for (const auto& w : workers_) {
+          if (w.running && !w.exited) report.culprits.insert(w.local_rank);
+        }
+      }
+      done(std::move(report));
+    });
+  }
+
+  // <attempt dir>/<local rank>/stacks-<n>.txt of the current capture; for
+  // local_rank -1 the pattern, for messages.
+  std::string stacks_file(int local_rank) const {
+    fs::path attempt = fs::path(run_dir_) / fmt::format("attempt_{}", round_);
+    std::string name = fmt::format("stacks-{}.txt", captures_);
+    if (local_rank < 0) return (attempt / "<local_rank>" / name).string();
+    return (attempt / std::to_string(local_rank) / name).string();
+  }
+
+  // Captures every running worker's stacks; requests that come while one
+  // is under way share its result.
+  void capture_stacks(std::function<void(const std::vector<captured_stack>&)> done) {
+    capture_waiters_.push_back(std::move(done));
+    if (stacks_->busy()) return;
+    ++captures_;
+    std::vector<capture_target> targets;
     for (const auto& w : workers_) {
-      if (w.running && !w.exited) report.culprits.insert(w.local_rank);
+      if (!w.running || w.exited) continue;
+      fs::path rank_dir = fs::path(w.error_file).parent_path();
+      targets.push_back({w.local_rank, w.rank, w.pid,
+                         hook_dir_.empty() ? std::string()
+                                           : (rank_dir / "python_stacks.log").string(),
+                         stacks_file(w.local_rank)});
     }
-    done(std::move(report));
+    stacks_->capture(std::move(targets), [this](std::vector<captured_stack> stacks) {
+      auto waiters = std::move(capture_waiters_);
+      capture_waiters_.clear();
+      for (auto& waiter : waiters) waiter(stacks);
+    });
   }
 
   // `dtrun status`, `dtrun stacks`, --metrics-port, and the status a node
@@ -358,7 +459,25 @@ class elastic_agent::impl {
 
   // `dtrun stacks`: every running worker's stacks, without stopping them.
   void stacks_on_request(control_socket::respond_fn respond) {
-    respond({{"ok", false}, {"error", "stack capture is not available in this build"}});
+    if (phase_ != phase::running || running_count() == 0) {
+      respond({{"ok", false}, {"error", fmt::format("no running workers (the agent is {})",
+                                                    phase_name())}});
+      return;
+    }
+    capture_stacks([this, respond](const std::vector<captured_stack>& stacks) {
+      std::vector<rank_stack> ranks;
+      nlohmann::ordered_json files = nlohmann::ordered_json::array();
+      for (const auto& c : stacks) {
+        if (c.exited) continue;
+        ranks.push_back(c.summary());
+        files.push_back(stacks_file(c.local_rank));
+      }
+      respond({{"ok", true},
+               {"summary", hang_summary(ranks)},
+               {"files", files},
+               {"host", reporter_.host()},
+               {"node_rank", node_rank_}});
+    });
   }
 
   // A worker not yet reaped (so its pid cannot have been reused), or null.
@@ -477,6 +596,9 @@ class elastic_agent::impl {
       fs::remove(error_file, stale);
 
       spawn_request request{options_.program, options_.args, inherited_};
+      if (!hook_dir_.empty()) {
+        add_python_hook_env(request.env, hook_dir_, (rank_dir / "python_stacks.log").string());
+      }
       if (progress_) {
         // Touching it (any write, or its times set) is progress.
         request.env["DTRUN_HEARTBEAT_FILE"] = (rank_dir / "heartbeat").string();
@@ -763,7 +885,9 @@ class elastic_agent::impl {
       signal_group(w.pid, SIGKILL);
       guard_->unwatch(w.pid);
     }
-    kill_adopted_children({guard_->pid()});
+    std::vector<pid_t> keep = stacks_->helper_pids();  // eu-stack: ends on its own
+    keep.push_back(guard_->pid());
+    kill_adopted_children(keep);
     output_->end_round();
     if (watchdog_) watchdog_->forget_all();
   }
@@ -778,6 +902,7 @@ class elastic_agent::impl {
     cancel_stop_timer();
     watchdog_.reset();  // closes and removes the pipe
     monitor_.reset();   // removes the control socket; closes the metrics port
+    stacks_.reset();    // a capture under way: its eu-stack children are killed
     rendezvous_.shutdown();
     // The signal set stays installed until the agent is destroyed, so a
     // late Ctrl-C cannot kill the agent halfway through its teardown.
@@ -801,6 +926,10 @@ class elastic_agent::impl {
   std::optional<file_timer> watchdog_;
   std::optional<progress_monitor> progress_;
   std::optional<job_monitor> monitor_;
+  std::optional<stack_capture> stacks_;
+  std::vector<std::function<void(const std::vector<captured_stack>&)>> capture_waiters_;
+  int captures_ = 0;
+  std::string hook_dir_;  // empty: no start-up hook
   int hangs_ = 0;
   int nnodes_ = 1;
   std::uint64_t rounds_ = 0;

@@ -234,26 +234,28 @@ std::string format_ranks(std::vector<int> ranks) {
   return out;
 }
 
+std::string stuck_at(const rank_stack& r) {
+  std::string text;
+  if (!r.has_python) {
+    text = "no Python stack (not a Python worker, or its hook did not load); native: " +
+           (r.native.empty() ? std::string("unknown") : printable(r.native));
+  } else if (!r.innermost) {
+    text = "no Python frame in the main thread; native: " +
+           (r.native.empty() ? std::string("unknown") : printable(r.native));
+  } else {
+    text = where(*r.innermost);
+    if (!is_user_file(r.innermost->file) && r.innermost_user) {
+      text += " called from " + where(*r.innermost_user);
+    }
+  }
+  if (r.has_python && !r.complete) text += " (dump incomplete)";
+  return text;
+}
+
 std::string hang_summary(const std::vector<rank_stack>& ranks) {
   // The text after "rank N: " is the group's key: equal text, same place.
   std::map<std::string, std::vector<int>> groups;
-  for (const auto& r : ranks) {
-    std::string text;
-    if (!r.has_python) {
-      text = "no Python stack (not a Python worker, or its hook did not load); native: " +
-             (r.native.empty() ? std::string("unknown") : printable(r.native));
-    } else if (!r.innermost) {
-      text = "no Python frame in the main thread; native: " +
-             (r.native.empty() ? std::string("unknown") : printable(r.native));
-    } else {
-      text = where(*r.innermost);
-      if (!is_user_file(r.innermost->file) && r.innermost_user) {
-        text += " called from " + where(*r.innermost_user);
-      }
-    }
-    if (r.has_python && !r.complete) text += " (dump incomplete)";
-    groups[text].push_back(r.rank);
-  }
+  for (const auto& r : ranks) groups[stuck_at(r)].push_back(r.rank);
   std::vector<std::pair<int, std::string>> lines;
   for (auto& [text, members] : groups) {
     int lowest = *std::min_element(members.begin(), members.end());

@@ -112,6 +112,10 @@ struct rank_stack {
   std::string native;
 };
 
+// Where one rank is, as its summary line says it after "rank N: "
+// ("load_batch (train.py:42)"); equal text means the same place.
+std::string stuck_at(const rank_stack& rank);
+
 // One line per group of ranks stuck at the same place (same innermost and
 // innermost_user frames; ranks without a Python stack grouped by native
 // frame), groups ordered by their lowest rank, each line ending in '\n':

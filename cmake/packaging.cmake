@@ -95,6 +95,9 @@ set(CPACK_DEBIAN_PACKAGE_RELEASE 1)
 set(CPACK_DEBIAN_PACKAGE_SECTION utils)
 set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
+# eu-stack gives the native stacks of --hang-timeout and `dtrun stacks`;
+# without it those have Python stacks only.
+set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "elfutils")
 if(DTRUN_HOMEPAGE)
   set(CPACK_DEBIAN_PACKAGE_HOMEPAGE "${DTRUN_HOMEPAGE}")
 endif()
