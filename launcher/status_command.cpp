@@ -211,7 +211,7 @@ int run_stacks_command(int argc, char** argv) {
   CLI::App app("Print the Python stacks of the workers of the running dtrun jobs.", "dtrun stacks");
   bool json = false;
   int pid = 0;
-  app.add_flag("--json", json, "Print each agent's reply as JSON");
+  app.add_flag("--json", json, "Print the agents' replies as a JSON array");
   auto* agent_flag = app.add_option("--agent", pid, "Ask only the agent with this pid")
                          ->check(CLI::Range(1, 0x3fffffff));
   std::string output;
@@ -225,13 +225,17 @@ int run_stacks_command(int argc, char** argv) {
     return exit_no_job;
   }
   int code = 0;
+  nlohmann::json replies = nlohmann::json::array();
   for (const auto& a : agents) {
     try {
       auto reply = agent::ask_agent(a.path, {{"op", "stacks"}}, stacks_timeout);
       if (json) {
-        fmt::print("{}\n", reply.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+        reply["agent_pid"] = a.pid;
+        if (auto ok = reply.find("ok"); ok != reply.end() && *ok == false) code = 1;
+        replies.push_back(std::move(reply));
         continue;
       }
+      if (agents.size() > 1) fmt::print("agent {}:\n", a.pid);
       if (auto ok = reply.find("ok"); ok != reply.end() && *ok == false) {
         auto error = reply.value("error", std::string("the agent refused"));
         fmt::print(stderr, "dtrun stacks: agent {}: {}\n", a.pid, printable(error));
@@ -251,6 +255,7 @@ int run_stacks_command(int argc, char** argv) {
       code = 1;
     }
   }
+  if (json) fmt::print("{}\n", replies.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
   return code;
 }
 

@@ -86,12 +86,8 @@ def test_dtrun_stacks_on_a_running_gloo_job_leaves_it_running(tmp_path):
     out.mkdir()
     fifo = dh.Fifo(tmp_path)
     # The workers say they are past the all-reduce through the FIFO.
-    proc = dh.start(["--standalone", "--nproc-per-node=2", "--python", dh.PYTHON, "-c",
-                     f"import runpy,sys,os; sys.argv=['hang_train.py','--out','{out}'];"
-                     f"import builtins;"
-                     f"exec(open('{SCRIPT}').read().replace('train_step(rank)\\n',"
-                     f"'open(\"{fifo.path}\",\"w\").write(\"ready\\\\n\");train_step(rank)\\n'))"],
-                    env)
+    proc = dh.start(["--standalone", "--nproc-per-node=2", "--python", dh.PYTHON, str(SCRIPT),
+                     "--out", str(out), "--ready", str(fifo.path)], env)
     try:
         fifo.lines(2, timeout=120)
         r = dh.subprocess.run([str(dh.DTRUN), "stacks", "--json"], env=env,
@@ -99,9 +95,11 @@ def test_dtrun_stacks_on_a_running_gloo_job_leaves_it_running(tmp_path):
         assert r.returncode == 0, r.stderr
         [reply] = json.loads(r.stdout)
         assert reply["ok"] is True
-        assert re.search(r"rank 1: load_batch \(<string>:\d+\)", reply["summary"]), reply
+        assert re.search(r"rank 1: load_batch \(hang_train\.py:\d+\)", reply["summary"]), reply
         assert "rank 0: barrier (distributed_c10d.py:" in reply["summary"], reply
         assert len(reply["files"]) == 2
+        for f in reply["files"]:
+            assert "(most recent call first)" in open(f).read()
         assert proc.poll() is None  # still running: capturing stops nothing
     finally:
         proc.send_signal(signal.SIGTERM)

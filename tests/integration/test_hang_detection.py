@@ -42,44 +42,46 @@ def test_a_hang_restarts_the_group_while_restarts_remain(tmp_path):
     assert names.count("restart") == 1
 
 
+# Tests that must NOT see a hang give the interpreter's start (no progress
+# yet) 3 s: a loaded machine must not turn them into hangs.
 def test_output_is_progress():
-    r = run("--hang-timeout=1", mode=["prints", "3"])
+    r = run("--hang-timeout=3", mode=["prints", "4"])
     assert r.returncode == 0, r.stderr
     assert "hang" not in r.stderr
     # The watched console passes the lines through unchanged.
-    assert r.stdout.count("rank 0: step") >= 5
+    assert r.stdout.count("rank 0: step") >= 10
     assert "[default0]" not in r.stdout
 
 
 def test_output_redirected_to_files_is_progress(tmp_path):
-    r = run("--hang-timeout=1", "--redirects=3", f"--log-dir={tmp_path}", mode=["prints", "3"])
+    r = run("--hang-timeout=3", "--redirects=3", f"--log-dir={tmp_path}", mode=["prints", "4"])
     assert r.returncode == 0, r.stderr
     assert "hang" not in r.stderr
     logs = list(tmp_path.glob("*/attempt_0/0/stdout.log"))
-    assert len(logs) == 1 and logs[0].read_text().count("rank 0: step") >= 5
+    assert len(logs) == 1 and logs[0].read_text().count("rank 0: step") >= 10
 
 
 def test_touching_the_heartbeat_file_is_progress():
-    r = run("--hang-timeout=1", mode=["heartbeat", "3"])
+    r = run("--hang-timeout=3", mode=["heartbeat", "4"])
     assert r.returncode == 0, r.stderr
     assert "hang" not in r.stderr
 
 
 def test_one_printing_rank_keeps_the_whole_job_alive():
-    r = run("--hang-timeout=1", mode=["rank0-prints", "3"])
+    r = run("--hang-timeout=3", mode=["rank0-prints", "4"])
     assert r.returncode == 0, r.stderr
 
 
 def test_hang_detection_is_off_by_default():
-    r = run(mode=["silent", "2.5"])
+    r = run(mode=["silent", "2"])
     assert r.returncode == 0, r.stderr
     assert "hang" not in r.stderr
 
 
 def test_progress_on_another_node_keeps_a_silent_node_alive():
     # Node 1's only worker (rank 1) never prints; rank 0 on node 0 does.
-    nodes = dh.run_two_local_nodes(["--nproc-per-node=1", "--hang-timeout=1.5", "--python",
-                                    dh.PYTHON], [WORKER, "rank0-prints", "5"])
+    nodes = dh.run_two_local_nodes(["--nproc-per-node=1", "--hang-timeout=3", "--python",
+                                    dh.PYTHON], [WORKER, "rank0-prints", "8"])
     for node in nodes:
         assert node.returncode == 0, node.stderr
         assert "hang" not in node.stderr
