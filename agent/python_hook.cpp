@@ -102,10 +102,27 @@ def _dtrun_register():
     _os.write(fd, header.encode("utf-8", "replace"))
 
 
+def _dtrun_restore_pythonpath(here):
+    # The agent put our directory first on PYTHONPATH only to get here:
+    # the program (and what it starts) sees the PYTHONPATH it was given,
+    # as under torchrun.
+    parts = _os.environ.get("PYTHONPATH", "").split(_os.pathsep)
+    if parts and _os.path.abspath(parts[0] or ".") == here:
+        rest = parts[1:]
+        if rest:
+            _os.environ["PYTHONPATH"] = _os.pathsep.join(rest)
+        else:
+            del _os.environ["PYTHONPATH"]
+
+
 def _dtrun_chain():
     # Import the sitecustomize this one hides (Debian's in /usr/lib/python3,
     # a user's on PYTHONPATH): the next one on sys.path after our directory.
     here = _os.path.dirname(_os.path.abspath(__file__))
+    try:
+        _dtrun_restore_pythonpath(here)
+    except Exception:
+        pass
     me = _sys.modules.get("sitecustomize")
     _sys.path[:] = [p for p in _sys.path if _os.path.abspath(p or ".") != here]
     _sys.modules.pop("sitecustomize", None)

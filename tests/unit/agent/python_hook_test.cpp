@@ -104,8 +104,14 @@ TEST_CASE("a hooked python registers, writes its header, hides the variables and
   CHECK(header->header.signal == stack_dump_signal());
   CHECK(header->header.main == "-c");
 
+  // The program sees the PYTHONPATH it was given, not the hook's folder.
+  CHECK(run(env_prefix(env) + " /usr/bin/python3 -c 'import os; print(os.environ[\"PYTHONPATH\"])'") ==
+        dir + "/user\n");
+
   // Without a user's one, Debian's (/usr/lib/python3.X/sitecustomize.py) is next.
   env["PYTHONPATH"] = dir + "/hook";
+  CHECK(run(env_prefix(env) + " /usr/bin/python3 -c 'import os; print(\"PYTHONPATH\" in os.environ)'") ==
+        "False\n");
   CHECK(run(env_prefix(env) + " /usr/bin/python3 -c 'import sitecustomize; print(sitecustomize.__file__)'")
             .find("/usr/lib/python3") == 0);
   // -m modules run; python -I ignores PYTHONPATH and runs without it.
