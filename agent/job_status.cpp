@@ -246,22 +246,31 @@ std::string to_prometheus(const job_status& s) {
 
   out.family("dtrun_job_info", "gauge", "Always 1; labels name this agent's host and phase.");
   out.sample("dtrun_job_info", job + "," + label("host", s.host) + "," + label("phase", s.phase), "1");
-  out.family("dtrun_agent_start_time_seconds", "gauge", "When the agent started, Unix time.");
-  out.sample("dtrun_agent_start_time_seconds", job, value_text(s.started_at));
-  out.family("dtrun_round", "gauge", "The current rendezvous round.");
-  out.sample("dtrun_round", job, std::to_string(s.round));
-  out.family("dtrun_nodes", "gauge", "Nodes in the job.");
-  out.sample("dtrun_nodes", job, std::to_string(s.nnodes));
-  out.family("dtrun_restarts_total", "counter", "Worker group restarts used.");
-  out.sample("dtrun_restarts_total", job, std::to_string(s.restarts_used));
-  out.family("dtrun_max_restarts", "gauge", "Worker group restarts allowed (--max-restarts).");
-  out.sample("dtrun_max_restarts", job, std::to_string(s.max_restarts));
-  out.family("dtrun_rounds_total", "counter", "Worker groups started.");
-  out.sample("dtrun_rounds_total", job, std::to_string(s.rounds));
-  out.family("dtrun_worker_failures_total", "counter", "Workers that failed, all rounds.");
-  out.sample("dtrun_worker_failures_total", job, std::to_string(s.failures));
-  out.family("dtrun_hangs_total", "counter", "Hangs detected (watchdog expiries).");
-  out.sample("dtrun_hangs_total", job, std::to_string(s.hangs_detected));
+  struct job_metric {
+    const char* name;
+    const char* type;
+    const char* help;
+    std::string value;
+  };
+  const job_metric job_metrics[] = {
+      {"dtrun_agent_start_time_seconds", "gauge", "When the agent started, Unix time.",
+       value_text(s.started_at)},
+      {"dtrun_round", "gauge", "The current rendezvous round.", std::to_string(s.round)},
+      {"dtrun_nodes", "gauge", "Nodes in the job.", std::to_string(s.nnodes)},
+      {"dtrun_restarts_total", "counter", "Worker group restarts used.",
+       std::to_string(s.restarts_used)},
+      {"dtrun_max_restarts", "gauge", "Worker group restarts allowed (--max-restarts).",
+       std::to_string(s.max_restarts)},
+      {"dtrun_rounds_total", "counter", "Worker groups started.", std::to_string(s.rounds)},
+      {"dtrun_worker_failures_total", "counter", "Workers that failed, all rounds.",
+       std::to_string(s.failures)},
+      {"dtrun_hangs_total", "counter", "Hangs detected (--hang-timeout).",
+       std::to_string(s.hangs_detected)},
+  };
+  for (const auto& m : job_metrics) {
+    out.family(m.name, m.type, m.help);
+    out.sample(m.name, job, m.value);
+  }
 
   // Every state is written, 0 included, so a series does not vanish when
   // its count drops to nothing.

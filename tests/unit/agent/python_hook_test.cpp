@@ -15,22 +15,14 @@
 #include "agent/python_hook.h"
 #include "agent/stack_dump.h"
 
+#include "test_files.h"
+
 using namespace dtrun::agent;
 
 namespace {
 
-std::string temp_dir() {
-  char name[] = "/tmp/dtrun-hook-test.XXXXXX";
-  REQUIRE(::mkdtemp(name) != nullptr);
-  return name;
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+std::string temp_dir() { return testing::make_temp_dir("dtrun-hook-test"); }
+using testing::slurp;
 
 // Runs a shell command, returns its stdout (stderr included).
 std::string run(const std::string& command) {

@@ -20,22 +20,14 @@
 #include "agent/stack_capture.h"
 #include "agent/worker_process.h"
 
+#include "test_files.h"
+
 using namespace dtrun::agent;
 
 namespace {
 
-std::string temp_dir() {
-  char name[] = "/tmp/dtrun-capture-test.XXXXXX";
-  REQUIRE(::mkdtemp(name) != nullptr);
-  return name;
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+std::string temp_dir() { return testing::make_temp_dir("dtrun-capture-test"); }
+using testing::slurp;
 
 // Starts a program whose stdout is a pipe; returns once it wrote a line.
 pid_t start_ready(const std::string& program, std::vector<std::string> args, const env_map& env) {
