@@ -87,7 +87,7 @@ def test_dtrun_stacks_on_a_running_gloo_job_leaves_it_running(tmp_path):
     fifo = dh.Fifo(tmp_path)
     # The workers say they are past the all-reduce through the FIFO.
     proc = dh.start(["--standalone", "--nproc-per-node=2", "--python", dh.PYTHON, str(SCRIPT),
-                     "--out", str(out), "--ready", str(fifo.path)], env)
+                     "--out", str(out), "--ready", str(fifo.path), "--block-in-queue"], env)
     try:
         fifo.lines(2, timeout=120)
         r = dh.subprocess.run([str(dh.DTRUN), "stacks", "--json"], env=env,
@@ -95,8 +95,11 @@ def test_dtrun_stacks_on_a_running_gloo_job_leaves_it_running(tmp_path):
         assert r.returncode == 0, r.stderr
         [reply] = json.loads(r.stdout)
         assert reply["ok"] is True
-        assert re.search(r"rank 1: load_batch \(hang_train\.py:\d+\)", reply["summary"]), reply
-        assert "rank 0: barrier (distributed_c10d.py:" in reply["summary"], reply
+        summary = reply["summary"]
+        assert re.search(r"^rank 0: wait \(threading\.py:\d+\) called from "
+                         r"wait_for_peers_in_queue \(hang_train\.py:\d+\)$", summary, re.M), reply
+        assert re.search(r"^rank 1: wait \(threading\.py:\d+\) called from "
+                         r"load_batch_from_queue \(hang_train\.py:\d+\)$", summary, re.M), reply
         assert len(reply["files"]) == 2
         for f in reply["files"]:
             assert "(most recent call first)" in open(f).read()

@@ -34,10 +34,32 @@ def train_step(rank):
     dist.barrier()  # the others wait here for rank 1
 
 
+def load_batch_from_queue(q):
+    q.get()  # never fed
+
+
+def wait_for_peers_in_queue(q):
+    q.get()  # never fed
+
+
+def announce_when_waiting(q, ready, rank):
+    # The main thread has appended its waiter to the queue's condition
+    # before it blocks; it holds the GIL until it blocks, so once this
+    # thread runs the main thread is inside the wait and a capture finds
+    # it there, never between the announcement and the call.
+    while not q.not_empty._waiters:
+        pass
+    with open(ready, "w") as fifo:
+        fifo.write(f"rank {rank} ready\n")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--ready", type=Path)
+    parser.add_argument("--block-in-queue", action="store_true",
+                        help="rank 1 waits in load_batch_from_queue, the others in "
+                        "wait_for_peers_in_queue; --ready is written once they wait")
     args = parser.parse_args()
     dist.init_process_group("gloo")
     rank = dist.get_rank()
@@ -46,6 +68,14 @@ def main():
     heartbeat.kill()
     heartbeat.wait()
     (args.out / f"rank{rank}.ready").write_text(f"{int(t.item())}\n")
+    if args.block_in_queue:
+        import queue
+        import threading
+        q = queue.Queue()
+        threading.Thread(target=announce_when_waiting, args=(q, args.ready, rank),
+                         daemon=True).start()
+        (load_batch_from_queue if rank == 1 else wait_for_peers_in_queue)(q)
+        return
     if args.ready:
         with open(args.ready, "w") as fifo:
             fifo.write(f"rank {rank} ready\n")

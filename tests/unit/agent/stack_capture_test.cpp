@@ -57,18 +57,31 @@ void stop(pid_t pid) {
   ::waitpid(pid, &status, 0);
 }
 
+// Each says "ready" only once its main thread is inside the call it blocks
+// in (another thread sees the main thread's waiter on the queue's
+// condition), so a capture can never land between the line and the call.
 constexpr const char* script_a =
-    "import select, sys\n"
+    "import queue, sys, threading\n"
+    "q = queue.Queue()\n"
     "def load_batch():\n"
+    "    q.get()\n"
+    "def announce():\n"
+    "    while not q.not_empty._waiters:\n"
+    "        pass\n"
     "    print('ready', flush=True)\n"
-    "    select.select([], [], [], 1000)\n"
+    "threading.Thread(target=announce, daemon=True).start()\n"
     "load_batch()\n";
 
 constexpr const char* script_b =
-    "import queue\n"
+    "import queue, threading\n"
+    "q = queue.Queue()\n"
     "def train_step():\n"
+    "    q.get()\n"
+    "def announce():\n"
+    "    while not q.not_empty._waiters:\n"
+    "        pass\n"
     "    print('ready', flush=True)\n"
-    "    queue.Queue().get()\n"
+    "threading.Thread(target=announce, daemon=True).start()\n"
     "train_step()\n";
 
 }  // namespace
@@ -121,7 +134,8 @@ TEST_CASE("a capture names where each real worker is stuck and leaves them all r
   for (const auto& r : *got) ranks.push_back(r.summary());
   std::string summary = hang_summary(ranks);
   INFO(summary);
-  CHECK(summary.find("rank 0: load_batch (stack_a.py:4)\n") == 0);
+  CHECK(summary.find("rank 0: wait (threading.py:") == 0);
+  CHECK(summary.find("called from load_batch (stack_a.py:4)\n") != std::string::npos);
   CHECK(summary.find("rank 1: wait (threading.py:") != std::string::npos);
   CHECK(summary.find("called from train_step (stack_b.py:4)\n") != std::string::npos);
   CHECK(summary.find("rank 2: no Python stack") != std::string::npos);
