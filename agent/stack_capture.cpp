@@ -21,11 +21,18 @@ namespace asio = boost::asio;
 
 namespace {
 
-// The whole of a small file from `offset`, at most `limit` bytes.
+// The whole of a small file from `offset`, at most `limit` bytes. The
+// worker owns its folder: a FIFO put in the file's place must not block
+// the event loop in open(), so only a regular file is read.
 std::string read_from(const std::string& path, std::size_t offset, std::size_t limit) {
   std::string text;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) return text;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return text;
+  }
   char buffer[64 * 1024];
   off_t at = static_cast<off_t>(offset);
   while (text.size() < limit) {
@@ -266,7 +273,10 @@ void stack_capture::finish() {
     }
     text << "\n# native stacks (eu-stack):\n" << r.native_text;
     if (!r.native_text.empty() && r.native_text.back() != '\n') text << '\n';
-    int fd = ::open(t.out_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+    // O_NONBLOCK: a FIFO the worker put there fails (ENXIO) or takes what
+    // fits, rather than blocking the event loop.
+    int fd = ::open(t.out_file.c_str(),
+                    O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
     std::string data = text.str();
     bool ok = fd >= 0;
     std::size_t at = 0;
