@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -60,6 +62,24 @@ bool exited(pid_t pid) {
   if (paren == std::string::npos || paren + 2 >= text.size()) return true;
   char state = text[paren + 2];
   return state == 'Z' || state == 'X';
+}
+
+// Whether `pid` has a handler for `sig` (its SigCgt mask). A header says
+// the hook listened once; a worker that exec'd another program since keeps
+// its pid and header, but the signal's default action would now kill it.
+bool catches(pid_t pid, int sig) {
+  if (sig < 1 || sig > 64) return false;
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("SigCgt:", 0) != 0) continue;
+    std::uint64_t mask = 0;
+    std::string hex = line.substr(7);
+    hex.erase(0, hex.find_first_not_of(" \t"));
+    auto [end, ec] = std::from_chars(hex.data(), hex.data() + hex.size(), mask, 16);
+    return ec == std::errc() && ((mask >> (sig - 1)) & 1) != 0;
+  }
+  return false;
 }
 
 // The largest header a stack file is searched for: a hook's header sits at
@@ -130,8 +150,9 @@ void stack_capture::capture(std::vector<capture_target> targets, done_handler do
     std::string text = read_from(t.stack_file, 0, size);
     auto found = find_last_header(text);
     // Only the process the hook registered in: another pid's header (an
-    // earlier worker, a header not yet written) means nobody handles it.
-    if (!found || found->header.pid != t.pid) continue;
+    // earlier worker, a header not yet written) means nobody handles it,
+    // and so does a signal the process no longer catches (it exec'd).
+    if (!found || found->header.pid != t.pid || !catches(t.pid, found->header.signal)) continue;
     headers_[i] = found->header;
     offsets_[i] = text.size();
     // Watched before the signal, so no write can be missed.
