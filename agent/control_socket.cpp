@@ -27,6 +27,9 @@ using unix_socket = asio::local::stream_protocol;
 namespace {
 
 constexpr auto idle_timeout = std::chrono::seconds(30);
+// After a failed accept (EMFILE, ENFILE, ENOBUFS) the connection stays
+// queued, so accepting again at once fails at once: a busy loop.
+constexpr auto accept_retry_delay = std::chrono::milliseconds(100);
 
 class connection;
 
@@ -36,11 +39,12 @@ struct control_socket::state {
   handler_fn handler;
   log_fn debug;
   unix_socket::acceptor acceptor;
+  asio::steady_timer accept_retry;
   std::list<std::weak_ptr<connection>> connections;
   bool stopped = false;
 
   state(asio::io_context& io, handler_fn h, log_fn d)
-      : handler(std::move(h)), debug(std::move(d)), acceptor(io) {}
+      : handler(std::move(h)), debug(std::move(d)), acceptor(io), accept_retry(io) {}
 };
 
 namespace {
@@ -162,6 +166,16 @@ void accept(const state_ptr& server) {
     if (!st || st->stopped || ec == asio::error::operation_aborted) return;
     if (ec) {
       st->debug(fmt::format("control socket: accept failed: {}", ec.message()));
+      st->accept_retry.expires_after(accept_retry_delay);
+      st->accept_retry.async_wait([weak](boost::system::error_code waited) {
+        auto again = weak.lock();
+        if (again && !again->stopped && !waited) accept(again);
+      });
+      return;
+    }
+    if (st->connections.size() >= control_socket::max_connections) {
+      boost::system::error_code ignored;
+      socket.close(ignored);  // over the limit: closed at once
     } else {
       auto c = std::make_shared<connection>(std::move(socket), st);
       st->connections.push_front(c);
@@ -223,6 +237,7 @@ control_socket::~control_socket() {
   state_->stopped = true;
   boost::system::error_code ignored;
   state_->acceptor.close(ignored);
+  state_->accept_retry.cancel();
   for (auto& weak : state_->connections) {
     if (auto c = weak.lock()) c->close();
   }

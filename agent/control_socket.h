@@ -6,7 +6,8 @@
 // with a string "op" ("status", "stacks"); the reply is one JSON object on
 // one line. A connection may carry several requests, one at a time. Only
 // processes of our own user are answered (SO_PEERCRED); a request line is
-// at most 64 KiB; a connection idle for 30 s between requests is closed.
+// at most 64 KiB; a connection idle for 30 s between requests is closed;
+// at most max_connections are open at once.
 // Runs on the agent's io_context, single-threaded; nothing is polled.
 #pragma once
 
@@ -26,6 +27,9 @@ namespace dtrun::agent {
 class control_socket {
  public:
   static constexpr std::size_t max_request_bytes = 64 * 1024;
+  // Open connections at most; more are closed at once (each holds one of
+  // the agent's file descriptors).
+  static constexpr std::size_t max_connections = 64;
 
   // Sends the reply; call it once, on the io_context's thread, whenever
   // the answer is ready (later calls are ignored). Safe to call after the

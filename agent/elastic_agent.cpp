@@ -239,8 +239,12 @@ class elastic_agent::impl {
     log_error(fmt::format("hang: no progress from any worker for {:.1f} s (--hang-timeout={:g}); "
                           "capturing every worker's stacks",
                           idle_s, static_cast<double>(options_.hang_timeout.count()) / 1000.0));
-    capture_hang_stacks([this, idle_s](hang_report report) {
-      if (phase_ != phase::running) return;  // a worker failed or a signal came meanwhile
+    // A capture outlives its round (its Python deadline, eu-stack): a
+    // worker that failed meanwhile may have restarted the group, and the
+    // new round's workers are not the ones that hung.
+    capture_hang_stacks([this, idle_s, group = rounds_](hang_report report) {
+      // A worker failed, a signal came or the group restarted meanwhile.
+      if (phase_ != phase::running || group != rounds_) return;
       for (const auto& line : report.summary_lines) log_error(line);
       nlohmann::ordered_json stuck = nlohmann::ordered_json::array();
       for (const auto& w : workers_) {

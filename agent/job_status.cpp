@@ -195,9 +195,13 @@ std::optional<job_status> from_json(const nlohmann::json& j, std::string& error)
   }
   if (auto schema = j.find("schema"); schema != j.end()) {
     if (!schema->is_string() || schema->get_ref<const std::string&>() != status_schema) {
-      error = fmt::format("unknown status schema {} (this dtrun reads {})",
-                          schema->dump(-1, ' ', true, json::error_handler_t::replace).substr(0, 80),
-                          status_schema);
+      // Anything but a string is named by its type: dump() recurses, and a
+      // hostile document nests deeper than the stack (parse() does not).
+      std::string shown = std::string("of type ") + schema->type_name();
+      if (schema->is_string()) {
+        shown = schema->dump(-1, ' ', true, json::error_handler_t::replace).substr(0, 80);
+      }
+      error = fmt::format("unknown status schema {} (this dtrun reads {})", shown, status_schema);
       return std::nullopt;
     }
   }

@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http.hpp>
@@ -29,6 +30,7 @@ struct metrics_server::state {
   text_fn status_json;
   log_fn log;
   tcp::acceptor acceptor;
+  asio::steady_timer accept_retry;
   // Open sessions, so the destructor can close them; each removes itself.
   std::list<std::weak_ptr<session>> sessions;
   bool stopped = false;
@@ -38,7 +40,8 @@ struct metrics_server::state {
         metrics_text(std::move(m)),
         status_json(std::move(s)),
         log(std::move(l)),
-        acceptor(io) {}
+        acceptor(io),
+        accept_retry(io) {}
 };
 
 namespace {
@@ -161,9 +164,18 @@ void accept(const state_ptr& server) {
     auto st = weak.lock();
     if (!st || st->stopped || ec == asio::error::operation_aborted) return;
     if (ec) {
-      // EMFILE and friends: say so, keep accepting (the next one may work).
+      // EMFILE and friends: say so, and try again later. The connection
+      // stays queued, so accepting again at once would fail at once (a
+      // busy loop, and a line each time).
       st->log(fmt::format("metrics: accept failed: {}", ec.message()));
-    } else if (st->sessions.size() >= st->options.max_connections) {
+      st->accept_retry.expires_after(std::chrono::seconds(1));
+      st->accept_retry.async_wait([weak](boost::system::error_code waited) {
+        auto again = weak.lock();
+        if (again && !again->stopped && !waited) accept(again);
+      });
+      return;
+    }
+    if (st->sessions.size() >= st->options.max_connections) {
       boost::system::error_code ignored;
       socket.close(ignored);  // over the limit: closed at once
     } else {
@@ -213,6 +225,7 @@ metrics_server::~metrics_server() {
   state_->stopped = true;
   boost::system::error_code ignored;
   state_->acceptor.close(ignored);
+  state_->accept_retry.cancel();
   for (auto& weak : state_->sessions) {
     if (auto s = weak.lock()) s->close();
   }

@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -21,11 +23,18 @@ namespace asio = boost::asio;
 
 namespace {
 
-// The whole of a small file from `offset`, at most `limit` bytes.
+// The whole of a small file from `offset`, at most `limit` bytes. The
+// worker owns its folder: a FIFO put in the file's place must not block
+// the event loop in open(), so only a regular file is read.
 std::string read_from(const std::string& path, std::size_t offset, std::size_t limit) {
   std::string text;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) return text;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return text;
+  }
   char buffer[64 * 1024];
   off_t at = static_cast<off_t>(offset);
   while (text.size() < limit) {
@@ -53,6 +62,24 @@ bool exited(pid_t pid) {
   if (paren == std::string::npos || paren + 2 >= text.size()) return true;
   char state = text[paren + 2];
   return state == 'Z' || state == 'X';
+}
+
+// Whether `pid` has a handler for `sig` (its SigCgt mask). A header says
+// the hook listened once; a worker that exec'd another program since keeps
+// its pid and header, but the signal's default action would now kill it.
+bool catches(pid_t pid, int sig) {
+  if (sig < 1 || sig > 64) return false;
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("SigCgt:", 0) != 0) continue;
+    std::uint64_t mask = 0;
+    std::string hex = line.substr(7);
+    hex.erase(0, hex.find_first_not_of(" \t"));
+    auto [end, ec] = std::from_chars(hex.data(), hex.data() + hex.size(), mask, 16);
+    return ec == std::errc() && ((mask >> (sig - 1)) & 1) != 0;
+  }
+  return false;
 }
 
 // The largest header a stack file is searched for: a hook's header sits at
@@ -123,8 +150,9 @@ void stack_capture::capture(std::vector<capture_target> targets, done_handler do
     std::string text = read_from(t.stack_file, 0, size);
     auto found = find_last_header(text);
     // Only the process the hook registered in: another pid's header (an
-    // earlier worker, a header not yet written) means nobody handles it.
-    if (!found || found->header.pid != t.pid) continue;
+    // earlier worker, a header not yet written) means nobody handles it,
+    // and so does a signal the process no longer catches (it exec'd).
+    if (!found || found->header.pid != t.pid || !catches(t.pid, found->header.signal)) continue;
     headers_[i] = found->header;
     offsets_[i] = text.size();
     // Watched before the signal, so no write can be missed.
@@ -266,7 +294,10 @@ void stack_capture::finish() {
     }
     text << "\n# native stacks (eu-stack):\n" << r.native_text;
     if (!r.native_text.empty() && r.native_text.back() != '\n') text << '\n';
-    int fd = ::open(t.out_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+    // O_NONBLOCK: a FIFO the worker put there fails (ENXIO) or takes what
+    // fits, rather than blocking the event loop.
+    int fd = ::open(t.out_file.c_str(),
+                    O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
     std::string data = text.str();
     bool ok = fd >= 0;
     std::size_t at = 0;

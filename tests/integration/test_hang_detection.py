@@ -93,3 +93,66 @@ def test_a_silent_multi_node_job_is_a_hang_on_every_node():
     for node in nodes:
         assert node.returncode == 137, node.stderr
         assert "job failed" in node.stderr
+
+
+# Round 0: rank 0 stops itself (its dump never comes: the capture waits
+# for its Python deadline) and rank 1 exits 1 when the stack signal comes,
+# so the group restarts while the capture is still under way. Round 1
+# waits until that capture makes its last stacks file, then asks the agent
+# for its status over the control socket: the reply comes only after the
+# agent finished the handler that made the file, so a rank still alive to
+# read it was not killed for the previous round's hang.
+STALE_CAPTURE_WORKER = r"""
+import ctypes, json, os, signal, socket, sys
+from pathlib import Path
+
+rank_dir = Path(os.environ["TORCHELASTIC_ERROR_FILE"]).parent
+if os.environ["TORCHELASTIC_RESTART_COUNT"] == "0":
+    if os.environ["LOCAL_RANK"] == "1":
+        header = [l for l in (rank_dir / "python_stacks.log").read_text().splitlines()
+                  if l.startswith("dtrun-stack-hook ")][-1]
+        signum = int(header.split(" signal=")[1].split()[0])
+        signal.signal(signum, lambda *_: os._exit(1))
+        print("rank 1 ready", flush=True)
+        while True:
+            signal.pause()
+    print("rank 0 ready", flush=True)
+    os.kill(os.getpid(), signal.SIGSTOP)
+    while True:
+        signal.pause()
+
+print(f"round 1 rank {os.environ['RANK']}", flush=True)
+last = rank_dir.parent.parent / "attempt_0" / "1"
+libc = ctypes.CDLL(None, use_errno=True)
+fd = libc.inotify_init1(0)
+IN_CLOSE_WRITE, IN_CREATE = 0x8, 0x100
+assert libc.inotify_add_watch(fd, str(last).encode(), IN_CLOSE_WRITE | IN_CREATE) >= 0
+while not (last / "stacks-1.txt").exists():
+    os.read(fd, 4096)
+# The agent made the file in the handler that ends the capture; it answers
+# us only after that handler (and a kill it may send) is over.
+agent = socket.socket(socket.AF_UNIX)
+agent.connect(f"{os.environ['DTRUN_CONTROL_DIR']}/{os.getppid()}.sock")
+agent.sendall(b'{"op": "status"}\n')
+reply = agent.makefile().readline()
+assert json.loads(reply)["schema"] == "dtrun.status/1", reply
+print(f"round 1 rank {os.environ['RANK']} done", flush=True)
+"""
+
+
+def test_a_capture_that_outlives_its_round_kills_nobody_of_the_next(tmp_path):
+    script = tmp_path / "stale_capture.py"
+    script.write_text(STALE_CAPTURE_WORKER)
+    control = tmp_path / "control"
+    control.mkdir(mode=0o700)
+    events = tmp_path / "events.jsonl"
+    # 5 s: round 1 is silent from its start until round 0's capture ends
+    # (its 3 s Python deadline), which must not be a hang of its own.
+    r = dh.run(["--standalone", "--nproc-per-node=2", "--hang-timeout=5", "--max-restarts=1",
+                f"--event-log={events}", "--python", dh.PYTHON, str(script)],
+               env=dh.job_env(DTRUN_CONTROL_DIR=str(control)), timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "round 1 rank 0 done" in r.stdout and "round 1 rank 1 done" in r.stdout, r.stdout
+    names = [e["event"] for e in dh.read_json_lines(events)]
+    assert names.count("restart") == 1
+    assert names.count("hang_detected") == 0, names

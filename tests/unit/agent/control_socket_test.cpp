@@ -1,3 +1,4 @@
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -11,6 +12,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
@@ -119,6 +121,85 @@ TEST_CASE("the control socket answers bad and oversized requests with an error")
   CHECK(raw_exchange(path, "{\"op\": 5}\n").find("no string") != std::string::npos);
   auto big = raw_exchange(path, std::string(control_socket::max_request_bytes + 10, 'x'));
   CHECK(big.find("longer than") != std::string::npos);
+}
+
+namespace {
+
+int connect_raw(const std::string& path) {
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::strcpy(a.sun_path, path.c_str());
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+}  // namespace
+
+TEST_CASE("connections over the limit are closed at once, and the others still served") {
+  // Each one holds one of the agent's file descriptors: with no limit a
+  // client of ours could take them all (the workers' pipes need them).
+  temp_dir dir;
+  running_control server(dir.path.string());
+  auto path = server.socket->path();
+  std::vector<int> held;
+  for (std::size_t i = 0; i < control_socket::max_connections; ++i) {
+    int fd = connect_raw(path);
+    REQUIRE(fd >= 0);
+    held.push_back(fd);
+  }
+  // Accepted in order, so this is the first one over the limit: closed
+  // unread, its request gets no reply (EOF or a reset).
+  const std::string request = "{\"op\": \"status\"}\n";
+  int over = connect_raw(path);
+  REQUIRE(over >= 0);
+  ::send(over, request.data(), request.size(), MSG_NOSIGNAL);
+  char c = 0;
+  CHECK(::recv(over, &c, 1, 0) <= 0);
+  ::close(over);
+  REQUIRE(::send(held[0], request.data(), request.size(), MSG_NOSIGNAL) ==
+          static_cast<ssize_t>(request.size()));
+  std::string reply;
+  char buf[4096];
+  ssize_t n;
+  while (reply.find('\n') == std::string::npos && (n = ::recv(held[0], buf, sizeof buf, 0)) > 0) {
+    reply.append(buf, static_cast<std::size_t>(n));
+  }
+  CHECK(reply.find("\"run_id\":\"r1\"") != std::string::npos);
+  for (int fd : held) ::close(fd);
+}
+
+TEST_CASE("control socket: a failed accept (out of file descriptors) is retried later") {
+  // The refused connection stays queued: an accept again at once fails
+  // again at once, a busy loop that keeps the event loop spinning.
+  temp_dir dir;
+  asio::io_context io;
+  int failures = 0;
+  control_socket socket(
+      io, dir.path.string(), [](const nlohmann::json&, control_socket::respond_fn) {},
+      [&](const std::string& line) {
+        if (line.find("accept failed") != std::string::npos) ++failures;
+      });
+  rlimit old{};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &old) == 0);
+  int open_now = 0;
+  for ([[maybe_unused]] const auto& entry : fs::directory_iterator("/proc/self/fd")) ++open_now;
+  rlimit low = old;
+  low.rlim_cur = static_cast<rlim_t>(open_now + 8);
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &low) == 0);
+  // Our clients take every descriptor left, so none is left to accept them.
+  std::vector<int> clients;
+  for (int fd; (fd = connect_raw(socket.path())) >= 0;) clients.push_back(fd);
+  for (int i = 0; i < 200; ++i) io.poll_one();
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &old) == 0);
+  for (int fd : clients) ::close(fd);
+  CHECK(!clients.empty());
+  CHECK(failures >= 1);
+  CHECK(failures < 10);  // a busy loop fails about every other poll_one()
 }
 
 TEST_CASE("the socket file goes with the server, and a stale one is replaced") {

@@ -114,6 +114,16 @@ TEST_CASE("status that is not an object or names another schema is refused with 
   CHECK(parse_status("{}", error));
 }
 
+TEST_CASE("a schema nested deeper than the stack is refused, not a crash") {
+  // A store holds values of megabytes: parsing nests without recursion,
+  // but quoting the value back (dump) recursed once per level.
+  constexpr std::size_t depth = 200'000;
+  std::string text = R"({"schema": )" + std::string(depth, '[') + std::string(depth, ']') + "}";
+  std::string error;
+  CHECK(!parse_status(text, error));
+  CHECK(error == "unknown status schema of type array (this dtrun reads dtrun.status/1)");
+}
+
 TEST_CASE("long strings from another process are cut") {
   std::string error;
   auto s = parse_status(nlohmann::json{{"host", std::string(10000, 'h')}}.dump(), error);

@@ -1,5 +1,12 @@
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <future>
 #include <optional>
 #include <stdexcept>
@@ -198,4 +205,41 @@ TEST_CASE("binding a port in use is one clear line") {
     CHECK(std::string(e.what()) ==
           "--metrics-port " + std::to_string(first.port()) + ": address in use; pick a free port or 0");
   }
+}
+
+TEST_CASE("metrics server: a failed accept (out of file descriptors) is retried later") {
+  // The refused connection stays queued: an accept again at once fails
+  // again at once, a busy loop that also writes a line each time.
+  asio::io_context io;
+  int failures = 0;
+  metrics_server server(io, "127.0.0.1", 0, [] { return std::string(); },
+                        [] { return std::string(); }, [&](const std::string& line) {
+                          if (line.find("accept failed") != std::string::npos) ++failures;
+                        });
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(server.port());
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  rlimit old{};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &old) == 0);
+  int open_now = 0;
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    ++open_now;
+  }
+  rlimit low = old;
+  low.rlim_cur = static_cast<rlim_t>(open_now + 8);
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &low) == 0);
+  // Our clients take every descriptor left (the kernel completes their
+  // connections), so none is left to accept them.
+  std::vector<int> clients;
+  for (int fd; (fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) >= 0;) {
+    clients.push_back(fd);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) != 0) break;
+  }
+  for (int i = 0; i < 200; ++i) io.poll_one();
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &old) == 0);
+  for (int fd : clients) ::close(fd);
+  CHECK(!clients.empty());
+  CHECK(failures >= 1);
+  CHECK(failures < 10);  // a busy loop fails about every other poll_one()
 }

@@ -3,14 +3,18 @@
 // io_context. Readiness is a line each Python writes to a pipe after
 // start-up (its hook has then written its header): no sleeps.
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <condition_variable>
 #include <csignal>
 #include <fstream>
+#include <mutex>
 #include <optional>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <boost/asio/io_context.hpp>
@@ -191,4 +195,88 @@ TEST_CASE("a worker that is gone is reported as exited, and destroying a capture
   }
   io.run();
   CHECK_FALSE(called);
+}
+
+TEST_CASE("a FIFO a worker puts in place of its stack file or its stacks file does not block") {
+  // A worker owns its folder. Once signalled, its stack file becomes a
+  // FIFO (its dump goes to the old file), and the capture's output file
+  // is one from the start. Opening either with no one at the other end
+  // blocks: the agent's event loop would stop for good.
+  if (::access("/usr/bin/python3", X_OK) != 0) { WARN("no /usr/bin/python3"); return; }
+  std::string dir = temp_dir();
+  write_python_hook(dir + "/hook");
+  std::ofstream(dir + "/stack_a.py") << script_a;
+  std::string stack_file = dir + "/stacks.0", out_file = dir + "/out.0";
+  env_map env{{"PATH", "/usr/bin:/bin"}};
+  add_python_hook_env(env, dir + "/hook", stack_file);
+  pid_t worker = start_ready("/usr/bin/python3", {dir + "/stack_a.py"}, env);
+  REQUIRE(::mkfifo(out_file.c_str(), 0600) == 0);
+
+  boost::asio::io_context io;
+  stack_capture_options options;
+  options.python_deadline = std::chrono::milliseconds(100);
+  options.native = false;
+  stack_capture capture(io, options);
+  std::optional<std::vector<captured_stack>> got;
+  capture.capture({{0, 0, worker, stack_file, out_file}}, [&](auto r) { got = std::move(r); });
+  REQUIRE(::unlink(stack_file.c_str()) == 0);
+  REQUIRE(::mkfifo(stack_file.c_str(), 0600) == 0);
+
+  // Without the fix io.run() never returns; after a minute this opens both
+  // FIFOs (read-write: never blocks), which frees it, and the test fails.
+  std::mutex m;
+  std::condition_variable cv;
+  bool finished = false, had_to_free = false;
+  std::thread rescue([&] {
+    std::unique_lock<std::mutex> lock(m);
+    if (cv.wait_for(lock, std::chrono::seconds(60), [&] { return finished; })) return;
+    had_to_free = true;
+    ::open(stack_file.c_str(), O_RDWR | O_NONBLOCK | O_CLOEXEC);
+    ::open(out_file.c_str(), O_RDWR | O_NONBLOCK | O_CLOEXEC);
+  });
+  io.run();
+  {
+    std::lock_guard<std::mutex> lock(m);
+    finished = true;
+  }
+  cv.notify_one();
+  rescue.join();
+  CHECK_FALSE(had_to_free);
+  REQUIRE(got);
+  const auto& r = (*got)[0];
+  CHECK(r.hooked);
+  CHECK_FALSE(r.complete);
+  CHECK(r.python_text.empty());
+  CHECK_FALSE(r.error.empty());  // the output file could not be written
+  CHECK(alive(worker));
+  stop(worker);
+}
+
+TEST_CASE("a hooked worker that exec'd another program is not signalled") {
+  // The hook wrote its header, then the Python worker exec'd a program
+  // without a handler: same pid, same header, and the real-time signal's
+  // default action (terminate) would kill it. "ready" comes from after
+  // the exec.
+  if (::access("/usr/bin/python3", X_OK) != 0) { WARN("no /usr/bin/python3"); return; }
+  std::string dir = temp_dir();
+  write_python_hook(dir + "/hook");
+  env_map env{{"PATH", "/usr/bin:/bin"}};
+  add_python_hook_env(env, dir + "/hook", dir + "/stacks.0");
+  pid_t worker = start_ready(
+      "/usr/bin/python3",
+      {"-c", "import os; os.execv('/bin/sh', ['sh', '-c', 'echo ready; exec sleep 100'])"}, env);
+  REQUIRE(slurp(dir + "/stacks.0").find("dtrun-stack-hook pid=" + std::to_string(worker)) == 0);
+
+  boost::asio::io_context io;
+  stack_capture_options options;
+  options.native = false;
+  stack_capture capture(io, options);
+  std::optional<std::vector<captured_stack>> got;
+  capture.capture({{0, 0, worker, dir + "/stacks.0", dir + "/out.0"}},
+                  [&](auto r) { got = std::move(r); });
+  io.run();
+  REQUIRE(got);
+  CHECK_FALSE((*got)[0].hooked);
+  CHECK(alive(worker));
+  stop(worker);
 }
