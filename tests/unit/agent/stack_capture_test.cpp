@@ -245,8 +245,8 @@ TEST_CASE("a FIFO a worker puts in place of its stack file or its stacks file do
   REQUIRE(got);
   const auto& r = (*got)[0];
   CHECK(r.hooked);
-  CHECK_FALSE(r.complete);
-  CHECK(r.python_text.empty());
+  // Whether the dump reached the unlinked file before the capture looked
+  // is a race, and not the point: only that nothing blocked.
   CHECK_FALSE(r.error.empty());  // the output file could not be written
   CHECK(alive(worker));
   stop(worker);
