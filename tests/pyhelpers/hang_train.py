@@ -51,6 +51,10 @@ def announce_when_waiting(q, ready, rank):
         pass
     with open(ready, "w") as fifo:
         fifo.write(f"rank {rank} ready\n")
+    # Wait rather than end: faulthandler's dump of every thread can crash
+    # CPython when a thread ends during it.
+    import threading
+    threading.Event().wait()
 
 
 def main():
