@@ -252,13 +252,14 @@ std::unique_ptr<control_socket> control_socket::open(asio::io_context& io, handl
                                                      log_fn warn, log_fn debug) {
   auto dir = find_control_dir(/*create=*/true);
   if (!dir.path) {
-    warn(fmt::format("warning: `dtrun status` cannot reach this agent: {}", dir.why));
+    // `warn` says "warning: " itself.
+    warn(fmt::format("`dtrun status` cannot reach this agent: {}", dir.why));
     return nullptr;
   }
   try {
     return std::make_unique<control_socket>(io, *dir.path, std::move(handler), std::move(debug));
   } catch (const std::exception& e) {
-    warn(fmt::format("warning: `dtrun status` cannot reach this agent: {}", e.what()));
+    warn(fmt::format("`dtrun status` cannot reach this agent: {}", e.what()));
     return nullptr;
   }
 }

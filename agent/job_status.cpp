@@ -352,8 +352,10 @@ job_status merge_nodes(const std::vector<std::optional<job_status>>& per_node) {
       continue;
     }
     if (!have_job) {
+      // The nodes before this one (unknown ones) are kept.
+      auto nodes = std::move(merged.nodes);
       merged = *s;
-      merged.nodes.clear();
+      merged.nodes = std::move(nodes);
       merged.workers.clear();
       merged.hangs_detected = merged.failures = 0;
       have_job = true;

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -272,4 +273,27 @@ TEST_CASE("XDG_RUNTIME_DIR is used when it is ours") {
   // Not ours (another uid asks): falls back to the tmp directory.
   auto fallback = find_control_dir(xdg.path.string(), false, ::getuid() + 1, tmp.path.string());
   CHECK(!fallback.path);
+}
+
+TEST_CASE("an unusable control directory is one warning line, without a doubled prefix") {
+  // The agent's warn hook writes "warning: " before the line.
+  temp_dir dir;
+  std::string file = (dir.path / "a-file").string();
+  std::ofstream(file) << "x";
+  const char* before = std::getenv("DTRUN_CONTROL_DIR");
+  std::optional<std::string> saved = before ? std::optional<std::string>(before) : std::nullopt;
+  ::setenv("DTRUN_CONTROL_DIR", file.c_str(), 1);
+  asio::io_context io;
+  std::vector<std::string> warnings;
+  auto socket = control_socket::open(
+      io, [](const nlohmann::json&, control_socket::respond_fn) {},
+      [&](const std::string& line) { warnings.push_back(line); }, [](const std::string&) {});
+  if (saved) {
+    ::setenv("DTRUN_CONTROL_DIR", saved->c_str(), 1);
+  } else {
+    ::unsetenv("DTRUN_CONTROL_DIR");
+  }
+  CHECK(socket == nullptr);
+  REQUIRE(warnings.size() == 1);
+  CHECK(warnings[0] == "`dtrun status` cannot reach this agent: " + file + " is not a directory");
 }

@@ -187,3 +187,18 @@ TEST_CASE("merging nodes sums counters, lists every node and orders workers by r
   CHECK(merged.workers[0].node_rank == 2);
   CHECK(merged.workers[2].node_rank == 0);
 }
+
+TEST_CASE("nodes that have not published before the first one that has are still listed") {
+  // Node 0 is the one usually asked about: slow to start, or gone.
+  auto b = sample_job();
+  b.host = "node2";
+  auto merged = merge_nodes({std::nullopt, std::nullopt, b});
+  CHECK(merged.nnodes == 3);
+  REQUIRE(merged.nodes.size() == 3);
+  CHECK(merged.nodes[0].node_rank == 0);
+  CHECK(merged.nodes[0].state == "unknown");
+  CHECK(merged.nodes[1].state == "unknown");
+  CHECK(merged.nodes[2].node_rank == 2);
+  CHECK(merged.nodes[2].host == "node2");
+  CHECK(merged.workers.size() == b.workers.size());
+}
