@@ -265,6 +265,8 @@ launch_config resolve_launch_config(const launch_options& o, const agent::env_ma
                                   o.max_restarts, max_restarts_limit));
   }
   c.hang_timeout = seconds_to_duration(o.hang_timeout, "--hang-timeout", {true, max_duration_s});
+  // A positive timeout under a millisecond is the shortest one, not "off".
+  if (o.hang_timeout > 0 && c.hang_timeout.count() == 0) c.hang_timeout = std::chrono::milliseconds(1);
   c.stack_hook = !o.no_stack_hook && !o.no_python;
   if (o.metrics_port > max_port) {
     throw usage_error(fmt::format("--metrics-port: '{}' is not a whole number from 0 to {}",
