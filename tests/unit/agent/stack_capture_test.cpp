@@ -66,31 +66,23 @@ void stop(pid_t pid) {
 // condition), so a capture can never land between the line and the call.
 // That thread then waits too instead of ending: faulthandler's dump of
 // every thread can crash CPython when a thread ends during it.
-constexpr const char* script_a =
-    "import queue, sys, threading\n"
-    "q = queue.Queue()\n"
-    "def load_batch():\n"
-    "    q.get()\n"
-    "def announce():\n"
-    "    while not q.not_empty._waiters:\n"
-    "        pass\n"
-    "    print('ready', flush=True)\n"
-    "    threading.Event().wait()\n"
-    "threading.Thread(target=announce, daemon=True).start()\n"
-    "load_batch()\n";
+// A script whose main thread blocks in a function named `name` (line 4).
+std::string blocked_in(const std::string& name) {
+  return "import queue, threading\n"
+         "q = queue.Queue()\n"
+         "def " + name + "():\n"
+         "    q.get()\n"
+         "def announce():\n"
+         "    while not q.not_empty._waiters:\n"
+         "        pass\n"
+         "    print('ready', flush=True)\n"
+         "    threading.Event().wait()\n"
+         "threading.Thread(target=announce, daemon=True).start()\n" +
+         name + "()\n";
+}
 
-constexpr const char* script_b =
-    "import queue, threading\n"
-    "q = queue.Queue()\n"
-    "def train_step():\n"
-    "    q.get()\n"
-    "def announce():\n"
-    "    while not q.not_empty._waiters:\n"
-    "        pass\n"
-    "    print('ready', flush=True)\n"
-    "    threading.Event().wait()\n"
-    "threading.Thread(target=announce, daemon=True).start()\n"
-    "train_step()\n";
+const std::string script_a = blocked_in("load_batch");
+const std::string script_b = blocked_in("train_step");
 
 }  // namespace
 
