@@ -412,6 +412,7 @@ class elastic_agent::impl {
   agent_facts facts() const {
     agent_facts f;
     f.run_id = rendezvous_.run_id();
+    f.host = reporter_.host();
     f.round = round_;
     f.restarts_used = job_restarts_.value_or(restarts_seen_);
     f.max_restarts = options_.spec.max_restarts;

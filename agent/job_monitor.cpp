@@ -22,12 +22,6 @@ double wall_now() {
       .count();
 }
 
-std::string host_name() {
-  char name[256] = {};
-  if (::gethostname(name, sizeof name - 1) != 0) return "unknown";
-  return name;
-}
-
 }  // namespace
 
 job_monitor::job_monitor(asio::io_context& io, options opts, hooks callbacks)
@@ -80,7 +74,7 @@ job_status job_monitor::snapshot() {
   s.round = facts.round;
   s.restarts_used = facts.restarts_used;
   s.max_restarts = facts.max_restarts;
-  s.host = host_name();
+  s.host = facts.host;
   s.agent_pid = ::getpid();
   s.node_rank = facts.node_rank;
   s.nnodes = facts.nnodes;

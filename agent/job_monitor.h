@@ -35,6 +35,7 @@ class cpu_meter;
 // What the supervision loop knows, at the moment it is asked.
 struct agent_facts {
   std::string run_id;
+  std::string host;  // as the agent names itself (run_reporter)
   std::int64_t round = 0;
   std::int64_t restarts_used = 0;
   std::int64_t max_restarts = 0;
