@@ -22,6 +22,8 @@
 #include "launcher/scheduler_env.h"
 #include "launcher/status_command.h"
 #include "rendezvous/dynamic_rendezvous.h"
+#include "rendezvous/etcd_round_store.h"
+#include "rendezvous/etcd_session.h"
 #include "rendezvous/printable.h"
 #include "rendezvous/standalone_rendezvous.h"
 
@@ -61,6 +63,12 @@ int launch(const launcher::launch_config& config, const agent::env_map& env) {
     auto rdzv_options = config.multi_node->rendezvous;
     if (!rdzv_options.log) {
       rdzv_options.log = [messages](const std::string& line) { messages.info(line); };
+    }
+    std::shared_ptr<rendezvous::etcd_session> etcd;
+    if (config.multi_node->etcd) {
+      etcd = std::make_shared<rendezvous::etcd_session>(
+          io, *config.multi_node->etcd, rendezvous::make_etcd_tls(*config.multi_node->etcd));
+      rdzv_options.store_factory = rendezvous::etcd_round_store_factory(io, etcd);
     }
     rendezvous = std::make_unique<rendezvous::dynamic_rendezvous>(io, rdzv_options);
   } else {

@@ -48,7 +48,58 @@ std::optional<bool> boolean(const std::map<std::string, std::string>& conf,
 const std::vector<std::string> known_keys = {
     "join_timeout", "last_call_timeout", "close_timeout",  "read_timeout",
     "keep_alive_interval", "keep_alive_max_attempt", "heartbeat_timeout", "is_host",
-    "timeout", "store_type", "use_libuv", "exit_barrier_timeout", "worker_store"};
+    "timeout", "store_type", "use_libuv", "exit_barrier_timeout", "worker_store",
+    // etcd-v3 (torchrun's etcd backend takes the first five)
+    "protocol", "cacert", "cert", "key", "etcd_prefix", "lease_ttl", "request_timeout"};
+
+// --rdzv-backend=etcd-v3: the members and TLS settings. The round logic is
+// the c10d backend's; only its store differs.
+rendezvous::etcd_options etcd_settings(const launch_options& o,
+                                       const std::map<std::string, std::string>& conf) {
+  rendezvous::etcd_options e;
+  if (o.rdzv_endpoint.empty()) {
+    throw usage_error(
+        "--rdzv-backend=etcd-v3 needs --rdzv-endpoint=HOST:PORT[,HOST:PORT...], the client "
+        "addresses of the etcd cluster's members");
+  }
+  std::string error;
+  auto members = rendezvous::parse_etcd_members(o.rdzv_endpoint, e.tls, error);
+  if (!members) throw usage_error(fmt::format("--rdzv-endpoint: {}", error));
+  e.members = std::move(*members);
+  if (auto p = conf.find("protocol"); p != conf.end()) {
+    if (p->second != "http" && p->second != "https") {
+      throw usage_error(fmt::format("--rdzv-conf protocol={} is not http or https", p->second));
+    }
+    e.tls = p->second == "https";
+  }
+  auto file = [&](const char* key) {
+    auto it = conf.find(key);
+    return it == conf.end() ? std::string() : it->second;
+  };
+  e.cacert = file("cacert");
+  e.cert = file("cert");
+  e.key = file("key");
+  if (!e.tls && (!e.cacert.empty() || !e.cert.empty())) {
+    throw usage_error(
+        "--rdzv-conf cacert/cert/key need TLS: add protocol=https or write the members as "
+        "https://HOST:PORT");
+  }
+  if (e.cert.empty() != e.key.empty()) {
+    throw usage_error("--rdzv-conf cert and key go together: give both or neither");
+  }
+  if (auto p = conf.find("etcd_prefix"); p != conf.end()) {
+    e.key_prefix = p->second;
+    if (e.key_prefix.empty() || e.key_prefix.back() != '/') e.key_prefix += '/';
+  }
+  e.request_timeout = duration(conf, "request_timeout", e.request_timeout);
+  auto ttl = duration(conf, "lease_ttl", e.lease_ttl);
+  if (ttl < std::chrono::seconds(2)) {
+    // etcd refuses shorter leases (its minimum follows its election timeout).
+    throw usage_error("--rdzv-conf lease_ttl must be at least 2 seconds");
+  }
+  e.lease_ttl = std::chrono::duration_cast<std::chrono::seconds>(ttl);
+  return e;
+}
 
 }  // namespace
 
@@ -78,14 +129,11 @@ std::optional<multi_node_config> resolve_multi_node(const launch_options& o, int
                                                     int max_nodes, int nproc_per_node) {
   std::string backend = o.rdzv_backend;
   if (!o.rdzv_backend_given && !o.rdzv_endpoint.empty()) backend = "c10d";
-  if (backend == "etcd" || backend == "etcd-v2") {
-    throw usage_error(fmt::format(
-        "--rdzv-backend={} is not supported yet; use --rdzv-backend=c10d (the store is hosted "
-        "by the endpoint's node, no etcd needed)",
-        backend));
-  }
-  if (backend != "c10d" && backend != "static") {
-    throw usage_error(fmt::format("--rdzv-backend={} is not one of c10d, static", backend));
+  // torchrun's etcd backends speak the v2 API, which etcd 3.6 removed;
+  // dtrun's speaks v3 under all three names.
+  if (backend == "etcd" || backend == "etcd-v2") backend = "etcd-v3";
+  if (backend != "c10d" && backend != "static" && backend != "etcd-v3") {
+    throw usage_error(fmt::format("--rdzv-backend={} is not one of c10d, etcd-v3, static", backend));
   }
   // One node and nobody to meet: single-node (the caller's standalone path).
   if (max_nodes == 1 && o.rdzv_endpoint.empty()) return std::nullopt;
@@ -127,6 +175,16 @@ std::optional<multi_node_config> resolve_multi_node(const launch_options& o, int
     r.workers_use_agent_store = ws->second == "agent";
   }
 
+  if (backend == "etcd-v3") {
+    c.etcd = etcd_settings(o, conf);
+    // Every node opens a store for the workers; group rank 0's is used.
+    r.worker_store_on_every_node = true;
+    r.host_store = false;
+    c.host_decided_by = "etcd holds the rendezvous; group rank 0 hosts the workers' store";
+    r.endpoint_host = c.etcd->members.front().host;
+    r.endpoint_port = c.etcd->members.front().port;
+    return c;
+  }
   std::string where;
   std::uint16_t default_port = c10d_default_port;
   if (backend == "static") {
@@ -181,6 +239,23 @@ std::optional<multi_node_config> resolve_multi_node(const launch_options& o, int
 
 nlohmann::json to_json(const multi_node_config& c) {
   const auto& r = c.rendezvous;
+  if (c.etcd) {
+    return {
+        {"backend", c.backend},
+        {"endpoint", rendezvous::members_text(c.etcd->members)},
+        {"protocol", c.etcd->tls ? "https" : "http"},
+        {"etcd_prefix", c.etcd->key_prefix},
+        {"lease_ttl_s", c.etcd->lease_ttl.count()},
+        {"hosts_store", false},
+        {"hosts_store_because", c.host_decided_by},
+        {"local_addr", r.local_addr},
+        {"join_timeout_s", r.join_timeout.count() / 1000.0},
+        {"last_call_timeout_s", r.last_call_timeout.count() / 1000.0},
+        {"keep_alive_interval_s", r.keep_alive_interval.count() / 1000.0},
+        {"keep_alive_max_attempt", r.keep_alive_max_attempt},
+        {"worker_store", r.workers_use_agent_store ? "agent" : "rank0"},
+    };
+  }
   return {
       {"backend", c.backend},
       {"endpoint", rendezvous::to_string({r.endpoint_host, r.endpoint_port})},

@@ -3,6 +3,8 @@
 //
 //   c10d (default when --rdzv-endpoint is given): --nnodes=MIN:MAX, the store
 //     on the endpoint, hosted by the node the endpoint names (or is_host=1).
+//   etcd-v3 (also "etcd", "etcd-v2"): the same rounds in an etcd cluster,
+//     --rdzv-endpoint its members; no node hosts the rendezvous.
 //   static (torchrun's default without an endpoint): --nnodes=N,
 //     --node-rank=R, the store on --master-addr:--master-port, hosted by
 //     node rank 0; ranks are pinned.
@@ -18,14 +20,18 @@
 
 #include "launcher/cli.h"
 #include "rendezvous/dynamic_rendezvous.h"
+#include "rendezvous/etcd_options.h"
 
 namespace dtrun::launcher {
 
 struct node_range;
 
 struct multi_node_config {
-  std::string backend;  // "c10d" or "static"
+  std::string backend;  // "c10d", "etcd-v3" or "static"
   rendezvous::dynamic_rendezvous_options rendezvous;
+  // The etcd cluster, for etcd-v3 (the rendezvous' store_factory is made
+  // from it when the run starts, on the agent's event loop).
+  std::optional<rendezvous::etcd_options> etcd;
   // Which setting decided that this node hosts the store, for --dry-run.
   std::string host_decided_by;
 };

@@ -583,6 +583,17 @@ void async_store_client::multi_set(std::vector<std::string> keys, std::vector<st
                  no_reply(), std::move(done));
 }
 
+void async_store_client::set_will(std::string will, std::string target, std::string value,
+                                  store_callback done) {
+  // The server keeps the will with this connection; its text names the
+  // target by wire key, so it carries the client's key prefix.
+  set(std::move(will), fmt::format("{}\n{}", impl_->key(target), value), std::move(done));
+}
+
+void async_store_client::withdraw_will(std::string will, store_callback done) {
+  delete_key(std::move(will), std::move(done));
+}
+
 std::string async_store_client::local_address() const {
   boost::system::error_code ec;
   auto ep = impl_->socket_.local_endpoint(ec);

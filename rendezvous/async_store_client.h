@@ -26,58 +26,56 @@
 
 #include <boost/asio/io_context.hpp>
 
+#include "rendezvous/round_store.h"
 #include "rendezvous/store.h"
 #include "rendezvous/tcp_store_client.h"
 
 namespace dtrun::rendezvous {
 
-// What an operation produced. `error` is null on success; which other
-// field is set depends on the operation (see each method).
-struct store_result {
-  std::exception_ptr error;
-  std::string value;                // get, compare_set
-  std::int64_t number = 0;          // add, num_keys
-  bool flag = false;                // check, delete_key
-  std::vector<std::string> values;  // multi_get
-};
-using store_callback = std::function<void(store_result)>;
-
-class async_store_client : public std::enable_shared_from_this<async_store_client> {
+class async_store_client final : public round_store,
+                                 public std::enable_shared_from_this<async_store_client> {
  public:
   // Options as for the blocking client (dialect, key prefix, timeouts).
   static std::shared_ptr<async_store_client> create(boost::asio::io_context& io,
                                                     tcp_store_client_options options);
-  ~async_store_client();
+  ~async_store_client() override;
 
   // Connects, retrying with backoff and jitter until connect_timeout (an
   // attempt that gets no answer ends then too), then validates (v2).
   // Operations called before it completes are queued. Call it once: a
   // second call, or one after close(), completes (from the loop) with
   // store_connection_error.
-  void connect(store_callback done);
+  void connect(store_callback done) override;
 
-  void set(std::string key, std::string value, store_callback done);
+  void set(std::string key, std::string value, store_callback done) override;
   // Waits up to `timeout` for the key, then reads it: result.value.
-  void get(std::string key, store_duration timeout, store_callback done);
-  void add(std::string key, std::int64_t delta, store_callback done);  // result.number
+  void get(std::string key, store_duration timeout, store_callback done) override;
+  void add(std::string key, std::int64_t delta, store_callback done) override;  // result.number
   void compare_set(std::string key, std::string expected, std::string desired,
-                   store_callback done);                                 // result.value
-  void check(std::vector<std::string> keys, store_callback done);       // result.flag
+                   store_callback done) override;                                 // result.value
+  void check(std::vector<std::string> keys, store_callback done) override;       // result.flag
   // store_timeout when the keys do not all exist within `timeout`.
-  void wait(std::vector<std::string> keys, store_duration timeout, store_callback done);
-  void delete_key(std::string key, store_callback done);                // result.flag
+  void wait(std::vector<std::string> keys, store_duration timeout, store_callback done) override;
+  void delete_key(std::string key, store_callback done) override;                // result.flag
   void num_keys(store_callback done);                                   // result.number
   // Waits up to `timeout` for all keys, then reads them: result.values.
-  void multi_get(std::vector<std::string> keys, store_duration timeout, store_callback done);
+  void multi_get(std::vector<std::string> keys, store_duration timeout, store_callback done) override;
   void multi_set(std::vector<std::string> keys, std::vector<std::string> values,
                  store_callback done);
 
+  // dtrun's store extension (store_session.h, will_key_prefix): the
+  // server sets `target` when this connection closes with the will set.
+  // `will` must start with "dtrun/will/".
+  void set_will(std::string will, std::string target, std::string value,
+                store_callback done) override;
+  void withdraw_will(std::string will, store_callback done) override;
+
   // Fails everything queued with store_connection_error and closes.
-  void close();
+  void close() override;
 
   // The local address of the connection once connected (what the server
   // sees as us), for agents advertising a reachable address.
-  std::string local_address() const;
+  std::string local_address() const override;
 
   class impl;
 

@@ -199,7 +199,8 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
 
   // --- connections ------------------------------------------------------
 
-  std::shared_ptr<async_store_client> make_client(std::chrono::milliseconds connect_timeout) {
+  std::shared_ptr<round_store> make_client(std::chrono::milliseconds connect_timeout) {
+    if (options_.store_factory) return options_.store_factory(connect_timeout);
     tcp_store_client_options o;
     o.host = server_ ? std::string("127.0.0.1") : options_.endpoint_host;
     o.port = server_ ? server_->port() : options_.endpoint_port;
@@ -243,7 +244,7 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   }
 
   void warn_if_no_host() {
-    if (server_) return;
+    if (server_ || options_.store_factory) return;
     warning_timer_.expires_after(bounded(options_.no_host_warning));
     warning_timer_.async_wait([self = shared_from_this(), armed = ++warning_armed_](
                                   const boost::system::error_code& ec) {
@@ -371,7 +372,11 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
       if (n.error) return done();
       auto all_read = self->key(fmt::format("failures/{}/all_read", r));
       if (n.number >= self->members_) {
-        return self->ops_->set(all_read, "1", [done](store_result) { done(); });
+        // The last reader: everyone knows; an external store (etcd) drops
+        // the job, so a new run with this id starts afresh.
+        return self->ops_->set(all_read, "1", [self, done](store_result) {
+          self->release_job(done);
+        });
       }
       if (!self->server_) return done();
       self->options_.log(fmt::format(
@@ -506,20 +511,32 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
       std::vector<int> nproc(nodes.size());
       std::vector<std::string> addrs(nodes.size());
       std::vector<int> ports(nodes.size());
-      // The hosting member's fresh store for this round's workers; 0 when
-      // no member hosts the endpoint store (see complete_round).
+      // The fresh store for this round's workers: the hosting member's
+      // (c10d), or group rank 0's when every node opened one (etcd); 0
+      // when no member hosts the endpoint store (see complete_round).
       int worker_port = 0;
+      std::string worker_addr;
       for (std::size_t i = 0; i < nodes.size(); ++i) {
         nproc[ranks[i]] = nodes[i].nproc;
         addrs[ranks[i]] = nodes[i].addr;
         ports[ranks[i]] = nodes[i].master_port;
-        if (worker_port == 0) worker_port = nodes[i].worker_store_port;
+        if (self->options_.worker_store_on_every_node) {
+          if (ranks[i] == 0) {
+            worker_port = nodes[i].worker_store_port;
+            worker_addr = nodes[i].addr;
+          }
+        } else if (worker_port == 0) {
+          worker_port = nodes[i].worker_store_port;
+        }
       }
       json table{{"ranks", ranks},
                  {"nproc", nproc},
                  {"addrs", addrs},
                  {"ports", ports},
                  {"worker_port", worker_port}};
+      // Absent: the endpoint host's store (older dtrun versions read the
+      // table the same way).
+      if (!worker_addr.empty()) table["worker_addr"] = worker_addr;
       self->ops_->set(self->round_key(r, "ranks"), compact_json(table),
                       [](store_result) {});
     });
@@ -555,6 +572,7 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
     std::string rank0_addr;
     int rank0_port = 0;
     int worker_port = 0;
+    std::string worker_addr;
     try {
       auto table = json::parse(table_text);
       info.round = r;
@@ -565,6 +583,7 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
       rank0_port = table.at("ports").at(0).get<int>();
       // Absent in tables of older dtrun versions.
       worker_port = table.value("worker_port", 0);
+      worker_addr = table.value("worker_addr", std::string());
       if (worker_port < 0 || worker_port > 65535) throw std::out_of_range("worker_port");
     } catch (const std::exception& e) {
       return fail(error_of(fmt::format("the rank table of round {} is corrupt: {}", r,
@@ -586,9 +605,19 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
       // round the last round's gloo addresses). Without one (an external
       // `dtrun-store serve`, a host outside this round, a static
       // rendezvous, an older host) it is the endpoint store itself.
-      info.master_addr = info.store_host;
+      info.master_addr = worker_addr.empty() ? info.store_host : worker_addr;
       info.master_port = worker_port > 0 ? static_cast<std::uint16_t>(worker_port)
                                          : info.store_port;
+      // Every node opened a store; only group rank 0's serves the round.
+      if (options_.worker_store_on_every_node && worker_server_) {
+        if (info.group_rank == 0) {
+          options_.log(fmt::format("round {}: this node (group rank 0) hosts the workers' store "
+                                   "on port {}", r, worker_server_->port()));
+        } else {
+          worker_server_->stop();
+          worker_server_.reset();
+        }
+      }
     } else {
       // torchrun 1.13's way: group rank 0's worker hosts a store on the
       // port its agent reserved.
@@ -601,9 +630,9 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
     cancel(deadline_timer_, deadline_armed_);
     // If this node dies, its connection closes and the server ends the
     // round for everyone at once.
-    ops_->set(will_key(), fmt::format("/{}\nnode {} ({}) was lost", round_key(r, "over"),
-                                      group_rank_, advertised_addr_),
-              [](store_result) {});
+    ops_->set_will(will_key(), round_key(r, "over"),
+                   fmt::format("node {} ({}) was lost", group_rank_, advertised_addr_),
+                   [](store_result) {});
     watch_over(r);
     start_heartbeats(r);
     if (auto done = std::exchange(done_, nullptr)) done(nullptr, std::move(info));
@@ -617,17 +646,26 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   // the static backend). Returns 0 when it does not apply. Throws
   // store_error when no port can be bound.
   int open_worker_store(std::int64_t r) {
-    if (!server_ || !options_.workers_use_agent_store || !options_.fresh_worker_store) return 0;
+    if (!options_.workers_use_agent_store || !options_.fresh_worker_store) return 0;
+    if (!server_ && !options_.worker_store_on_every_node) return 0;
     worker_server_.reset();
     worker_server_ = std::make_unique<store_server>(
         io_, store_server_options{.host = "", .port = 0,
                                   .admit = make_admit(options_.store_access)});
-    options_.log(fmt::format("round {}: the workers' store is on port {}", r,
-                             worker_server_->port()));
+    // With a store on every node, only group rank 0's serves: said once
+    // the ranks are known (complete_round).
+    if (server_) {
+      options_.log(fmt::format("round {}: the workers' store is on port {}", r,
+                               worker_server_->port()));
+    }
     return worker_server_->port();
   }
 
-  std::string will_key() const { return fmt::format("dtrun/will/{}/{}", options_.run_id, round_); }
+  // One per member: a will is executed only while its key holds it, so a
+  // key shared by the round's members would keep only the last writer's.
+  std::string will_key() const {
+    return fmt::format("dtrun/will/{}/{}/{}", options_.run_id, round_, group_rank_);
+  }
 
   // --- while the round runs ---------------------------------------------
 
@@ -640,7 +678,7 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
       if (o.error && self->all_done_) return;
       self->round_over_ = true;
       self->cancel(self->heartbeat_timer_, self->heartbeat_armed_);
-      std::string reason = o.error ? "the connection to the rendezvous store was lost" : o.value;
+      std::string reason = o.error ? self->lost_store_reason(o.error) : o.value;
       if (auto cb = std::exchange(self->on_over_, nullptr)) {
         cb(reason);
       } else {
@@ -706,6 +744,17 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
                         });
       }
     });
+  }
+
+  // Why a WAIT on `over` failed, for the log: the etcd backend says why
+  // (its lease, the cluster's quorum); a TCPStore connection just closes.
+  std::string lost_store_reason(const std::exception_ptr& error) const {
+    if (!options_.store_factory) return "the connection to the rendezvous store was lost";
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      return fmt::format("the rendezvous store was lost: {}", e.what());
+    }
   }
 
   void watch_round(std::function<void(std::string)> on_over) {
@@ -817,7 +866,7 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
     auto self = shared_from_this();
     auto r = round_;
     // Leaving on purpose is not a loss: withdraw the will first.
-    ops_->delete_key(will_key(), [](store_result) {});
+    ops_->withdraw_will(will_key(), [](store_result) {});
     ops_->add(round_key(r, "done"), 1, [self, r](store_result n) {
       if (n.error) return self->finish_with(n.error);
       if (n.number >= self->members_) {
@@ -857,12 +906,22 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
     ops_->add(round_key(r, "left"), 1, [self, r](store_result n) {
       if (n.error) return self->finish_with(nullptr);
       bool last = n.number >= self->members_;
-      // The last to leave releases the host.
-      if (last) self->ops_->set(self->round_key(r, "all_left"), "1", [](store_result) {});
+      // The last to leave releases the host, and the job's keys when the
+      // store outlives the job (etcd).
+      if (last) {
+        self->ops_->set(self->round_key(r, "all_left"), "1", [](store_result) {});
+        return self->release_job([self] { self->finish_with(nullptr); });
+      }
       if (!self->server_ || last) return self->finish_with(nullptr);
       self->barrier_->wait({self->round_key(r, "all_left")}, self->options_.close_timeout,
                            [self](store_result) { self->finish_with(nullptr); });
     });
+  }
+
+  // Drops dtrun/<run_id>/ and the job's status keys; best effort.
+  void release_job(std::function<void()> done) {
+    ops_->release(fmt::format("dtrun/status/{}/", options_.run_id), [](store_result) {});
+    ops_->release(key(""), [done](store_result) { done(); });
   }
 
   void finish_with(std::exception_ptr error) {
@@ -900,7 +959,7 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   std::unique_ptr<store_server> server_;
   // This round's store for the workers (open_worker_store), when we host.
   std::unique_ptr<store_server> worker_server_;
-  std::shared_ptr<async_store_client> ops_, waits_, barrier_;
+  std::shared_ptr<round_store> ops_, waits_, barrier_;
   asio::steady_timer heartbeat_timer_, deadline_timer_, warning_timer_;
   completion done_;
   std::function<void(std::string)> on_over_;

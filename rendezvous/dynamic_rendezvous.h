@@ -20,6 +20,7 @@
 #include <boost/asio/io_context.hpp>
 
 #include "rendezvous/rendezvous_handler.h"
+#include "rendezvous/round_store.h"
 #include "rendezvous/store_access.h"
 
 namespace dtrun::rendezvous {
@@ -69,6 +70,13 @@ struct dynamic_rendezvous_options {
   std::chrono::milliseconds no_host_warning = std::chrono::seconds(5);
   // Who may connect to the store this node hosts (--store-allow-networks).
   store_access_options store_access;
+  // The etcd backend: clients of an external store (no node hosts it;
+  // host_store is false). Empty: the c10d TCPStore at the endpoint.
+  round_store_factory store_factory;
+  // With an external store nobody hosts the workers' store either: every
+  // node opens one when it joins, and the round uses group rank 0's
+  // (MASTER_ADDR = rank 0's address). The others close theirs.
+  bool worker_store_on_every_node = false;
   std::function<void(const std::string&)> log;
 };
 

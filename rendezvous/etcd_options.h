@@ -1,0 +1,42 @@
+// How dtrun reaches an etcd cluster: its members (--rdzv-endpoint, a comma
+// list) and the TLS files of --rdzv-conf (protocol, cacert, cert, key), as
+// torchrun's etcd backend takes them.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "rendezvous/endpoint.h"
+
+namespace dtrun::rendezvous {
+
+inline constexpr std::uint16_t etcd_default_port = 2379;
+
+struct etcd_options {
+  std::vector<endpoint> members;
+  bool tls = false;
+  std::string cacert;  // empty: the system's trust store
+  std::string cert, key;  // a client certificate, both or neither
+  // How long one request may take before it is tried on another member;
+  // etcd itself gives up on a proposal after about 7 s without quorum.
+  std::chrono::milliseconds request_timeout = std::chrono::seconds(10);
+  // The agent's lease: its wills vanish this long after it stops renewing.
+  std::chrono::seconds lease_ttl = std::chrono::seconds(10);
+  // Prepended to every key ("/dtrun/<run_id>/..." by default).
+  std::string key_prefix = "/";
+};
+
+// "h1:2379,https://h2,[::1]:2380" -> members. A scheme, when given, must be
+// the same for all and sets `tls` (https); nullopt with `error` set when a
+// member is malformed.
+std::optional<std::vector<endpoint>> parse_etcd_members(std::string_view text, bool& tls,
+                                                        std::string& error);
+
+// "h1:2379,h2:2379" for messages.
+std::string members_text(const std::vector<endpoint>& members);
+
+}  // namespace dtrun::rendezvous

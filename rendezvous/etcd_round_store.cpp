@@ -1,0 +1,715 @@
+#include "rendezvous/etcd_round_store.h"
+
+#include <algorithm>
+#include <deque>
+#include <optional>
+#include <set>
+
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "rendezvous/etcd_connection.h"
+#include "rendezvous/etcd_watch.h"
+
+namespace dtrun::rendezvous {
+
+namespace asio = boost::asio;
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+// etcd's default --max-txn-ops is 128; ranges go in batches below it.
+constexpr std::size_t txn_batch = 64;
+
+std::int64_t integer_of(const json& j) {
+  try {
+    if (j.is_string()) return std::stoll(j.get<std::string>());
+    if (j.is_number_integer()) return j.get<std::int64_t>();
+  } catch (const std::exception&) {
+  }
+  return 0;
+}
+
+// The first key after every key that starts with `prefix`.
+std::string prefix_end(std::string prefix) {
+  while (!prefix.empty()) {
+    auto& last = prefix.back();
+    if (static_cast<unsigned char>(last) != 0xff) {
+      last = static_cast<char>(static_cast<unsigned char>(last) + 1);
+      return prefix;
+    }
+    prefix.pop_back();
+  }
+  return std::string(1, '\0');  // every key
+}
+
+// One key-value pair of a range reply.
+struct kv_pair {
+  std::string value;
+  std::int64_t mod_revision = 0;
+};
+
+std::optional<kv_pair> first_kv(const json& range_response) {
+  auto kvs = range_response.find("kvs");
+  if (kvs == range_response.end() || !kvs->is_array() || kvs->empty()) return std::nullopt;
+  const auto& kv = (*kvs)[0];
+  kv_pair p;
+  if (kv.contains("value") && kv["value"].is_string()) {
+    p.value = base64_decode(kv["value"].get<std::string>()).value_or(std::string());
+  }
+  p.mod_revision = integer_of(kv.value("mod_revision", json()));
+  return p;
+}
+
+// The responses of a txn reply; each is {"response_range": ...} etc.
+const json& txn_responses(const json& body) {
+  static const json none = json::array();
+  auto it = body.find("responses");
+  return it != body.end() && it->is_array() ? *it : none;
+}
+
+json range_request(const std::string& key, bool count_only) {
+  json r{{"key", base64_encode(key)}};
+  if (count_only) r["count_only"] = true;
+  return json{{"request_range", r}};
+}
+
+std::exception_ptr error_of(const std::string& message) {
+  return std::make_exception_ptr(store_error(message));
+}
+
+std::exception_ptr connection_error(const std::string& message) {
+  return std::make_exception_ptr(store_connection_error(message));
+}
+
+std::optional<std::int64_t> parse_counter(const std::string& text) {
+  if (text.empty()) return 0;
+  try {
+    std::size_t used = 0;
+    auto n = std::stoll(text, &used);
+    if (used == text.size()) return n;
+  } catch (const std::exception&) {
+  }
+  return std::nullopt;
+}
+
+class etcd_round_store final : public round_store,
+                               public std::enable_shared_from_this<etcd_round_store> {
+ public:
+  using finish = std::function<void(store_result)>;
+
+  etcd_round_store(asio::io_context& io, std::shared_ptr<etcd_session> session,
+                   std::chrono::milliseconds connect_timeout, std::uint64_t number)
+      : io_(io), session_(std::move(session)), options_(session_->options()),
+        connection_(etcd_connection::create(io, options_, session_->tls())), retry_(io),
+        connect_timeout_(connect_timeout), number_(number) {}
+
+  ~etcd_round_store() override { shut(connection_error("the etcd client was closed")); }
+
+  // --- the queue: one operation at a time, in call order ----------------
+
+  void enqueue(std::function<void(finish)> start, store_callback done) {
+    queue_.push_back({std::move(start), std::move(done)});
+    run_next();
+  }
+
+  void run_next() {
+    if (busy_ || queue_.empty() || !connected_) return;
+    if (!lost_.empty()) {
+      return fail_queued(connection_error(lost_));
+    }
+    busy_ = true;
+    auto op = std::move(queue_.front());
+    queue_.pop_front();
+    auto self = shared_from_this();
+    auto once = std::make_shared<bool>(false);
+    auto generation = ++op_generation_;
+    auto done = std::make_shared<store_callback>(std::move(op.done));
+    finish complete = [self, once, done, generation](store_result r) {
+      if (*once) return;
+      *once = true;
+      // Always from the loop, never inside the call that finished it.
+      asio::post(self->io_, [self, done, generation, r = std::move(r)]() mutable {
+        if (generation == self->op_generation_) {
+          self->busy_ = false;
+          self->cancel_current_ = nullptr;
+        }
+        (*done)(std::move(r));
+        self->run_next();
+      });
+    };
+    cancel_current_ = complete;
+    op.start(complete);
+  }
+
+  void fail_queued(std::exception_ptr error) {
+    auto waiting = std::exchange(queue_, {});
+    for (auto& q : waiting) {
+      asio::post(io_, [done = std::move(q.done), error] {
+        store_result r;
+        r.error = error;
+        done(std::move(r));
+      });
+    }
+  }
+
+  void shut(std::exception_ptr error) {
+    if (closed_) return;
+    closed_ = true;
+    if (lost_.empty()) lost_ = "the etcd client was closed";
+    if (listener_) session_->forget(listener_);
+    retry_.cancel();
+    for (auto& w : watches_) w->close();
+    watches_.clear();
+    connection_->close();
+    if (auto c = std::exchange(cancel_current_, nullptr)) {
+      store_result r;
+      r.error = error;
+      c(std::move(r));
+    }
+    fail_queued(error);
+  }
+
+  // --- etcd calls -------------------------------------------------------
+
+  // POSTs, retrying on another member while the reply says it is worth it
+  // and `may_repeat` allows it (a request that may have been applied is
+  // repeated only when applying it twice is harmless).
+  void call(std::string path, json body, bool may_repeat, clock_type::time_point deadline,
+            std::function<void(etcd_reply)> then) {
+    auto text = body.dump();
+    attempt(std::move(path), std::move(text), may_repeat, deadline, std::move(then));
+  }
+
+  void attempt(std::string path, std::string text, bool may_repeat, clock_type::time_point deadline,
+               std::function<void(etcd_reply)> then) {
+    auto self = shared_from_this();
+    auto timeout = std::max<std::chrono::milliseconds>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock_type::now()), 1ms);
+    connection_->post(path, text, std::min(timeout, options_.request_timeout),
+                      [self, path, text, may_repeat, deadline, then](etcd_reply r) mutable {
+                        if (self->closed_) {
+                          r.error = self->lost_;
+                          r.retryable = false;
+                          return then(std::move(r));
+                        }
+                        if (r.error.empty() || !r.retryable || (r.sent && !may_repeat) ||
+                            clock_type::now() >= deadline) {
+                          return then(std::move(r));
+                        }
+                        self->connection_->next_member();
+                        self->retry_.expires_after(100ms);
+                        self->retry_.async_wait([self, path = std::move(path),
+                                                 text = std::move(text), may_repeat, deadline,
+                                                 then = std::move(then)](
+                                                    const boost::system::error_code& ec) mutable {
+                          if (ec || self->closed_) {
+                            etcd_reply closed;
+                            closed.error = self->lost_;
+                            return then(std::move(closed));
+                          }
+                          self->attempt(std::move(path), std::move(text), may_repeat, deadline,
+                                        std::move(then));
+                        });
+                      });
+  }
+
+  clock_type::time_point request_deadline() const {
+    return clock_type::now() + options_.request_timeout;
+  }
+
+  std::string full(const std::string& key) const { return options_.key_prefix + key; }
+
+  // --- connect ----------------------------------------------------------
+
+  void connect(store_callback done) override {
+    auto self = shared_from_this();
+    auto deadline = clock_type::now() + connect_timeout_;
+    session_->acquire(deadline, [self, deadline, done](std::string error) {
+      if (!error.empty()) {
+        store_result r;
+        r.error = connection_error(error);
+        done(std::move(r));
+        return self->shut(connection_error(error));
+      }
+      if (self->closed_) {
+        store_result r;
+        r.error = connection_error(self->lost_);
+        return done(std::move(r));
+      }
+      self->lease_ = self->session_->lease();
+      std::weak_ptr<etcd_round_store> weak = self;
+      self->listener_ = self->session_->listen([weak](const std::string& why) {
+        auto s = weak.lock();
+        if (!s) return;
+        s->listener_ = 0;
+        s->lost_ = why;
+        s->shut(connection_error(why));
+      });
+      // A first request on our own connection: it proves a member answers
+      // and gives local_address() the address the cluster sees.
+      json probe{{"key", base64_encode(self->full("dtrun/"))}, {"count_only", true}};
+      self->call("/v3/kv/range", probe, true, deadline, [self, done](etcd_reply r) {
+        store_result out;
+        if (!r.error.empty()) {
+          out.error = connection_error(r.error);
+          done(std::move(out));
+          return self->shut(connection_error(r.error));
+        } else {
+          self->connected_ = true;
+          asio::post(self->io_, [self] { self->run_next(); });
+        }
+        done(std::move(out));
+      });
+    });
+  }
+
+  // --- operations -------------------------------------------------------
+
+  void set(std::string key, std::string value, store_callback done) override {
+    auto self = shared_from_this();
+    enqueue([self, key = full(key), value = std::move(value)](finish f) {
+      self->put(key, value, false, f);
+    }, std::move(done));
+  }
+
+  void put(const std::string& key, const std::string& value, bool with_lease, finish f) {
+    json body{{"key", base64_encode(key)}, {"value", base64_encode(value)}};
+    if (with_lease) body["lease"] = lease_;
+    call("/v3/kv/put", body, true, request_deadline(), [f](etcd_reply r) {
+      store_result out;
+      if (!r.error.empty()) out.error = connection_error(r.error);
+      f(std::move(out));
+    });
+  }
+
+  void get(std::string key, store_duration timeout, store_callback done) override {
+    auto self = shared_from_this();
+    enqueue([self, key = full(key), timeout](finish f) {
+      self->await({key}, timeout, [self, key, f](store_result w) {
+        if (w.error) return f(std::move(w));
+        self->read({key}, [f](store_result r) {
+          if (!r.error) r.value = std::move(r.values.at(0));
+          r.values.clear();
+          f(std::move(r));
+        });
+      });
+    }, std::move(done));
+  }
+
+  void wait(std::vector<std::string> keys, store_duration timeout, store_callback done) override {
+    auto self = shared_from_this();
+    for (auto& k : keys) k = full(k);
+    enqueue([self, keys = std::move(keys), timeout](finish f) { self->await(keys, timeout, f); },
+            std::move(done));
+  }
+
+  void check(std::vector<std::string> keys, store_callback done) override {
+    auto self = shared_from_this();
+    for (auto& k : keys) k = full(k);
+    enqueue([self, keys = std::move(keys)](finish f) {
+      self->missing(keys, 0, {}, 0, [f](store_result r, std::vector<std::string> absent, std::int64_t) {
+        if (!r.error) r.flag = absent.empty();
+        f(std::move(r));
+      });
+    }, std::move(done));
+  }
+
+  void multi_get(std::vector<std::string> keys, store_duration timeout, store_callback done) override {
+    auto self = shared_from_this();
+    for (auto& k : keys) k = full(k);
+    enqueue([self, keys = std::move(keys), timeout](finish f) {
+      self->await(keys, timeout, [self, keys, f](store_result w) {
+        if (w.error) return f(std::move(w));
+        self->read(keys, f);
+      });
+    }, std::move(done));
+  }
+
+  void delete_key(std::string key, store_callback done) override {
+    auto self = shared_from_this();
+    enqueue([self, key = full(key)](finish f) {
+      json body{{"key", base64_encode(key)}};
+      self->call("/v3/kv/deleterange", body, true, self->request_deadline(), [f](etcd_reply r) {
+        store_result out;
+        if (!r.error.empty()) {
+          out.error = connection_error(r.error);
+        } else {
+          out.flag = integer_of(r.body.value("deleted", json())) > 0;
+        }
+        f(std::move(out));
+      });
+    }, std::move(done));
+  }
+
+  void compare_set(std::string key, std::string expected, std::string desired,
+                   store_callback done) override {
+    auto self = shared_from_this();
+    enqueue([self, key = full(key), expected = std::move(expected),
+             desired = std::move(desired)](finish f) {
+      json compare{{"key", base64_encode(key)}, {"result", "EQUAL"}};
+      if (expected.empty()) {
+        compare["target"] = "CREATE";
+        compare["create_revision"] = "0";
+      } else {
+        compare["target"] = "VALUE";
+        compare["value"] = base64_encode(expected);
+      }
+      json body{{"compare", json::array({compare})},
+                {"success", json::array({json{{"request_put",
+                                               {{"key", base64_encode(key)},
+                                                {"value", base64_encode(desired)}}}}})},
+                {"failure", json::array({range_request(key, false)})}};
+      // Repeating it is harmless: a second try finds our own value and
+      // reports it, as a success would.
+      self->call("/v3/kv/txn", body, true, self->request_deadline(),
+                 [f, expected, desired](etcd_reply r) {
+                   store_result out;
+                   if (!r.error.empty()) {
+                     out.error = connection_error(r.error);
+                     return f(std::move(out));
+                   }
+                   if (r.body.value("succeeded", false)) {
+                     out.value = desired;
+                     return f(std::move(out));
+                   }
+                   const auto& responses = txn_responses(r.body);
+                   std::optional<kv_pair> current;
+                   if (!responses.empty()) {
+                     current = first_kv(responses[0].value("response_range", json::object()));
+                   }
+                   out.value = current ? current->value : expected;
+                   f(std::move(out));
+                 });
+    }, std::move(done));
+  }
+
+  void add(std::string key, std::int64_t delta, store_callback done) override {
+    auto self = shared_from_this();
+    enqueue([self, key = full(key), delta](finish f) {
+      auto seq = ++self->add_seq_;
+      self->add_attempt(key, delta, seq, std::nullopt, clock_type::now() + self->options_.request_timeout, f);
+    }, std::move(done));
+  }
+
+  // One compare-and-swap of an ADD. `known` is the key as last read
+  // (nullopt: read it first; a kv_pair with mod_revision 0: absent).
+  void add_attempt(const std::string& key, std::int64_t delta, std::uint64_t seq,
+                   std::optional<kv_pair> known, clock_type::time_point deadline, finish f) {
+    auto self = shared_from_this();
+    if (!known) {
+      json body{{"key", base64_encode(key)}};
+      return call("/v3/kv/range", body, true, deadline,
+                  [self, key, delta, seq, deadline, f](etcd_reply r) {
+                    if (!r.error.empty()) {
+                      store_result out;
+                      out.error = connection_error(r.error);
+                      return f(std::move(out));
+                    }
+                    self->add_attempt(key, delta, seq, first_kv(r.body).value_or(kv_pair{}),
+                                      deadline, f);
+                  });
+    }
+    auto current = parse_counter(known->value);
+    if (!current) {
+      store_result out;
+      out.error = error_of(fmt::format("the value of '{}' is not a number", key));
+      return f(std::move(out));
+    }
+    auto next = *current + delta;
+    json compare{{"key", base64_encode(key)}, {"result", "EQUAL"}};
+    if (known->mod_revision == 0) {
+      compare["target"] = "CREATE";
+      compare["create_revision"] = "0";
+    } else {
+      compare["target"] = "MOD";
+      compare["mod_revision"] = std::to_string(known->mod_revision);
+    }
+    auto marker = marker_key();
+    auto stamp = fmt::format("{} {}", seq, next);
+    json body{{"compare", json::array({compare})},
+              {"success", json::array({json{{"request_put",
+                                             {{"key", base64_encode(key)},
+                                              {"value", base64_encode(std::to_string(next))}}}},
+                                       json{{"request_put",
+                                             {{"key", base64_encode(marker)},
+                                              {"value", base64_encode(stamp)},
+                                              {"lease", lease_}}}}})},
+              {"failure", json::array({range_request(key, false)})}};
+    call("/v3/kv/txn", body, false, deadline,
+         [self, key, delta, seq, deadline, f, next, marker, stamp](etcd_reply r) {
+           if (r.error.empty()) {
+             if (r.body.value("succeeded", false)) {
+               store_result out;
+               out.number = next;
+               return f(std::move(out));
+             }
+             // Someone added first: try again from what the failure read.
+             const auto& responses = txn_responses(r.body);
+             std::optional<kv_pair> now;
+             if (!responses.empty()) now = first_kv(responses[0].value("response_range", json::object()));
+             return self->add_attempt(key, delta, seq, now.value_or(kv_pair{}), deadline, f);
+           }
+           if (!r.sent || !r.retryable || clock_type::now() >= deadline) {
+             store_result out;
+             out.error = connection_error(r.error);
+             return f(std::move(out));
+           }
+           // It may have applied: our marker says whether it did.
+           json body2{{"key", base64_encode(marker)}};
+           self->call("/v3/kv/range", body2, true, deadline,
+                      [self, key, delta, seq, deadline, f, next, stamp](etcd_reply m) {
+                        if (!m.error.empty()) {
+                          store_result out;
+                          out.error = connection_error(m.error);
+                          return f(std::move(out));
+                        }
+                        auto mark = first_kv(m.body);
+                        if (mark && mark->value == stamp) {
+                          store_result out;
+                          out.number = next;
+                          return f(std::move(out));
+                        }
+                        self->add_attempt(key, delta, seq, std::nullopt, deadline, f);
+                      });
+         });
+  }
+
+  std::string marker_key() const {
+    return full(fmt::format("dtrun/adds/{}/{}", lease_, number_));
+  }
+
+  // --- waiting ----------------------------------------------------------
+
+  // Which of `keys` (from index `from`) do not exist; also the revision
+  // the answer holds at, for a watch that must not miss what follows.
+  using missing_callback =
+      std::function<void(store_result, std::vector<std::string>, std::int64_t revision)>;
+
+  void missing(std::vector<std::string> keys, std::size_t from, std::vector<std::string> absent,
+               std::int64_t revision, missing_callback done) {
+    if (from >= keys.size()) return done({}, std::move(absent), revision);
+    auto end = std::min(keys.size(), from + txn_batch);
+    json success = json::array();
+    for (auto i = from; i < end; ++i) success.push_back(range_request(keys[i], true));
+    json body{{"compare", json::array()}, {"success", success}};
+    auto self = shared_from_this();
+    call("/v3/kv/txn", body, true, request_deadline(),
+         [self, keys = std::move(keys), from, end, absent = std::move(absent), revision,
+          done = std::move(done)](etcd_reply r) mutable {
+           if (!r.error.empty()) {
+             store_result out;
+             out.error = connection_error(r.error);
+             return done(std::move(out), {}, 0);
+           }
+           const auto& responses = txn_responses(r.body);
+           for (auto i = from; i < end; ++i) {
+             auto at = i - from;
+             std::int64_t count = 0;
+             if (at < responses.size()) {
+               count = integer_of(responses[at].value("response_range", json::object())
+                                      .value("count", json()));
+             }
+             if (count == 0) absent.push_back(keys[i]);
+           }
+           if (revision == 0) {
+             revision = integer_of(r.body.value("header", json::object()).value("revision", json()));
+           }
+           self->missing(std::move(keys), end, std::move(absent), revision, std::move(done));
+         });
+  }
+
+  void await(std::vector<std::string> keys, store_duration timeout, finish f) {
+    auto self = shared_from_this();
+    auto deadline = clock_type::now() + std::clamp<store_duration>(timeout, 0ms, no_timeout);
+    missing(keys, 0, {}, 0, [self, keys, timeout, deadline, f](store_result r,
+                                                               std::vector<std::string> absent,
+                                                               std::int64_t revision) {
+      if (r.error || absent.empty()) return f(std::move(r));
+      self->watch_for(std::move(absent), revision + 1, timeout, deadline, f);
+    });
+  }
+
+  // One watch over the range that holds every missing key; done when each
+  // was put, or store_timeout at the deadline.
+  void watch_for(std::vector<std::string> absent, std::int64_t from_revision,
+                 store_duration timeout, clock_type::time_point deadline, finish f) {
+    auto waiting = std::make_shared<std::set<std::string>>(absent.begin(), absent.end());
+    auto low = *waiting->begin();
+    auto high = *waiting->rbegin() + std::string(1, '\0');
+    auto timer = std::make_shared<asio::steady_timer>(io_);
+    auto watch_slot = std::make_shared<std::shared_ptr<etcd_watch>>();
+    auto ended = std::make_shared<bool>(false);
+    auto self = shared_from_this();
+    auto end = [self, timer, watch_slot, ended, f](store_result r) {
+      if (*ended) return;
+      *ended = true;
+      timer->cancel();
+      if (*watch_slot) {
+        (*watch_slot)->close();
+        std::erase(self->watches_, *watch_slot);
+      }
+      f(std::move(r));
+    };
+    *watch_slot = etcd_watch::start(
+        io_, options_, session_->tls(),
+        etcd_watch::spec{.key = low, .range_end = high, .start_revision = from_revision},
+        [waiting, end](const etcd_event& e) {
+          if (e.deleted) return;
+          waiting->erase(e.key);
+          if (waiting->empty()) end({});
+        });
+    watches_.push_back(*watch_slot);
+    timer->expires_at(deadline);
+    timer->async_wait([waiting, timeout, end](const boost::system::error_code& ec) {
+      if (ec) return;
+      std::vector<std::string> names(waiting->begin(), waiting->end());
+      store_result r;
+      r.error = std::make_exception_ptr(store_timeout(fmt::format(
+          "waited {} s for {} in etcd; it was never set", timeout.count() / 1000.0,
+          fmt::join(names, ", "))));
+      end(std::move(r));
+    });
+  }
+
+  // The values of `keys` (which exist), in order.
+  void read(std::vector<std::string> keys, finish f, std::size_t from = 0,
+            std::vector<std::string> values = {}) {
+    if (from >= keys.size()) {
+      store_result out;
+      out.values = std::move(values);
+      return f(std::move(out));
+    }
+    auto end = std::min(keys.size(), from + txn_batch);
+    json success = json::array();
+    for (auto i = from; i < end; ++i) success.push_back(range_request(keys[i], false));
+    json body{{"compare", json::array()}, {"success", success}};
+    auto self = shared_from_this();
+    call("/v3/kv/txn", body, true, request_deadline(),
+         [self, keys = std::move(keys), f, from, end, values = std::move(values)](etcd_reply r) mutable {
+           if (!r.error.empty()) {
+             store_result out;
+             out.error = connection_error(r.error);
+             return f(std::move(out));
+           }
+           const auto& responses = txn_responses(r.body);
+           for (auto i = from; i < end; ++i) {
+             auto at = i - from;
+             std::optional<kv_pair> kv;
+             if (at < responses.size()) kv = first_kv(responses[at].value("response_range", json::object()));
+             if (!kv) {
+               store_result out;
+               out.error = error_of(fmt::format("'{}' vanished from etcd while it was read", keys[i]));
+               return f(std::move(out));
+             }
+             values.push_back(std::move(kv->value));
+           }
+           self->read(std::move(keys), f, end, std::move(values));
+         });
+  }
+
+  // --- last wills -------------------------------------------------------
+
+  void set_will(std::string will, std::string target, std::string value,
+                store_callback done) override {
+    auto self = shared_from_this();
+    enqueue([self, will = full(will), text = fmt::format("{}\n{}", full(target), value)](finish f) {
+      self->watch_wills(will.substr(0, will.rfind('/') + 1));
+      self->put(will, text, true, f);
+    }, std::move(done));
+  }
+
+  void withdraw_will(std::string will, store_callback done) override {
+    // Emptied, not deleted: when the lease later takes the key away, the
+    // delete carries no will to execute.
+    auto self = shared_from_this();
+    enqueue([self, will = full(will)](finish f) { self->put(will, "", true, f); }, std::move(done));
+  }
+
+  // Every member watches the wills of its round: a will that vanishes
+  // with its text (its agent's lease expired) is executed by whoever sees
+  // it first; the others set the same value again, which changes nothing.
+  void watch_wills(const std::string& dir) {
+    if (!will_dirs_.insert(dir).second) return;
+    auto self = shared_from_this();
+    std::weak_ptr<etcd_round_store> weak = self;
+    // From the first revision: a member that died before we looked counts.
+    auto w = etcd_watch::start(
+        io_, options_, session_->tls(),
+        etcd_watch::spec{.key = dir, .range_end = prefix_end(dir), .start_revision = 1,
+                         .prev_kv = true, .deletes_only = true},
+        [weak](const etcd_event& e) {
+          auto s = weak.lock();
+          if (!s || !e.deleted) return;
+          auto newline = e.prev_value.find('\n');
+          if (newline == std::string::npos || newline == 0) return;  // withdrawn
+          s->execute_will(e.prev_value.substr(0, newline), e.prev_value.substr(newline + 1));
+        });
+    watches_.push_back(w);
+  }
+
+  void execute_will(const std::string& target, const std::string& value) {
+    // Its own connection: this client's may be busy with a long wait.
+    auto c = etcd_connection::create(io_, options_, session_->tls());
+    json body{{"key", base64_encode(target)}, {"value", base64_encode(value)}};
+    c->post("/v3/kv/put", body.dump(), options_.request_timeout, [c](etcd_reply) {});
+  }
+
+  void release(std::string prefix, store_callback done) override {
+    auto self = shared_from_this();
+    enqueue([self, prefix = full(prefix)](finish f) {
+      json body{{"key", base64_encode(prefix)}, {"range_end", base64_encode(prefix_end(prefix))}};
+      self->call("/v3/kv/deleterange", body, true, self->request_deadline(), [f](etcd_reply r) {
+        store_result out;
+        if (!r.error.empty()) out.error = connection_error(r.error);
+        f(std::move(out));
+      });
+    }, std::move(done));
+  }
+
+  // --- the rest ---------------------------------------------------------
+
+  void close() override { shut(connection_error("the etcd client was closed")); }
+
+  std::string local_address() const override { return connection_->local_address(); }
+
+ private:
+  struct queued {
+    std::function<void(finish)> start;
+    store_callback done;
+  };
+
+  asio::io_context& io_;
+  std::shared_ptr<etcd_session> session_;
+  etcd_options options_;
+  std::shared_ptr<etcd_connection> connection_;
+  asio::steady_timer retry_;
+  std::chrono::milliseconds connect_timeout_;
+  std::uint64_t number_;
+  std::string lease_;
+  std::deque<queued> queue_;
+  finish cancel_current_;
+  std::vector<std::shared_ptr<etcd_watch>> watches_;
+  std::set<std::string> will_dirs_;
+  std::string lost_;
+  std::uint64_t listener_ = 0;
+  std::uint64_t add_seq_ = 0;
+  std::uint64_t op_generation_ = 0;
+  bool connected_ = false, busy_ = false, closed_ = false;
+};
+
+}  // namespace
+
+round_store_factory etcd_round_store_factory(asio::io_context& io,
+                                             std::shared_ptr<etcd_session> session) {
+  auto count = std::make_shared<std::uint64_t>(0);
+  return [&io, session, count](std::chrono::milliseconds connect_timeout) {
+    return std::make_shared<etcd_round_store>(io, session, connect_timeout, ++*count);
+  };
+}
+
+}  // namespace dtrun::rendezvous

@@ -1,0 +1,74 @@
+// An agent's lease in etcd: granted on first use, renewed every third of
+// its TTL, shared by all of the agent's etcd clients. Keys put with it
+// (the agent's last wills) vanish when the agent stops renewing it, which
+// is how the other nodes learn that it died.
+//
+// When no member renews the lease for a whole TTL (the cluster lost its
+// quorum, or every member is unreachable), the lease counts as lost: every
+// listener hears why once, and the next acquire() grants a new one.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "rendezvous/etcd_connection.h"
+#include "rendezvous/etcd_options.h"
+
+namespace dtrun::rendezvous {
+
+class etcd_session : public std::enable_shared_from_this<etcd_session> {
+ public:
+  etcd_session(boost::asio::io_context& io, etcd_options options,
+               std::shared_ptr<boost::asio::ssl::context> tls);
+  ~etcd_session();
+
+  // Completes (from the loop) once a lease is held, or with an error line
+  // when none could be granted before `deadline`.
+  void acquire(std::chrono::steady_clock::time_point deadline,
+               std::function<void(std::string error)> done);
+
+  // The lease's ID as etcd writes it (a decimal string); "" when none.
+  const std::string& lease() const { return lease_; }
+
+  // Calls `lost` (once per lease) when the lease is lost. Returns an id
+  // for forget().
+  std::uint64_t listen(std::function<void(const std::string& why)> lost);
+  void forget(std::uint64_t id);
+
+  // Stops renewing; revokes the lease when the loop still runs.
+  void close();
+
+  const etcd_options& options() const { return options_; }
+  const std::shared_ptr<boost::asio::ssl::context>& tls() const { return tls_; }
+
+ private:
+  void grant();
+  void granted(std::string error);
+  void schedule_renewal();
+  void renew();
+  void lose(const std::string& why);
+
+  boost::asio::io_context& io_;
+  etcd_options options_;
+  std::shared_ptr<boost::asio::ssl::context> tls_;
+  std::shared_ptr<etcd_connection> connection_;
+  boost::asio::steady_timer timer_;
+  std::string lease_;
+  bool granting_ = false, closed_ = false;
+  std::chrono::steady_clock::time_point deadline_, last_renewed_;
+  std::string last_error_;
+  std::vector<std::function<void(std::string)>> waiting_;
+  std::map<std::uint64_t, std::function<void(const std::string&)>> listeners_;
+  std::uint64_t next_listener_ = 0;
+  std::uint64_t timer_armed_ = 0;
+};
+
+}  // namespace dtrun::rendezvous

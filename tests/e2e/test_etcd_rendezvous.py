@@ -1,0 +1,178 @@
+"""--rdzv-backend=etcd-v3 against a real 3-member etcd cluster (Debian's
+etcd-server), one member per network-namespace host, with real PyTorch DDP
+(gloo) workers: no node is special.
+
+- the etcd leader killed while a rendezvous waits for its second node;
+- the leader killed during training, then a worker killed: the restart round
+  goes through the two surviving members and the job finishes;
+- the host running group rank 0 lost (its agent and its etcd member): the
+  survivors meet again, a new rank 0 hosts the workers' store, training
+  resumes from the checkpoint;
+- quorum lost: one clear error on every node, workers stopped, nothing left.
+"""
+
+import json
+import os
+import signal
+import sys
+import time
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.environ["DTRUN_SOURCE_DIR"], "tests", "pyhelpers"))
+import dtrun_helpers as dh  # noqa: E402
+import etcd_cluster  # noqa: E402
+import netns_hosts  # noqa: E402
+
+REASON = netns_hosts.unavailable_reason() or etcd_cluster.unavailable_reason()
+if REASON:
+    print(f"skipping the etcd rendezvous tests: {REASON}")
+pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
+
+EXAMPLE = dh.EXAMPLES / "ddp_gloo.py"
+NPROC = 2
+# Short timers so that losses are seen in seconds; lease_ttl is etcd's
+# minimum that is safe with its 1 s election timeout.
+FAST = ("join_timeout=60,last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=3,"
+        "lease_ttl=3,request_timeout=5")
+
+
+def env():
+    return dh.job_env(GLOO_SOCKET_IFNAME="eth0")
+
+
+def dtrun_args(etcd, nnodes, run_id, *extra, conf=FAST):
+    return [str(dh.DTRUN), f"--nnodes={nnodes}", f"--nproc-per-node={NPROC}",
+            "--rdzv-backend=etcd-v3", f"--rdzv-endpoint={etcd.endpoints}",
+            f"--rdzv-id={run_id}", f"--rdzv-conf={conf}", *extra]
+
+
+def train_args(out, *extra):
+    return ["--python", dh.PYTHON, str(EXAMPLE), "--checkpoint-dir", str(out), *extra]
+
+
+def finish(procs, timeout=240):
+    outs = []
+    for p in procs:
+        stdout, stderr = p.communicate(timeout=timeout)
+        outs.append((p.returncode, stdout, stderr))
+    return outs
+
+
+def check_trained(out, world):
+    rs = [json.loads((out / f"rank{r}.json").read_text()) for r in range(world)]
+    assert sorted(r["rank"] for r in rs) == list(range(world))
+    for r in rs:
+        assert r["world_size"] == world
+        assert r["allreduce_sum"] == world * (world + 1) / 2
+    assert len({r["param_checksum"] for r in rs}) == 1
+    return rs
+
+
+def worker_pids(mark):
+    """The training workers (not the agents) of the job marked `mark`."""
+    pids = []
+    for pid in dh.marked_pids(mark):
+        try:
+            cmdline = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        # The agent's own command line names the script too: python only.
+        if b"python" in os.path.basename(cmdline[0]) and any(
+                part.endswith(b"ddp_gloo.py") for part in cmdline):
+            pids.append(pid)
+    return pids
+
+
+def test_leader_lost_during_a_rendezvous_the_job_still_trains(tmp_path):
+    with netns_hosts.Hosts(3) as hosts, etcd_cluster.EtcdCluster(hosts, tmp_path) as etcd:
+        e = env()
+        args = dtrun_args(etcd, 2, "leader-rdzv", *train_args(tmp_path, "--epochs", "2"))
+        first = hosts.start(1, args, e)
+        # Node 1 has joined round 0 and waits for a second node.
+        etcd.wait_for_key("/dtrun/leader-rdzv/r/0/node/1")
+        leader = etcd.leader()
+        etcd.kill(leader)
+        second = hosts.start(2, args, e)
+        for code, _, stderr in finish([first, second]):
+            assert code == 0, stderr
+        check_trained(tmp_path, 2 * NPROC)
+        # A finished job leaves nothing behind in etcd: a new run with the same
+        # id starts afresh.
+        assert etcd.keys("/dtrun/leader-rdzv/") == []
+
+
+def test_leader_lost_during_training_then_a_worker_failure_restarts_through_survivors(tmp_path):
+    with netns_hosts.Hosts(3) as hosts, etcd_cluster.EtcdCluster(hosts, tmp_path) as etcd:
+        e = env()
+        fifo = dh.Fifo(tmp_path)
+        args = dtrun_args(etcd, 2, "leader-train", "--max-restarts=1", *train_args(
+            tmp_path, "--resume", "--epochs", "6", "--step-sleep", "0.05",
+            "--progress", str(fifo.path)))
+        procs = [hosts.start(i, args, e) for i in (1, 2)]
+        fifo.lines(1, timeout=120)  # epoch 0 is checkpointed: training runs
+        etcd.kill(etcd.leader())
+        victim = worker_pids(e["DTRUN_TEST_MARK"])[0]
+        os.kill(victim, signal.SIGKILL)
+        outs = finish(procs)
+        for code, _, stderr in outs:
+            assert code == 0, stderr
+        # The failure cost one restart: round 1 ran with both nodes.
+        for _, _, stderr in outs:
+            assert "round 1: node" in stderr, stderr
+        assert len(etcd.alive()) == 2
+    rs = check_trained(tmp_path, 2 * NPROC)
+    assert all(r["restart_count"] == 1 for r in rs)
+
+
+def test_losing_the_host_of_group_rank_0_is_an_ordinary_node_loss(tmp_path):
+    with netns_hosts.Hosts(3) as hosts, etcd_cluster.EtcdCluster(hosts, tmp_path) as etcd:
+        e = env()
+        fifo = dh.Fifo(tmp_path)
+        args = dtrun_args(etcd, "2:3", "rank0-lost", "--max-restarts=3", *train_args(
+            tmp_path, "--resume", "--epochs", "6", "--step-sleep", "0.05",
+            "--progress", str(fifo.path)))
+        procs = {i: hosts.start(i, args, e) for i in (1, 2, 3)}
+        fifo.lines(1, timeout=120)
+        # Which host runs group rank 0 (and so the workers' store)?
+        rank0 = next(i for i, p in procs.items()
+                     if "node 0 of 3" in dh.wait_for_stderr(p, "round 0: node", timeout=30))
+        # The whole host goes: its agent (its workers follow) and its etcd member.
+        os.kill(procs[rank0].pid, signal.SIGKILL)
+        etcd.kill(rank0)
+        survivors = [p for i, p in procs.items() if i != rank0]
+        outs = finish(survivors)
+        for code, _, stderr in outs:
+            assert code == 0, stderr
+        # One of the survivors became group rank 0 and hosted the new store.
+        assert sum("hosts the workers' store" in stderr.split("round 1:", 1)[-1]
+                   for _, _, stderr in outs) >= 1, outs
+    rs = check_trained(tmp_path, 2 * NPROC)
+    assert all(r["start_epoch"] >= 1 for r in rs)
+    assert all(r["host"] != f"h{rank0}" for r in rs)
+
+
+def test_quorum_lost_stops_the_job_with_a_clear_error(tmp_path):
+    with netns_hosts.Hosts(3) as hosts, etcd_cluster.EtcdCluster(hosts, tmp_path) as etcd:
+        e = env()
+        fifo = dh.Fifo(tmp_path)
+        conf = FAST.replace("join_timeout=60", "join_timeout=10")
+        args = dtrun_args(etcd, 2, "quorum", *train_args(
+            tmp_path, "--epochs", "1000", "--step-sleep", "0.05", "--progress", str(fifo.path)),
+            conf=conf)
+        procs = [hosts.start(i, args, e) for i in (1, 2)]
+        fifo.lines(1, timeout=120)
+        lost_at = time.monotonic()
+        etcd.kill(2)
+        etcd.kill(3)
+        outs = finish(procs, timeout=120)
+        stopped_after = time.monotonic() - lost_at
+        for code, _, stderr in outs:
+            assert code != 0, stderr
+            # First why the round ended, then why no new one could start.
+            assert "lost its quorum or cannot be reached" in stderr, stderr
+            last = stderr.strip().splitlines()[-1]
+            assert last.startswith("dtrun: rendezvous failed: cannot get a lease from etcd"), stderr
+            assert "no quorum" in last, stderr
+        assert dh.gone_within(e["DTRUN_TEST_MARK"]) == []
+    print(f"quorum lost: every agent stopped its workers and exited {stopped_after:.1f}s later")
