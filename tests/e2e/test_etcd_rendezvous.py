@@ -8,7 +8,8 @@ etcd-server), one member per network-namespace host, with real PyTorch DDP
 - the host running group rank 0 lost (its agent and its etcd member): the
   survivors meet again, a new rank 0 hosts the workers' store, training
   resumes from the checkpoint;
-- quorum lost: one clear error on every node, workers stopped, nothing left.
+- quorum lost: one clear error on every node, workers stopped, nothing left;
+- TLS: members on https with a test CA; a wrong CA is one clear error.
 """
 
 import json
@@ -176,3 +177,27 @@ def test_quorum_lost_stops_the_job_with_a_clear_error(tmp_path):
             assert "no quorum" in last, stderr
         assert dh.gone_within(e["DTRUN_TEST_MARK"]) == []
     print(f"quorum lost: every agent stopped its workers and exited {stopped_after:.1f}s later")
+
+
+def test_tls_members_with_the_right_ca_and_a_clear_error_with_the_wrong_one(tmp_path):
+    with netns_hosts.Hosts(3) as hosts, \
+            etcd_cluster.EtcdCluster(hosts, tmp_path, members=(1, 2), tls=True) as etcd:
+        e = env()
+        dump = [str(dh.PYTHON), str(dh.SOURCE_DIR / "tests" / "pyhelpers" / "dump_env.py")]
+        out = tmp_path / "env"
+        out.mkdir()
+        args = dtrun_args(etcd, 2, "tls",
+                          conf=f"{FAST},cacert={etcd.ca}")
+        args += ["--no-python", *dump, str(out)]
+        procs = [hosts.start(i, args, e) for i in (1, 2)]
+        for code, _, stderr in finish(procs):
+            assert code == 0, stderr
+        ranks = sorted(json.loads(f.read_text())["RANK"] for f in out.glob("*.json"))
+        assert ranks == ["0", "1", "2", "3"]
+
+        # The system's trust store does not know the test CA.
+        wrong = hosts.start(3, dtrun_args(etcd, 1, "tls-wrong-ca", conf="join_timeout=3,request_timeout=2")
+                            + ["--no-python", "/bin/true"], e)
+        (code, _, stderr), = finish([wrong])
+        assert code != 0
+        assert "TLS handshake" in stderr and "certificate verify failed" in stderr, stderr

@@ -8,6 +8,9 @@ the fixed ports 2379/2380 are private to the test.
         etcd.kill(i)            # SIGKILL member i
         etcd.restart(i)         # the same member again, from its data dir
         etcd.wait_for_key(k)    # blocks until key k is put (etcdctl watch)
+
+EtcdCluster(hosts, tmp_path, tls=True) serves clients over https with a
+certificate from a CA made for the test (etcd.ca: its file).
 """
 
 from __future__ import annotations
@@ -52,22 +55,49 @@ class Member:
 
 
 class EtcdCluster:
-    def __init__(self, hosts, workdir: Path, members=(1, 2, 3)):
+    def __init__(self, hosts, workdir: Path, members=(1, 2, 3), tls: bool = False):
         self.hosts = hosts
         self.workdir = Path(workdir)
         self.indexes = list(members)
         self.members: dict[int, Member] = {}
+        self.tls = tls
+        self.scheme = "https" if tls else "http"
+        self.ca = self.workdir / "etcd-ca.pem"
+        if tls:
+            self._make_certificates()
+
+    def _make_certificates(self) -> None:
+        """A CA, and a server certificate for every member's address."""
+        d = self.workdir
+        ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+        sans = ",".join(f"IP:{self.hosts.addr(i)}" for i in self.indexes)
+        (d / "etcd-san.ext").write_text(f"subjectAltName={sans}\n")
+        for argv in (
+            ["openssl", "req", "-x509", *ec, "-keyout", d / "etcd-ca.key", "-out", self.ca,
+             "-days", "2", "-subj", "/CN=dtrun test CA"],
+            ["openssl", "req", *ec, "-keyout", d / "etcd-server.key", "-out",
+             d / "etcd-server.csr", "-subj", "/CN=etcd"],
+            ["openssl", "x509", "-req", "-in", d / "etcd-server.csr", "-CA", self.ca,
+             "-CAkey", d / "etcd-ca.key", "-CAcreateserial", "-out", d / "etcd-server.pem",
+             "-days", "2", "-extfile", d / "etcd-san.ext"],
+        ):
+            subprocess.run([str(a) for a in argv], check=True, capture_output=True)
 
     @property
     def endpoints(self) -> str:
-        return ",".join(f"{self.hosts.addr(i)}:{CLIENT_PORT}" for i in self.indexes)
+        prefix = "https://" if self.tls else ""
+        return ",".join(f"{prefix}{self.hosts.addr(i)}:{CLIENT_PORT}" for i in self.indexes)
 
     def _argv(self, i: int, state: str) -> list[str]:
         addr = self.hosts.addr(i)
         cluster = ",".join(f"e{j}=http://{self.hosts.addr(j)}:{PEER_PORT}" for j in self.indexes)
-        return ["etcd", "--name", f"e{i}", "--data-dir", str(self.workdir / f"etcd{i}"),
-                "--listen-client-urls", f"http://{addr}:{CLIENT_PORT}",
-                "--advertise-client-urls", f"http://{addr}:{CLIENT_PORT}",
+        tls = []
+        if self.tls:
+            tls = ["--cert-file", str(self.workdir / "etcd-server.pem"),
+                   "--key-file", str(self.workdir / "etcd-server.key")]
+        return ["etcd", "--name", f"e{i}", "--data-dir", str(self.workdir / f"etcd{i}"), *tls,
+                "--listen-client-urls", f"{self.scheme}://{addr}:{CLIENT_PORT}",
+                "--advertise-client-urls", f"{self.scheme}://{addr}:{CLIENT_PORT}",
                 "--listen-peer-urls", f"http://{addr}:{PEER_PORT}",
                 "--initial-advertise-peer-urls", f"http://{addr}:{PEER_PORT}",
                 "--initial-cluster", cluster, "--initial-cluster-token", self.hosts.name,
@@ -104,8 +134,9 @@ class EtcdCluster:
     def etcdctl(self, *args: str, via: int | None = None, timeout: float = 30) -> str:
         """etcdctl inside a live member's host, against every member."""
         host = via if via is not None else self.alive()[0]
+        tls = [f"--cacert={self.ca}"] if self.tls else []
         r = subprocess.run(self.hosts.command(host, ["etcdctl", f"--endpoints={self.endpoints}",
-                                                     *args]),
+                                                     *tls, *args]),
                            capture_output=True, text=True, timeout=timeout)
         if r.returncode != 0 and "--write-out=json" not in args:
             raise AssertionError(f"etcdctl {' '.join(args)}: {r.stderr}")
