@@ -15,23 +15,18 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "rendezvous/async_store_client.h"
+#include "rendezvous/failure_board.h"
+#include "rendezvous/heartbeat_ring.h"
+#include "rendezvous/rank_table.h"
 #include "rendezvous/store_server.h"
 
 namespace dtrun::rendezvous {
 
 namespace asio = boost::asio;
-using json = nlohmann::json;
 
 namespace {
-
-// A record for the store. A host name that is not UTF-8 (outside text)
-// becomes U+FFFD rather than making dump() throw out of a handler.
-std::string compact_json(const json& j) {
-  return j.dump(-1, ' ', false, json::error_handler_t::replace);
-}
 
 std::set<std::string> local_interface_addresses() {
   std::set<std::string> out;
@@ -50,66 +45,6 @@ std::set<std::string> local_interface_addresses() {
   }
   freeifaddrs(list);
   return out;
-}
-
-// One node as it announced itself for a round.
-struct node_descriptor {
-  std::string addr;
-  std::string hostname;
-  long pid = 0;
-  int nproc = 1;
-  int prev_rank = -1;  // its group rank in the round before, if any
-  int master_port = 0;  // a port it reserved, for workers that host their own store
-  // The port of the fresh store it opened for this round's workers: only
-  // the node hosting the endpoint store opens one (0 elsewhere).
-  int worker_store_port = 0;
-};
-
-void to_json(json& j, const node_descriptor& d) {
-  j = json{{"addr", d.addr}, {"host", d.hostname}, {"pid", d.pid}, {"nproc", d.nproc},
-           {"prev_rank", d.prev_rank}, {"master_port", d.master_port},
-           {"worker_store_port", d.worker_store_port}};
-}
-
-void from_json(const json& j, node_descriptor& d) {
-  j.at("addr").get_to(d.addr);
-  j.at("host").get_to(d.hostname);
-  j.at("pid").get_to(d.pid);
-  j.at("nproc").get_to(d.nproc);
-  j.at("prev_rank").get_to(d.prev_rank);
-  d.master_port = j.value("master_port", 0);
-  // Absent in descriptors of older dtrun versions: no worker store.
-  d.worker_store_port = j.value("worker_store_port", 0);
-}
-
-// Group ranks for the arrivals of a round: a node keeps its previous rank
-// when it is still in range and unclaimed; the others fill the free ranks
-// in (address, pid) order, so the result depends only on the descriptors.
-std::vector<int> assign_ranks(const std::vector<node_descriptor>& nodes) {
-  const int n = static_cast<int>(nodes.size());
-  std::vector<int> rank(n, -1);
-  std::vector<bool> taken(n, false);
-  for (int i = 0; i < n; ++i) {
-    int p = nodes[i].prev_rank;
-    if (p >= 0 && p < n && !taken[p]) {
-      rank[i] = p;
-      taken[p] = true;
-    }
-  }
-  std::vector<int> rest;
-  for (int i = 0; i < n; ++i) {
-    if (rank[i] < 0) rest.push_back(i);
-  }
-  std::sort(rest.begin(), rest.end(), [&](int a, int b) {
-    return std::tie(nodes[a].addr, nodes[a].pid) < std::tie(nodes[b].addr, nodes[b].pid);
-  });
-  int next = 0;
-  for (int i : rest) {
-    while (taken[next]) ++next;
-    rank[i] = next;
-    taken[next] = true;
-  }
-  return rank;
 }
 
 // A timer setting that cannot overflow the clock, whatever value the
@@ -164,7 +99,11 @@ bool is_this_machine(const std::string& host) {
 class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_rendezvous::impl> {
  public:
   impl(asio::io_context& io, dynamic_rendezvous_options options)
-      : io_(io), options_(std::move(options)), heartbeat_timer_(io), deadline_timer_(io),
+      : io_(io), options_(std::move(options)),
+        ring_(std::make_shared<heartbeat_ring>(
+            io, heartbeat_ring::settings{.interval = options_.keep_alive_interval,
+                                         .max_attempt = options_.keep_alive_max_attempt})),
+        deadline_timer_(io),
         warning_timer_(io) {
     if (!options_.log) {
       options_.log = [](const std::string& line) { fmt::print(stderr, "dtrun: {}\n", line); };
@@ -279,7 +218,7 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
     ++epoch_;
     round_over_ = false;
     all_done_ = false;
-    cancel(heartbeat_timer_, heartbeat_armed_);
+    ring_->stop();
     cancel(deadline_timer_, deadline_armed_);
     auto self = shared_from_this();
     reconnect([self, epoch = epoch_](std::exception_ptr error) {
@@ -324,41 +263,23 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
     });
   }
 
-  // Failure reports of round r: an index by ADD, then one key per report,
-  // at most max_failure_records per round so the store stays small.
-  static constexpr std::int64_t max_failure_records = 64;
-
+  // Failure reports (failure_board.h) under dtrun/<run_id>/.
   void publish_failure(std::int64_t r, std::string record, std::function<void()> done) {
     if (!ops_) return done();
-    auto self = shared_from_this();
-    ops_->add(key(fmt::format("failures/{}/count", r)), 1,
-              [self, r, record = std::move(record), done](store_result n) {
-                if (n.error || n.number > max_failure_records) return done();
-                self->ops_->set(self->key(fmt::format("failures/{}/{}", r, n.number)), record,
-                                [done](store_result) { done(); });
-              });
+    failure_board::publish(ops_, key(""), r, std::move(record), std::move(done));
   }
 
   void round_failures(std::int64_t r, failures_completion done) {
     if (!ops_) return done({}, 0);
     auto self = shared_from_this();
-    ops_->add(key(fmt::format("failures/{}/count", r)), 0, [self, r, done](store_result n) {
-      if (n.error || n.number <= 0) return done({}, 0);
-      auto total = static_cast<std::size_t>(n.number);
-      std::vector<std::string> keys;
-      for (std::int64_t i = 1; i <= std::min(n.number, max_failure_records); ++i) {
-        keys.push_back(self->key(fmt::format("failures/{}/{}", r, i)));
-      }
-      // A report is SET right after its ADD; only a node that died in
-      // between leaves a gap, so the wait is short and bounded.
-      self->ops_->multi_get(keys, std::chrono::seconds(5), [self, r, done, total](store_result all) {
-        std::vector<std::string> records;
-        if (!all.error) records = std::move(all.values);
-        self->mark_failures_read(r, [done, records = std::move(records), total]() mutable {
-          done(std::move(records), total);
-        });
-      });
-    });
+    failure_board::read(ops_, key(""), r,
+                        [self, r, done](std::vector<std::string> records, std::size_t total) {
+                          if (total == 0) return done({}, 0);
+                          self->mark_failures_read(
+                              r, [done, records = std::move(records), total]() mutable {
+                                done(std::move(records), total);
+                              });
+                        });
   }
 
   // The agent reads the failures just before it leaves a failed job. The
@@ -368,22 +289,16 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   // have.
   void mark_failures_read(std::int64_t r, std::function<void()> done) {
     auto self = shared_from_this();
-    ops_->add(key(fmt::format("failures/{}/read", r)), 1, [self, r, done](store_result n) {
-      if (n.error) return done();
-      auto all_read = self->key(fmt::format("failures/{}/all_read", r));
-      if (n.number >= self->members_) {
-        // The last reader: everyone knows; an external store (etcd) drops
-        // the job, so a new run with this id starts afresh.
-        return self->ops_->set(all_read, "1", [self, done](store_result) {
-          self->release_job(done);
-        });
-      }
+    failure_board::mark_read(ops_, key(""), r, members_, [self, r, done](bool last) {
+      // The last reader: everyone knows; an external store (etcd) drops
+      // the job, so a new run with this id starts afresh.
+      if (last) return self->release_job(done);
       if (!self->server_) return done();
       self->options_.log(fmt::format(
           "keeping the store up until the other nodes have read the failure reports (at most "
           "{} s)", self->options_.close_timeout.count() / 1000));
-      self->ops_->wait({all_read}, self->options_.close_timeout,
-                       [done](store_result) { done(); });
+      failure_board::await_all_read(self->ops_, self->key(""), r, self->options_.close_timeout,
+                                    done);
     });
   }
 
@@ -451,7 +366,7 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
                                             ? 0
                                             : reserve_port(self->advertised_addr_),
                          .worker_store_port = worker_store_port};
-      self->ops_->set(self->round_key(r, fmt::format("node/{}", index)), compact_json(json(me)),
+      self->ops_->set(self->round_key(r, fmt::format("node/{}", index)), to_text(me),
                       [](store_result) {});
       if (index == self->options_.max_nodes) {
         self->close_round(r, index);
@@ -502,43 +417,15 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
       if (all.error) return self->fail(all.error);
       std::vector<node_descriptor> nodes;
       try {
-        for (const auto& v : all.values) nodes.push_back(json::parse(v).get<node_descriptor>());
+        for (const auto& v : all.values) nodes.push_back(descriptor_from_text(v));
       } catch (const std::exception& e) {
         return self->fail(error_of(fmt::format("a node descriptor in round {} is corrupt: {}", r,
                                                e.what())));
       }
-      auto ranks = assign_ranks(nodes);
-      std::vector<int> nproc(nodes.size());
-      std::vector<std::string> addrs(nodes.size());
-      std::vector<int> ports(nodes.size());
-      // The fresh store for this round's workers: the hosting member's
-      // (c10d), or group rank 0's when every node opened one (etcd); 0
-      // when no member hosts the endpoint store (see complete_round).
-      int worker_port = 0;
-      std::string worker_addr;
-      for (std::size_t i = 0; i < nodes.size(); ++i) {
-        nproc[ranks[i]] = nodes[i].nproc;
-        addrs[ranks[i]] = nodes[i].addr;
-        ports[ranks[i]] = nodes[i].master_port;
-        if (self->options_.worker_store_on_every_node) {
-          if (ranks[i] == 0) {
-            worker_port = nodes[i].worker_store_port;
-            worker_addr = nodes[i].addr;
-          }
-        } else if (worker_port == 0) {
-          worker_port = nodes[i].worker_store_port;
-        }
-      }
-      json table{{"ranks", ranks},
-                 {"nproc", nproc},
-                 {"addrs", addrs},
-                 {"ports", ports},
-                 {"worker_port", worker_port}};
-      // Absent: the endpoint host's store (older dtrun versions read the
-      // table the same way).
-      if (!worker_addr.empty()) table["worker_addr"] = worker_addr;
-      self->ops_->set(self->round_key(r, "ranks"), compact_json(table),
-                      [](store_result) {});
+      auto table = make_rank_table(nodes, self->options_.worker_store_on_every_node
+                                              ? worker_store_choice::group_rank_0
+                                              : worker_store_choice::the_host);
+      self->ops_->set(self->round_key(r, "ranks"), std::move(table), [](store_result) {});
     });
   }
 
@@ -569,26 +456,21 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
 
   void complete_round(std::int64_t r, int members, const std::string& table_text) {
     rendezvous_info info;
-    std::string rank0_addr;
-    int rank0_port = 0;
-    int worker_port = 0;
-    std::string worker_addr;
+    rank_assignment mine;
     try {
-      auto table = json::parse(table_text);
-      info.round = r;
-      info.group_rank = table.at("ranks").at(arrival_ - 1).get<int>();
-      info.group_world_size = members;
-      info.local_world_sizes = table.at("nproc").get<std::vector<int>>();
-      rank0_addr = table.at("addrs").at(0).get<std::string>();
-      rank0_port = table.at("ports").at(0).get<int>();
-      // Absent in tables of older dtrun versions.
-      worker_port = table.value("worker_port", 0);
-      worker_addr = table.value("worker_addr", std::string());
-      if (worker_port < 0 || worker_port > 65535) throw std::out_of_range("worker_port");
+      mine = read_rank_table(table_text, arrival_);
     } catch (const std::exception& e) {
       return fail(error_of(fmt::format("the rank table of round {} is corrupt: {}", r,
                                        e.what())));
     }
+    info.round = r;
+    info.group_rank = mine.group_rank;
+    info.group_world_size = members;
+    info.local_world_sizes = std::move(mine.local_world_sizes);
+    const auto& rank0_addr = mine.rank0_addr;
+    const auto rank0_port = mine.rank0_port;
+    const auto worker_port = mine.worker_port;
+    const auto& worker_addr = mine.worker_addr;
     if (options_.fixed_rank >= 0 && info.group_rank != options_.fixed_rank) {
       return fail(error_of(fmt::format(
           "--node-rank={} is out of range or taken by another node; give every node a "
@@ -677,7 +559,7 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
       // lost connection then is the end of the job, not of the round.
       if (o.error && self->all_done_) return;
       self->round_over_ = true;
-      self->cancel(self->heartbeat_timer_, self->heartbeat_armed_);
+      self->ring_->stop();
       std::string reason = o.error ? self->lost_store_reason(o.error) : o.value;
       if (auto cb = std::exchange(self->on_over_, nullptr)) {
         cb(reason);
@@ -690,60 +572,18 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
     });
   }
 
-  // Each node bumps its own counter and checks its successor's: O(1) per
-  // node per interval. A node whose counter stands still for
-  // keep_alive_max_attempt intervals is declared lost (a hung host whose
-  // connection the network has not closed yet).
+  // The heartbeat ring (heartbeat_ring.h) of round r.
   void start_heartbeats(std::int64_t r) {
-    last_seen_ = -1;
-    misses_ = 0;
-    schedule_heartbeat(r);
-  }
-
-  // The next beat is armed when the store has counted this one, so a
-  // short (even 0) interval cannot queue operations faster than the store
-  // answers them.
-  void schedule_heartbeat(std::int64_t r) {
-    heartbeat_timer_.expires_after(bounded(options_.keep_alive_interval));
-    heartbeat_timer_.async_wait([self = shared_from_this(), r, epoch = epoch_,
-                                 armed = ++heartbeat_armed_](const boost::system::error_code& ec) {
-      // Only this arming, of this round: an expiry queued before a cancel
-      // must not beat for a round that is over or re-arm the timer.
-      if (ec || armed != self->heartbeat_armed_ || self->epoch_ != epoch || self->round_ != r ||
-          self->round_over_) {
-        return;
-      }
-      self->ops_->add(self->round_key(r, fmt::format("hb/{}", self->group_rank_)), 1,
-                      [self, r, epoch](store_result h) {
-                        if (h.error || self->epoch_ != epoch || self->round_ != r ||
-                            self->round_over_) {
-                          return;
-                        }
-                        self->schedule_heartbeat(r);
-                      });
-      if (self->members_ > 1) {
-        int next = (self->group_rank_ + 1) % self->members_;
-        self->ops_->add(self->round_key(r, fmt::format("hb/{}", next)), 0,
-                        [self, r, next, epoch](store_result h) {
-                          if (h.error || self->epoch_ != epoch || self->round_ != r ||
-                              self->round_over_) {
-                            return;
-                          }
-                          if (h.number == self->last_seen_) {
-                            if (++self->misses_ >= self->options_.keep_alive_max_attempt) {
-                              self->ops_->set(
-                                  self->round_key(r, "over"),
-                                  fmt::format("node {} stopped sending heartbeats", next),
-                                  [](store_result) {});
-                              return;
-                            }
-                          } else {
-                            self->misses_ = 0;
-                            self->last_seen_ = h.number;
-                          }
-                        });
-      }
-    });
+    std::weak_ptr<impl> weak = shared_from_this();
+    ring_->start(
+        ops_, [prefix = round_key(r, "hb/")](int rank) { return prefix + std::to_string(rank); },
+        group_rank_, members_, [weak, r](int lost) {
+          auto self = weak.lock();
+          if (!self || self->round_ != r || self->round_over_) return;
+          self->ops_->set(self->round_key(r, "over"),
+                          fmt::format("node {} stopped sending heartbeats", lost),
+                          [](store_result) {});
+        });
   }
 
   // Why a WAIT on `over` failed, for the log: the etcd backend says why
@@ -793,7 +633,7 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   void report_failure(std::string reason, restart_completion done) {
     auto self = shared_from_this();
     round_over_ = true;  // our own doing: no on_over callback
-    cancel(heartbeat_timer_, heartbeat_armed_);
+    ring_->stop();
     auto r = round_;
     ops_->add(round_key(r, "failure_reports"), 1, [self, r, reason, done](store_result first) {
       if (first.error) return done(first.error, 0);
@@ -850,7 +690,7 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   void fail_job(std::string reason, std::function<void()> done) {
     auto self = shared_from_this();
     round_over_ = true;
-    cancel(heartbeat_timer_, heartbeat_armed_);
+    ring_->stop();
     auto why = fmt::format("node {}: {}", group_rank_, reason);
     mark_job_failed(why);
     ops_->set(round_key(round_, "over"), why, [](store_result) {});
@@ -900,7 +740,7 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   // ended badly and try to rejoin a store that is gone.
   void leave(std::int64_t r, bool everyone_done) {
     all_done_ = everyone_done;
-    cancel(heartbeat_timer_, heartbeat_armed_);
+    ring_->stop();
     if (!everyone_done) return finish_with(nullptr);
     auto self = shared_from_this();
     ops_->add(round_key(r, "left"), 1, [self, r](store_result n) {
@@ -943,7 +783,7 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   }
 
   void shutdown() {
-    cancel(heartbeat_timer_, heartbeat_armed_);
+    ring_->stop();
     cancel(deadline_timer_, deadline_armed_);
     cancel(warning_timer_, warning_armed_);
     round_over_ = true;
@@ -960,7 +800,8 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   // This round's store for the workers (open_worker_store), when we host.
   std::unique_ptr<store_server> worker_server_;
   std::shared_ptr<round_store> ops_, waits_, barrier_;
-  asio::steady_timer heartbeat_timer_, deadline_timer_, warning_timer_;
+  std::shared_ptr<heartbeat_ring> ring_;
+  asio::steady_timer deadline_timer_, warning_timer_;
   completion done_;
   std::function<void(std::string)> on_over_;
   std::function<void(std::exception_ptr)> finish_done_;
@@ -971,10 +812,8 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   bool round_over_ = false;
   bool all_done_ = false;  // the exit barrier released every node
   std::uint64_t epoch_ = 0;  // next_round() calls so far
-  std::int64_t last_seen_ = -1;
-  int misses_ = 0;
-  // Generations of the three timers: bumped by every arm and cancel.
-  std::uint64_t heartbeat_armed_ = 0, deadline_armed_ = 0, warning_armed_ = 0;
+  // Generations of the two timers: bumped by every arm and cancel.
+  std::uint64_t deadline_armed_ = 0, warning_armed_ = 0;
 };
 
 dynamic_rendezvous::dynamic_rendezvous(asio::io_context& io, dynamic_rendezvous_options options)

@@ -24,6 +24,12 @@ struct etcd_options {
   // How long one request may take before it is tried on another member;
   // etcd itself gives up on a proposal after about 7 s without quorum.
   std::chrono::milliseconds request_timeout = std::chrono::seconds(10);
+  // How long one try on one member may take before the call moves on to
+  // the next: a member without a leader drops proposals and answers them
+  // only after its own 7 s timeout, while a new leader is elected in about
+  // two seconds. A try that timed out may have applied: only calls safe to
+  // repeat are repeated (ADD checks its stamp first).
+  std::chrono::milliseconds attempt_timeout = std::chrono::seconds(2);
   // The agent's lease: its wills vanish this long after it stops renewing.
   std::chrono::seconds lease_ttl = std::chrono::seconds(10);
   // Prepended to every key ("/dtrun/<run_id>/..." by default).

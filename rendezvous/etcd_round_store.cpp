@@ -190,7 +190,8 @@ class etcd_round_store final : public round_store,
     auto self = shared_from_this();
     auto timeout = std::max<std::chrono::milliseconds>(
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock_type::now()), 1ms);
-    connection_->post(path, text, std::min(timeout, options_.request_timeout),
+    connection_->post(path, text, std::min({timeout, options_.request_timeout,
+                                            options_.attempt_timeout}),
                       [self, path, text, may_repeat, deadline, then](etcd_reply r) mutable {
                         if (self->closed_) {
                           r.error = self->lost_;

@@ -54,7 +54,8 @@ void etcd_session::grant() {
   if (!connection_) connection_ = etcd_connection::create(io_, options_, tls_);
   auto self = shared_from_this();
   json body{{"TTL", options_.lease_ttl.count()}};
-  connection_->post("/v3/lease/grant", body.dump(), options_.request_timeout,
+  connection_->post("/v3/lease/grant", body.dump(),
+                    std::min(options_.request_timeout, options_.attempt_timeout),
                     [self](etcd_reply r) {
                       if (self->closed_) return self->granted("the etcd session was closed");
                       std::string id;

@@ -1,0 +1,57 @@
+// Liveness inside a round at O(1) per node and interval: each member adds
+// 1 to its own counter (r/<r>/hb/<rank>) and reads its ring successor's
+// (rank + 1 mod N). A successor whose counter stands still for
+// `max_attempt` intervals is declared lost once: a hung host whose TCP
+// connection (c10d) or lease (etcd) is still alive. The same ring for every
+// rendezvous backend.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "rendezvous/round_store.h"
+
+namespace dtrun::rendezvous {
+
+class heartbeat_ring : public std::enable_shared_from_this<heartbeat_ring> {
+ public:
+  struct settings {
+    std::chrono::milliseconds interval = std::chrono::seconds(5);
+    int max_attempt = 3;
+  };
+
+  heartbeat_ring(boost::asio::io_context& io, settings s);
+
+  // Starts beating as `rank` of `members` (stopping a previous start).
+  // `counter_key(rank)` names a member's counter. `on_lost(successor)`
+  // runs at most once per start, on the loop.
+  void start(std::shared_ptr<round_store> store, std::function<std::string(int)> counter_key,
+             int rank, int members, std::function<void(int successor)> on_lost);
+
+  // No beat, read or on_lost after this, even from replies in flight.
+  void stop();
+
+ private:
+  void schedule(std::uint64_t run);
+  void beat(std::uint64_t run);
+
+  boost::asio::steady_timer timer_;
+  settings settings_;
+  std::shared_ptr<round_store> store_;
+  std::function<std::string(int)> counter_key_;
+  std::function<void(int)> on_lost_;
+  int rank_ = 0, members_ = 1;
+  std::int64_t last_seen_ = -1;
+  int misses_ = 0;
+  // Bumped by every start and stop: a reply or expiry of an older run does
+  // nothing. `armed_` likewise for each arming of the timer.
+  std::uint64_t run_ = 0, armed_ = 0;
+};
+
+}  // namespace dtrun::rendezvous

@@ -1,0 +1,61 @@
+// The rank table of a round: what each node announces when it joins (a
+// node_descriptor), how the closing node turns the descriptors into group
+// ranks, and what each node reads back. Pure functions on JSON text, the
+// same for every rendezvous backend (docs/rendezvous.md, "A round").
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace dtrun::rendezvous {
+
+// One node as it announced itself for a round.
+struct node_descriptor {
+  std::string addr;
+  std::string hostname;
+  long pid = 0;
+  int nproc = 1;
+  int prev_rank = -1;  // its group rank in the round before, if any
+  int master_port = 0;  // a port it reserved, for workers that host their own store
+  // The port of the fresh store it opened for this round's workers (0 if
+  // none): the endpoint's host under c10d, every node under etcd.
+  int worker_store_port = 0;
+};
+
+// JSON text, and back (throws std::exception on corrupt text). Names that
+// are not UTF-8 become U+FFFD rather than throwing.
+std::string to_text(const node_descriptor& d);
+node_descriptor descriptor_from_text(const std::string& text);
+
+// Group ranks for the arrivals of a round: a node keeps its previous rank
+// when it is still in range and unclaimed; the others fill the free ranks
+// in (address, pid) order, so the result depends only on the descriptors.
+std::vector<int> assign_ranks(const std::vector<node_descriptor>& nodes);
+
+// Which store the round's workers meet in.
+enum class worker_store_choice {
+  // The one node that opened a store (the c10d endpoint's host); the
+  // workers reach it at the endpoint host.
+  the_host,
+  // Group rank 0's (every node opened one: etcd); reached at its address.
+  group_rank_0,
+};
+
+// The table the closer publishes, for descriptors in arrival order.
+std::string make_rank_table(const std::vector<node_descriptor>& nodes, worker_store_choice choice);
+
+// What one node reads from the table.
+struct rank_assignment {
+  int group_rank = 0;
+  std::vector<int> local_world_sizes;  // by group rank
+  std::string rank0_addr;
+  int rank0_port = 0;  // rank 0's reserved port (worker_store=rank0)
+  int worker_port = 0;  // 0: no fresh store; the endpoint's store serves
+  std::string worker_addr;  // "": the endpoint host
+};
+
+// The assignment of the node that arrived `arrival`-th (1-based). Throws
+// std::exception when the table is corrupt or has no such arrival.
+rank_assignment read_rank_table(const std::string& text, int arrival);
+
+}  // namespace dtrun::rendezvous
