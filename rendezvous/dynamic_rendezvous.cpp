@@ -228,11 +228,25 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
         if (self->epoch_ != epoch) return;  // a stale round's reply
         if (f.error) return self->fail(f.error);
         if (f.flag) return self->report_job_failed();
-        // The newest round anyone started; 0 when we are first.
-        self->ops_->add(self->key("round"), 0, [self, epoch](store_result r) {
+        // The newest round anyone started (a compare_set value, read as a
+        // value: not every store's counters are values); 0 when absent.
+        self->ops_->check({self->key("round")}, [self, epoch](store_result c) {
           if (self->epoch_ != epoch) return;  // a stale round's reply
-          if (r.error) return self->fail(r.error);
-          self->look_at_round(std::max<std::int64_t>(r.number, self->last_round_ + 1));
+          if (c.error) return self->fail(c.error);
+          if (!c.flag) return self->look_at_round(self->last_round_ + 1);
+          self->ops_->get(self->key("round"), self->options_.close_timeout,
+                          [self, epoch](store_result r) {
+                            if (self->epoch_ != epoch) return;  // a stale round's reply
+                            if (r.error) return self->fail(r.error);
+                            std::int64_t newest = 0;
+                            try {
+                              newest = std::stoll(r.value);
+                            } catch (const std::exception&) {
+                              return self->fail(error_of(fmt::format(
+                                  "the round counter of run {} is corrupt", self->options_.run_id)));
+                            }
+                            self->look_at_round(std::max<std::int64_t>(newest, self->last_round_ + 1));
+                          });
         });
       });
     });

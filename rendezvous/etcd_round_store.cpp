@@ -86,17 +86,6 @@ std::exception_ptr connection_error(const std::string& message) {
   return std::make_exception_ptr(store_connection_error(message));
 }
 
-std::optional<std::int64_t> parse_counter(const std::string& text) {
-  if (text.empty()) return 0;
-  try {
-    std::size_t used = 0;
-    auto n = std::stoll(text, &used);
-    if (used == text.size()) return n;
-  } catch (const std::exception&) {
-  }
-  return std::nullopt;
-}
-
 class etcd_round_store final : public round_store,
                                public std::enable_shared_from_this<etcd_round_store> {
  public:
@@ -392,92 +381,88 @@ class etcd_round_store final : public round_store,
   void add(std::string key, std::int64_t delta, store_callback done) override {
     auto self = shared_from_this();
     enqueue([self, key = full(key), delta](finish f) {
-      auto seq = ++self->add_seq_;
-      self->add_attempt(key, delta, seq, std::nullopt, clock_type::now() + self->options_.request_timeout, f);
+      if (delta == 0) return self->count_of(key, 0, f);
+      if (delta != 1) {
+        store_result out;
+        out.error = error_of(fmt::format(
+            "etcd counters count one at a time (ADD 0 or 1), not ADD {} on '{}'", delta, key));
+        return f(std::move(out));
+      }
+      auto stamp = fmt::format("{} {}", self->lease_, ++self->add_seq_);
+      self->increment(key, stamp, clock_type::now() + self->options_.request_timeout, f);
     }, std::move(done));
   }
 
-  // One compare-and-swap of an ADD. `known` is the key as last read
-  // (nullopt: read it first; a kv_pair with mod_revision 0: absent).
-  void add_attempt(const std::string& key, std::int64_t delta, std::uint64_t seq,
-                   std::optional<kv_pair> known, clock_type::time_point deadline, finish f) {
-    auto self = shared_from_this();
-    if (!known) {
-      json body{{"key", base64_encode(key)}};
-      return call("/v3/kv/range", body, true, deadline,
-                  [self, key, delta, seq, deadline, f](etcd_reply r) {
-                    if (!r.error.empty()) {
-                      store_result out;
-                      out.error = connection_error(r.error);
-                      return f(std::move(out));
-                    }
-                    self->add_attempt(key, delta, seq, first_kv(r.body).value_or(kv_pair{}),
-                                      deadline, f);
-                  });
-    }
-    auto current = parse_counter(known->value);
-    if (!current) {
+  // A counter is the key's etcd version: the number of puts since it was
+  // created. A put needs no compare-and-swap, so N nodes counting at once
+  // cost N requests, not N^2 retries. `revision` 0: the current one.
+  void count_of(const std::string& key, std::int64_t revision, finish f) {
+    json body{{"key", base64_encode(key)}};
+    if (revision > 0) body["revision"] = std::to_string(revision);
+    call("/v3/kv/range", body, true, request_deadline(), [f](etcd_reply r) {
       store_result out;
-      out.error = error_of(fmt::format("the value of '{}' is not a number", key));
-      return f(std::move(out));
-    }
-    auto next = *current + delta;
-    json compare{{"key", base64_encode(key)}, {"result", "EQUAL"}};
-    if (known->mod_revision == 0) {
-      compare["target"] = "CREATE";
-      compare["create_revision"] = "0";
-    } else {
-      compare["target"] = "MOD";
-      compare["mod_revision"] = std::to_string(known->mod_revision);
-    }
+      if (!r.error.empty()) {
+        out.error = connection_error(r.error);
+        return f(std::move(out));
+      }
+      auto kvs = r.body.find("kvs");
+      if (kvs != r.body.end() && kvs->is_array() && !kvs->empty()) {
+        out.number = integer_of((*kvs)[0].value("version", json()));
+      }
+      f(std::move(out));
+    });
+  }
+
+  // ADD 1: one txn puts the counter (returning its previous version) and
+  // this client's stamp, bound to the agent's lease. When the reply is
+  // lost, the stamp tells whether it applied, and the counter's version at
+  // the stamp's revision is what the ADD returned: exactly once.
+  void increment(const std::string& key, const std::string& stamp, clock_type::time_point deadline,
+                 finish f) {
     auto marker = marker_key();
-    auto stamp = fmt::format("{} {}", seq, next);
-    json body{{"compare", json::array({compare})},
+    json body{{"compare", json::array()},
               {"success", json::array({json{{"request_put",
                                              {{"key", base64_encode(key)},
-                                              {"value", base64_encode(std::to_string(next))}}}},
+                                              {"value", base64_encode(stamp)},
+                                              {"prev_kv", true}}}},
                                        json{{"request_put",
                                              {{"key", base64_encode(marker)},
                                               {"value", base64_encode(stamp)},
-                                              {"lease", lease_}}}}})},
-              {"failure", json::array({range_request(key, false)})}};
-    call("/v3/kv/txn", body, false, deadline,
-         [self, key, delta, seq, deadline, f, next, marker, stamp](etcd_reply r) {
-           if (r.error.empty()) {
-             if (r.body.value("succeeded", false)) {
-               store_result out;
-               out.number = next;
-               return f(std::move(out));
-             }
-             // Someone added first: try again from what the failure read.
-             const auto& responses = txn_responses(r.body);
-             std::optional<kv_pair> now;
-             if (!responses.empty()) now = first_kv(responses[0].value("response_range", json::object()));
-             return self->add_attempt(key, delta, seq, now.value_or(kv_pair{}), deadline, f);
-           }
-           if (!r.sent || !r.retryable || clock_type::now() >= deadline) {
-             store_result out;
-             out.error = connection_error(r.error);
-             return f(std::move(out));
-           }
-           // It may have applied: our marker says whether it did.
-           json body2{{"key", base64_encode(marker)}};
-           self->call("/v3/kv/range", body2, true, deadline,
-                      [self, key, delta, seq, deadline, f, next, stamp](etcd_reply m) {
-                        if (!m.error.empty()) {
-                          store_result out;
-                          out.error = connection_error(m.error);
-                          return f(std::move(out));
-                        }
-                        auto mark = first_kv(m.body);
-                        if (mark && mark->value == stamp) {
-                          store_result out;
-                          out.number = next;
-                          return f(std::move(out));
-                        }
-                        self->add_attempt(key, delta, seq, std::nullopt, deadline, f);
-                      });
-         });
+                                              {"lease", lease_}}}}})}};
+    auto self = shared_from_this();
+    call("/v3/kv/txn", body, false, deadline, [self, key, stamp, marker, deadline, f](etcd_reply r) {
+      if (r.error.empty()) {
+        std::int64_t before = 0;
+        const auto& responses = txn_responses(r.body);
+        if (!responses.empty()) {
+          const auto& put = responses[0].value("response_put", json::object());
+          if (put.contains("prev_kv")) before = integer_of(put["prev_kv"].value("version", json()));
+        }
+        store_result out;
+        out.number = before + 1;
+        return f(std::move(out));
+      }
+      if (!r.sent || !r.retryable || clock_type::now() >= deadline) {
+        store_result out;
+        out.error = connection_error(r.error);
+        return f(std::move(out));
+      }
+      json probe{{"key", base64_encode(marker)}};
+      self->call("/v3/kv/range", probe, true, deadline,
+                 [self, key, stamp, deadline, f](etcd_reply m) {
+                   if (!m.error.empty()) {
+                     store_result out;
+                     out.error = connection_error(m.error);
+                     return f(std::move(out));
+                   }
+                   auto mark = first_kv(m.body);
+                   if (mark && mark->value == stamp) {
+                     // Applied: the counter's version in that same revision.
+                     return self->count_of(key, mark->mod_revision, f);
+                   }
+                   self->increment(key, stamp, deadline, f);
+                 });
+    });
   }
 
   std::string marker_key() const {

@@ -47,6 +47,9 @@ class round_store {
   virtual void set(std::string key, std::string value, store_callback done) = 0;
   // Waits up to `timeout` for the key, then reads it: result.value.
   virtual void get(std::string key, store_duration timeout, store_callback done) = 0;
+  // Counters are read through ADD 0 only, and counted by 0 or 1: the etcd
+  // backend counts puts (a key's version), which needs no retry loop when
+  // many nodes count at once; its counters' values are not numbers.
   virtual void add(std::string key, std::int64_t delta, store_callback done) = 0;  // .number
   // PyTorch's compare_set (store.h): result.value.
   virtual void compare_set(std::string key, std::string expected, std::string desired,
