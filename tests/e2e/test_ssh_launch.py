@@ -146,11 +146,17 @@ print(f"err from {host} rank {os.environ['RANK']}", file=sys.stderr, flush=True)
 def test_every_line_names_its_host_and_rank(tmp_path):
     script = tmp_path / "hello.py"
     script.write_text(HELLO)
+    logs = tmp_path / "logs"
     with ssh_hosts.SshHosts(3, tmp_path) as hosts:
-        p = hosts.start_launcher(args(hosts, "--nproc-per-node=2", "--python", dh.PYTHON,
-                                      str(script)), job_env(), tmp_path)
+        # --tee and --log-dir as usual: the remote agents write the files
+        # (here the file system is shared, as with NFS).
+        p = hosts.start_launcher(args(hosts, "--nproc-per-node=2", "--tee=3", f"--log-dir={logs}",
+                                      "--python", dh.PYTHON, str(script)), job_env(), tmp_path)
         code, stdout, stderr = communicate(p)
     assert code == 0, stderr
+    files = sorted(logs.glob("*/attempt_0/*/stdout.log"))
+    assert len(files) == 6, files
+    assert sorted(f.read_text().split(" rank ")[1] for f in files) == [f"{r}\n" for r in range(6)]
     for stream, text in (("out", stdout), ("err", stderr)):
         found = re.findall(rf"^10\.77\.0\.(\d): \[rank(\d)\]:{stream} from h(\d) rank (\d)$",
                            text, re.M)
