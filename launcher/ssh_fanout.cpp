@@ -336,6 +336,11 @@ class fanout {
           "or prompt (BatchMode), or give the right options with --ssh",
           target, said, target);
     }
+    if (h.status && h.status->signal != 0) {
+      return fmt::format("host {}: its ssh was killed by {}; its agent stops its workers when it "
+                         "sees the connection close",
+                         target, agent::signal_name(h.status->signal));
+    }
     if (h.last_line.rfind(remote_error, 0) == 0) {
       // The remote dtrun's own one-line error says what to do.
       return fmt::format("host {}: {}", target, h.last_line.substr(remote_error.size()));

@@ -241,15 +241,58 @@ def test_sigkill_of_the_launcher_leaves_nothing_on_any_host(tmp_path):
     with ssh_hosts.SshHosts(3, tmp_path) as hosts:
         p, _, alive_fd = start_waiters(hosts, tmp_path, env, 3)
         try:
+            killed_at = time.monotonic()
             os.kill(p.pid, signal.SIGKILL)
             p.wait()
             # Every worker and the child it forked, on every host, gone.
             took = wait_for_eof(alive_fd, timeout=CLEANUP_BOUND_S)
             # The agents and the ssh clients too (bounded /proc scan).
             left = dh.gone_within(env["DTRUN_TEST_MARK"], timeout=CLEANUP_BOUND_S)
+            all_gone = time.monotonic() - killed_at
         finally:
             dh.kill_marked(env["DTRUN_TEST_MARK"])
-    print(f"workers gone {took:.3f} s after the SIGKILL of the launching dtrun")
+    print(f"after the SIGKILL of the launching dtrun: workers gone in {took:.3f} s, every "
+          f"process of the job (agents, ssh clients) in {all_gone:.3f} s")
+    assert left == [], left
+    assert all_gone < CLEANUP_BOUND_S
+
+
+def ssh_client_of(launcher_pid, addr):
+    """The pid of the launcher's ssh child that connects to `addr`."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if ppid == launcher_pid and argv[0].endswith(b"ssh") and addr.encode() in argv:
+            return int(entry)
+    raise AssertionError(f"no ssh child of {launcher_pid} for {addr}")
+
+
+def test_a_dropped_connection_stops_that_host_and_the_others(tmp_path):
+    env = job_env()
+    with ssh_hosts.SshHosts(3, tmp_path) as hosts:
+        p, _, alive_fd = start_waiters(hosts, tmp_path, env, 3)
+        try:
+            # The connection to host 2 goes (its ssh client dies): its agent
+            # sees its stdin close, the launcher sees the host end.
+            os.kill(ssh_client_of(p.pid, hosts.addr(2)), signal.SIGKILL)
+            took = wait_for_eof(alive_fd, timeout=CLEANUP_BOUND_S)
+            code, _, stderr = communicate(p, timeout=60)
+            left = dh.gone_within(env["DTRUN_TEST_MARK"])
+        finally:
+            p.kill()
+            dh.kill_marked(env["DTRUN_TEST_MARK"])
+    print(f"every worker gone {took:.3f} s after the connection to host 2 dropped")
+    errors = [line for line in stderr.splitlines() if line.startswith("dtrun: error:")]
+    assert errors == ["dtrun: error: host 10.77.0.2: its ssh was killed by SIGKILL; its agent "
+                      "stops its workers when it sees the connection close"], stderr
+    assert code == 128 + signal.SIGKILL, stderr
     assert left == [], left
 
 

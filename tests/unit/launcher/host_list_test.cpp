@@ -35,7 +35,7 @@ std::string error_of(auto&& call) {
 
 }  // namespace
 
-TEST_CASE("--hosts takes host[:slots] entries and Slurm ranges") {
+TEST_CASE("the hosts flag takes host:slots entries and Slurm ranges") {
   CHECK(flatten(parse_hosts_flag("a")) == std::vector<flat>{{"a", 0}});
   CHECK(flatten(parse_hosts_flag("a,b:4")) == std::vector<flat>{{"a", 0}, {"b", 4}});
   CHECK(flatten(parse_hosts_flag(" a , b:2 ")) == std::vector<flat>{{"a", 0}, {"b", 2}});

@@ -35,7 +35,7 @@ TEST_CASE("shell_join quotes only the words that need it") {
   CHECK(shell_join({""}) == "''");
 }
 
-TEST_CASE("--ssh is split into words as a shell would") {
+TEST_CASE("the ssh flag is split into words as a shell would") {
   CHECK(split_ssh_command("ssh") == words{"ssh"});
   CHECK(split_ssh_command("  ssh  -p 2222 ") == words{"ssh", "-p", "2222"});
   CHECK(split_ssh_command("ssh -i '/k/my key' -o \"UserKnownHostsFile=/a b\"") ==
