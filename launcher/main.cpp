@@ -86,6 +86,18 @@ std::optional<std::uint16_t> read_port_line() {
       launcher::parse_integer(line, "the rendezvous port from stdin", 1, launcher::max_port));
 }
 
+// --rdzv-port-via-stdio=report: the store is bound (port 0: a free one);
+// the launching dtrun passes its port on to the other hosts.
+void report_rdzv_port(const rendezvous::rendezvous_handler& handler) {
+  const auto* dynamic = dynamic_cast<const rendezvous::dynamic_rendezvous*>(&handler);
+  if (dynamic == nullptr || dynamic->store_port() == 0) {
+    throw launcher::usage_error(
+        "--rdzv-port-via-stdio=report needs a c10d rendezvous hosted here (is_host=1)");
+  }
+  fmt::print("{}{}\n", launcher::rdzv_port_line_prefix, dynamic->store_port());
+  std::fflush(stdout);
+}
+
 // --stop-on-stdin-eof: the agent watches a private copy of stdin; the
 // workers get /dev/null, so none of them can read the launcher's lines.
 int take_stdin_for_agent() {
@@ -123,33 +135,20 @@ int launch(const launcher::launch_config& config, const agent::env_map& env,
 
   boost::asio::io_context io(1);
   std::unique_ptr<rendezvous::rendezvous_handler> rendezvous;
-  if (!o.rdzv_port_via_stdio.empty() && !config.multi_node) {
-    return fail(agent::exit_usage, "--rdzv-port-via-stdio needs a multi-node rendezvous");
-  }
   if (config.multi_node) {
     auto rdzv_options = config.multi_node->rendezvous;
-    if (o.rdzv_port_via_stdio == "read") {
-      auto port = read_port_line();
-      if (!port) return 128 + SIGTERM;  // stopped before it began: nothing to say
-      rdzv_options.endpoint_port = *port;
-    }
     if (!rdzv_options.log) {
       rdzv_options.log = [messages](const std::string& line) { messages.info(line); };
     }
-    auto dynamic = std::make_unique<rendezvous::dynamic_rendezvous>(io, rdzv_options);
-    if (o.rdzv_port_via_stdio == "report") {
-      // The store is bound (port 0: a free one); the launching dtrun
-      // passes its port on to the other hosts.
-      fmt::print("{}{}\n", launcher::rdzv_port_line_prefix, dynamic->store_port());
-      std::fflush(stdout);
-    }
-    rendezvous = std::move(dynamic);
+    rendezvous = std::make_unique<rendezvous::dynamic_rendezvous>(io, rdzv_options);
   } else {
     rendezvous = std::make_unique<rendezvous::standalone_rendezvous>(
         io, rendezvous::standalone_rendezvous_options{config.spec.run_id, config.nproc_per_node,
                                                       config.store_host, config.store_port,
                                                       config.store_access});
   }
+
+  if (o.rdzv_port_via_stdio == "report") report_rdzv_port(*rendezvous);
 
   agent::agent_options options;
   options.spec = config.spec;
@@ -205,6 +204,14 @@ int main(int argc, char** argv) {
     config.worker_args = launcher::resolve_worker_args(parsed.options, env);
     launcher::apply_scheduler_env(scheduler, config);
     launcher::check_worker_args(config);
+    if (parsed.options.rdzv_port_via_stdio == "read" && !parsed.options.dry_run) {
+      if (!config.multi_node) {
+        throw launcher::usage_error("--rdzv-port-via-stdio=read needs a c10d rendezvous");
+      }
+      auto port = read_port_line();
+      if (!port) return 128 + SIGTERM;  // stopped before it began: nothing to say
+      config.multi_node->rendezvous.endpoint_port = *port;
+    }
     if (parsed.options.dry_run) {
       nlohmann::json out = launcher::to_json(config, env);
       launcher::add_scheduler_json(out, scheduler, config);

@@ -94,7 +94,14 @@ spawned spawn_ssh(const std::vector<std::string>& argv, int in, int out, int err
   return result;
 }
 
-class fanout;
+// The disposition this dtrun was started with (read before the
+// signal_set installs its handler) is SIG_IGN.
+bool ignored_at_start(int sig) {
+  struct sigaction current {};
+  return ::sigaction(sig, nullptr, &current) == 0 && (current.sa_flags & SA_SIGINFO) == 0 &&
+         current.sa_handler == SIG_IGN;
+}
+
 
 // One of a host's two output streams, read on the loop, split into lines.
 // Reading pauses while its lines are written to the console (console_sink
@@ -135,7 +142,11 @@ class fanout {
     // A host's stdin pipe that broke (its ssh is gone) must not kill us.
     ::signal(SIGPIPE, SIG_IGN);
     signals_.add(SIGCHLD);
-    for (int sig : options_.signals) signals_.add(sig);
+    for (int sig : options_.signals) {
+      // As the agent: a signal ignored when we started (nohup, `cmd &`)
+      // stays ignored, so a hang-up does not stop a nohup'ed job.
+      if (!ignored_at_start(sig)) signals_.add(sig);
+    }
     wait_for_signal();
     for (const auto& launch : options_.plan) {
       if (launch_failure_) break;  // no point starting more hosts
