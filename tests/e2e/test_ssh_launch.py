@@ -354,3 +354,24 @@ def test_a_failing_worker_gives_one_summary_naming_host_and_rank(tmp_path):
     assert sorted(stopped) == ["h1", "h2", "h3"], block
     assert re.search(r"^10\.77\.0\.2: \[rank\d\]:failing on purpose$", stderr, re.M), stderr
     assert left == [], left
+
+
+def test_a_missing_remote_dtrun_is_one_line_naming_host_and_path(tmp_path):
+    env = job_env()
+    with ssh_hosts.SshHosts(2, tmp_path) as hosts:
+        p = hosts.start_launcher(args(hosts, "--remote-dtrun=/nonexistent/dtrun", "--no-python",
+                                      "true"), env, tmp_path)
+        try:
+            code, _, stderr = communicate(p, timeout=120)
+            left = dh.gone_within(env["DTRUN_TEST_MARK"])
+        finally:
+            p.kill()
+            dh.kill_marked(env["DTRUN_TEST_MARK"])
+    assert code == 127, stderr
+    errors = [line for line in stderr.splitlines() if line.startswith("dtrun: error:")]
+    # Both hosts fail the same way; the first to end is named.
+    assert len(errors) == 1, stderr
+    assert re.fullmatch(r"dtrun: error: host 10\.77\.0\.[12]: exit code 127: .*/nonexistent/dtrun.*; "
+                        r"install dtrun at '/nonexistent/dtrun' on every host or pass "
+                        r"--remote-dtrun=PATH", errors[0]), stderr
+    assert left == [], left
