@@ -113,12 +113,6 @@ def test_multi_node_dry_run_shows_how_the_nodes_meet():
     assert config["rendezvous"]["hosts_store"] is False
 
 
-def test_etcd_backend_is_refused_with_what_to_use():
-    r = dh.run(["--nnodes=2", "--rdzv-backend=etcd", "--rdzv-endpoint=h:2379", "x.py"])
-    assert r.returncode == 2
-    assert "use --rdzv-backend=c10d" in r.stderr
-
-
 def test_dry_run_prints_the_resolved_configuration():
     r = dh.run(["--standalone", "--nproc_per_node=3", "--max-restarts=2", "--dry-run",
                 "train.py", "--lr", "3"])

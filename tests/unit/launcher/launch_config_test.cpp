@@ -285,8 +285,12 @@ TEST_CASE("multi-node mistakes get one-line usage errors") {
   CHECK_THROWS_WITH(resolve_launch_config(o, {}),
                     Catch::Contains("--rdzv-conf join_timeout: 'soon' is not a number of seconds"));
   o.rdzv_conf = "";
+  o.rdzv_backend = "zookeeper";
+  CHECK_THROWS_WITH(resolve_launch_config(o, {}),
+                    Catch::Contains("not one of c10d, etcd-v3, static"));
   o.rdzv_backend = "etcd";
-  CHECK_THROWS_WITH(resolve_launch_config(o, {}), Catch::Contains("use --rdzv-backend=c10d"));
+  o.rdzv_endpoint = "";
+  CHECK_THROWS_WITH(resolve_launch_config(o, {}), Catch::Contains("etcd cluster's members"));
 }
 
 TEST_CASE("every numeric rdzv-conf key refuses bad values with its name and range") {
