@@ -449,10 +449,17 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
     waits_->get(round_key(r, "closed"), options_.join_timeout, [self, r, epoch](store_result c) {
       if (self->epoch_ != epoch) return;  // a stale round's reply
       if (c.error) {
-        return self->fail(error_of(fmt::format(
-            "round {} did not gather {} node(s) within the join timeout ({} s); start the "
-            "missing nodes or lower --nnodes",
-            r, self->options_.min_nodes, self->options_.join_timeout.count() / 1000.0)));
+        // Only a timeout means the nodes did not come; a lost store says so.
+        try {
+          std::rethrow_exception(c.error);
+        } catch (const store_timeout&) {
+          return self->fail(error_of(fmt::format(
+              "round {} did not gather {} node(s) within the join timeout ({} s); start the "
+              "missing nodes or lower --nnodes",
+              r, self->options_.min_nodes, self->options_.join_timeout.count() / 1000.0)));
+        } catch (...) {
+          return self->fail(c.error);
+        }
       }
       int members = std::stoi(c.value);
       if (self->arrival_ > members) {

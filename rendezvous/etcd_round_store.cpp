@@ -154,6 +154,7 @@ class etcd_round_store final : public round_store,
     retry_.cancel();
     for (auto& w : watches_) w->close();
     watches_.clear();
+    for (auto& t : std::exchange(wait_timers_, {})) t->cancel();
     connection_->close();
     if (auto c = std::exchange(cancel_current_, nullptr)) {
       store_result r;
@@ -535,6 +536,7 @@ class etcd_round_store final : public round_store,
       if (*ended) return;
       *ended = true;
       timer->cancel();
+      std::erase(self->wait_timers_, timer);
       if (*watch_slot) {
         (*watch_slot)->close();
         std::erase(self->watches_, *watch_slot);
@@ -550,6 +552,9 @@ class etcd_round_store final : public round_store,
           if (waiting->empty()) end({});
         });
     watches_.push_back(*watch_slot);
+    // shut() cancels it: a closed client must not live on in a timer that
+    // may be set a hundred years ahead (a WAIT without a timeout).
+    wait_timers_.push_back(timer);
     timer->expires_at(deadline);
     timer->async_wait([waiting, timeout, end](const boost::system::error_code& ec) {
       if (ec) return;
@@ -680,6 +685,7 @@ class etcd_round_store final : public round_store,
   std::deque<queued> queue_;
   finish cancel_current_;
   std::vector<std::shared_ptr<etcd_watch>> watches_;
+  std::vector<std::shared_ptr<asio::steady_timer>> wait_timers_;
   std::set<std::string> will_dirs_;
   std::string lost_;
   std::uint64_t listener_ = 0;

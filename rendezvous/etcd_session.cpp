@@ -107,8 +107,8 @@ void etcd_session::renew() {
   auto self = shared_from_this();
   auto lease = lease_;
   json body{{"ID", lease_}};
-  // Shorter than the TTL, so a member that hangs leaves time for another.
-  auto timeout = std::max<std::chrono::milliseconds>(options_.lease_ttl / 3, 100ms);
+  // One try per member: a member without a leader holds the request.
+  auto timeout = std::min<std::chrono::milliseconds>(options_.attempt_timeout, options_.lease_ttl);
   connection_->post("/v3/lease/keepalive", body.dump(), timeout, [self, lease](etcd_reply r) {
     if (self->closed_ || self->lease_ != lease) return;
     auto now = std::chrono::steady_clock::now();
@@ -126,11 +126,14 @@ void etcd_session::renew() {
       return self->schedule_renewal();
     }
     self->last_error_ = r.error;
-    if (now - self->last_renewed_ >= self->options_.lease_ttl) {
+    // Twice the TTL: a new etcd leader extends every lease it inherits, so
+    // an election (about 2 s) never costs a lease, however short the TTL;
+    // only a cluster that stays without quorum does.
+    if (now - self->last_renewed_ >= 2 * self->options_.lease_ttl) {
       return self->lose(fmt::format(
           "no etcd member renewed this agent's lease for {} s (the etcd cluster at {} lost its "
           "quorum or cannot be reached): {}",
-          self->options_.lease_ttl.count(), members_text(self->options_.members), r.error));
+          2 * self->options_.lease_ttl.count(), members_text(self->options_.members), r.error));
     }
     self->connection_->next_member();
     self->schedule_renewal();

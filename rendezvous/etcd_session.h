@@ -3,9 +3,11 @@
 // (the agent's last wills) vanish when the agent stops renewing it, which
 // is how the other nodes learn that it died.
 //
-// When no member renews the lease for a whole TTL (the cluster lost its
-// quorum, or every member is unreachable), the lease counts as lost: every
-// listener hears why once, and the next acquire() grants a new one.
+// When no member renews the lease for twice its TTL (the cluster lost its
+// quorum, or every member is unreachable; an election alone never costs a
+// lease, since a new leader extends the leases it inherits), or etcd says
+// it expired, the lease counts as lost: every listener hears why once, and
+// the next acquire() grants a new one.
 #pragma once
 
 #include <chrono>
