@@ -39,7 +39,7 @@ std::shared_ptr<etcd_watch> etcd_watch::start(asio::io_context& io, const etcd_o
 etcd_watch::etcd_watch(asio::io_context& io, const etcd_options& options,
                        std::shared_ptr<asio::ssl::context> tls, spec s,
                        std::function<void(const etcd_event&)> on_event)
-    : io_(io), options_(options), connection_(etcd_connection::create(io, options, std::move(tls))),
+    : options_(options), connection_(etcd_connection::create(io, options, std::move(tls))),
       retry_(io), spec_(std::move(s)), on_event_(std::move(on_event)),
       next_revision_(spec_.start_revision) {}
 

@@ -49,7 +49,6 @@ class etcd_watch : public std::enable_shared_from_this<etcd_watch> {
   void line(std::string_view text);
   void ended(const etcd_reply& r);
 
-  boost::asio::io_context& io_;
   etcd_options options_;
   std::shared_ptr<etcd_connection> connection_;
   boost::asio::steady_timer retry_;
