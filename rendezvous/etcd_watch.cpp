@@ -91,8 +91,15 @@ void etcd_watch::line(std::string_view text) {
     ev.revision = integer_of(kv.value("mod_revision", json()));
     if (ev.revision > 0 && ev.revision < next_revision_) continue;  // seen before a reconnect
     next_revision_ = std::max(next_revision_, ev.revision + 1);
+    in_callback_ = true;
     on_event_(ev);
-    if (closed_) return;
+    in_callback_ = false;
+    if (closed_) {
+      // Closed from inside the callback: drop it now that it returned (it
+      // may hold what holds this watch).
+      on_event_ = nullptr;
+      return;
+    }
   }
 }
 
@@ -111,6 +118,9 @@ void etcd_watch::close() {
   closed_ = true;
   retry_.cancel();
   connection_->close();
+  // The callback often holds its owner, which holds this watch: release
+  // it, unless it is running (line() releases it when it returns).
+  if (!in_callback_) on_event_ = nullptr;
 }
 
 }  // namespace dtrun::rendezvous

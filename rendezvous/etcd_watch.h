@@ -56,6 +56,7 @@ class etcd_watch : public std::enable_shared_from_this<etcd_watch> {
   std::function<void(const etcd_event&)> on_event_;
   std::int64_t next_revision_ = 0;
   bool closed_ = false;
+  bool in_callback_ = false;
   std::uint64_t attempt_ = 0;
 };
 
