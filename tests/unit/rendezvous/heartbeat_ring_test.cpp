@@ -69,7 +69,7 @@ TEST_CASE("a successor that never beats is declared lost once, after max_attempt
   CHECK(store->adds_of(hb(0)) >= 4);
 }
 
-TEST_CASE("members that beat are never declared lost; a stopped ring does nothing more") {
+TEST_CASE("members that beat are never declared lost, and a stopped ring does nothing more") {
   asio::io_context io;
   auto store = std::make_shared<counter_store>(io);
   heartbeat_ring::settings fast{.interval = std::chrono::milliseconds(0), .max_attempt = 2};
