@@ -15,6 +15,7 @@
 #include <set>
 #include <stdexcept>
 #include <system_error>
+#include <utility>
 
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -28,6 +29,7 @@
 #include "agent/python_hook.h"
 #include "agent/stack_capture.h"
 #include "agent/stack_dump.h"
+#include "agent/stdin_watch.h"
 #include "agent/worker_output.h"
 #include "agent/worker_process.h"
 #include "rendezvous/printable.h"
@@ -160,6 +162,7 @@ class elastic_agent::impl {
       signals_.add(sig);
     }
     wait_for_signal();
+    watch_launcher();
     guard_.emplace();
     // Hang detection must see the workers' output even where it would go
     // straight to the console.
@@ -190,6 +193,33 @@ class elastic_agent::impl {
   void log(const std::string& line) { reporter_.log().info(line); }
   void log_error(const std::string& line) { reporter_.log().error(line); }
   void log_debug(const std::string& line) { reporter_.log().debug(line); }
+
+  // dtrun --hosts: the launching dtrun forwards signals as lines on our
+  // stdin, and its end-of-file means it is gone (ssh signals nothing), so
+  // the workers are stopped as on SIGTERM; a second one (a signal line,
+  // then EOF) kills them at once, as a second Ctrl-C does.
+  void watch_launcher() {
+    if (options_.control_fd < 0) return;
+    stdin_watch::hooks hooks;
+    hooks.on_signal = [this](int sig) {
+      if (std::find(options_.signals.begin(), options_.signals.end(), sig) ==
+          options_.signals.end()) {
+        log_error(fmt::format("the launching dtrun sent {}, which is not handled here; ignored",
+                              signal_name(sig)));
+        return;
+      }
+      on_signal(sig);
+    };
+    hooks.on_eof = [this] {
+      if (phase_ == phase::done) return;
+      log("the launching dtrun is gone (its connection closed); stopping the workers");
+      on_signal(SIGTERM);
+    };
+    hooks.on_junk = [this](const std::string& line) {
+      log_error(fmt::format("ignoring a line from the launching dtrun: {}", printable(line)));
+    };
+    launcher_.emplace(io_, std::exchange(options_.control_fd, -1), std::move(hooks));
+  }
 
   // TORCHELASTIC_ENABLE_FILE_TIMER=1: torchrun's file-timer watchdog, its
   // pipe at TORCHELASTIC_TIMER_FILE or in this run's own folder.
@@ -927,6 +957,7 @@ class elastic_agent::impl {
   env_map inherited_;
   run_reporter reporter_;
   std::optional<orphan_guard> guard_;
+  std::optional<stdin_watch> launcher_;  // dtrun --hosts: the pipe from the launcher
   std::optional<worker_output> output_;
   std::optional<file_timer> watchdog_;
   std::optional<progress_monitor> progress_;

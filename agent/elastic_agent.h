@@ -72,6 +72,11 @@ struct agent_options {
   std::function<void(const std::string&)> log;
   // Verbosity and the event log (--quiet, -v, --event-log).
   report_options report;
+  // --stop-on-stdin-eof (dtrun --hosts, docs/ssh.md): the pipe from the
+  // launching dtrun, owned by the agent from run() on. A line naming one of
+  // `signals` acts as that signal; end-of-file stops the workers as SIGTERM
+  // would (the launcher died or the connection dropped). -1: none.
+  int control_fd = -1;
 };
 
 class elastic_agent {

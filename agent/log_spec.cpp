@@ -53,7 +53,7 @@ worker_routes log_spec::routes(int local_rank) const {
     }
     if ((redirected & stream) != 0) return stream_route::file;
     if (!shown) return stream_route::discard;
-    if (local_ranks_filter) return stream_route::prefixed_console;
+    if (local_ranks_filter || prefix_console) return stream_route::prefixed_console;
     return watch_console ? stream_route::watched_console : stream_route::console;
   };
   return {route(std_out), route(std_err)};

@@ -78,6 +78,10 @@ struct log_spec {
   // --hang-timeout: the agent must see every shown stream's output, so
   // `console` streams become `watched_console` pipes.
   bool watch_console = false;
+  // dtrun --hosts (the internal --prefix-console): every shown console
+  // stream is prefixed like a filtered one, so the launching dtrun, which
+  // adds the host, prints lines that say whose they are.
+  bool prefix_console = false;
 
   worker_routes routes(int local_rank) const;
   // Whether any of `local_world_size` workers writes a log file.

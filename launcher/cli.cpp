@@ -202,6 +202,35 @@ void define_flags(CLI::App& app, launch_options& o) {
   app.add_flag("--dry-run", o.dry_run, "Print the resolved launch configuration as JSON and exit")
       ->group("dtrun");
 
+  // Command line only (no PET_ variable): see launch_options.
+  const std::string group_ssh = "Several hosts over ssh (docs/ssh.md)";
+  app.add_option("--hosts", o.hosts,
+                 "Run on these hosts, one agent each, started over ssh: host[:slots],... "
+                 "(slots: workers there; Slurm ranges such as node[01-04] work)")
+      ->group(group_ssh);
+  app.add_option("--hostfile", o.hostfile,
+                 "The hosts from a file: 'host slots=N' per line, # comments (DeepSpeed's and "
+                 "MPI's format)")
+      ->group(group_ssh);
+  app.add_option("--ssh", o.ssh,
+                 "The ssh command and its options (default: ssh); dtrun adds -o BatchMode=yes "
+                 "-o ConnectTimeout=30")
+      ->group(group_ssh);
+  app.add_option("--export", o.export_vars,
+                 "Also pass these variables to the remote workers: VAR,VAR=value,... (PET_*, "
+                 "TORCH*, NCCL*, PYTHON*, GLOO*, UCX*, MV2*, MLFLOW*, CUDA_VISIBLE_DEVICES and "
+                 "OMP_NUM_THREADS always are)")
+      ->group(group_ssh);
+  app.add_option("--remote-dtrun", o.remote_dtrun,
+                 "dtrun's path on the hosts (default: this dtrun's absolute path)")
+      ->group(group_ssh);
+  // Internal: how dtrun --hosts starts the agent on each host.
+  app.add_flag("--stop-on-stdin-eof", o.stop_on_stdin_eof)->group("");
+  app.add_flag("--prefix-console", o.prefix_console)->group("");
+  app.add_option("--rdzv-port-via-stdio", o.rdzv_port_via_stdio)
+      ->check(CLI::IsMember({"report", "read"}))
+      ->group("");
+
   const std::string group_sched = "Schedulers and legacy launch (docs/schedulers.md)";
   app.add_flag("--no-scheduler-detect", o.no_scheduler_detect,
                "Ignore Slurm's and Kubernetes' variables (by default they fill in unset flags)")
@@ -314,6 +343,28 @@ std::string name_the_variable(const CLI::App& app, const std::vector<std::string
   return fmt::format("{} ({}){}", opt->get_envname(), flag, message.substr(flag.size()));
 }
 
+// dtrun's own tokens without those of the ssh launch itself (and
+// --dry-run): what the remote dtrun of every host is given.
+std::vector<std::string> without_fanout_flags(const CLI::App& app,
+                                              const std::vector<std::string>& own) {
+  static const std::set<std::string> local_only = {"--hosts", "--hostfile", "--ssh", "--export",
+                                                   "--remote-dtrun", "--dry-run"};
+  std::vector<std::string> kept;
+  for (std::size_t i = 0; i < own.size(); ++i) {
+    const std::string& arg = own[i];
+    bool long_form = arg.rfind("--", 0) == 0;
+    std::string name = long_form ? arg.substr(0, arg.find('=')) : arg;
+    if (!long_form || local_only.count(name) == 0) {
+      kept.push_back(arg);
+      continue;
+    }
+    const CLI::Option* opt = app.get_option_no_throw(name);
+    bool takes_value = opt != nullptr && opt->get_expected_min() > 0;
+    if (takes_value && arg.find('=') == std::string::npos) ++i;  // its value
+  }
+  return kept;
+}
+
 }  // namespace
 
 parse_result parse_command_line(const std::vector<std::string>& args) {
@@ -369,6 +420,7 @@ parse_result parse_command_line(const std::vector<std::string>& args) {
     throw usage_error(name_the_variable(app, own_tokens, e.what()));
   }
   record_given(app, own_tokens, o.given);
+  o.remote_args = without_fanout_flags(app, own_tokens);
   o.master_port_given = app.get_option("--master-port")->count() > 0;
   o.rdzv_backend_given = app.get_option("--rdzv-backend")->count() > 0;
   if (app.get_option("--stop-timeout")->count() == 0 &&

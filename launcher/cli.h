@@ -81,6 +81,20 @@ struct launch_options {
   bool verbose = false;   // -v/--verbose
   // dtrun.
   bool dry_run = false;
+  // A launch over ssh (docs/ssh.md). Command line only, no PET_ variable:
+  // the remote dtrun inherits the exported PET_* and must not fan out again.
+  std::string hosts;        // --hosts h1,h2:4
+  std::string hostfile;     // --hostfile FILE
+  std::string ssh;          // --ssh "CMD OPTS"; empty: ssh
+  std::string export_vars;  // --export VAR,VAR=value
+  std::string remote_dtrun; // --remote-dtrun PATH; empty: this dtrun's path
+  // Internal flags of an agent that dtrun --hosts started (hidden in --help).
+  bool stop_on_stdin_eof = false;   // agent/stdin_watch.h
+  bool prefix_console = false;      // agent/log_spec.h
+  std::string rdzv_port_via_stdio;  // "report" or "read" (launcher/ssh_plan.h)
+  // dtrun's own part of the command line as given, without the ssh
+  // launch's flags: what every remote dtrun is given.
+  std::vector<std::string> remote_args;
   // Schedulers and the legacy launcher (docs/schedulers.md).
   bool no_scheduler_detect = false;
   bool legacy_launch = false;       // torch.distributed.launch: --local-rank=N argument

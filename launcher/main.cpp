@@ -1,9 +1,15 @@
 // dtrun: parse, resolve, then hand the run to the agent. Exit codes:
 // 0 success, 2 usage errors, 126/127 program not executable / not found,
 // the failing worker's code, 128+n after signal n (see docs/agent.md).
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <csignal>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -19,7 +25,11 @@
 #include "launcher/installed_python.h"
 #include "launcher/launch_config.h"
 #include "launcher/legacy_launch.h"
+#include "launcher/number_parse.h"
+#include "launcher/remote_command.h"
 #include "launcher/scheduler_env.h"
+#include "launcher/ssh_fanout.h"
+#include "launcher/ssh_plan.h"
 #include "launcher/status_command.h"
 #include "rendezvous/dynamic_rendezvous.h"
 #include "rendezvous/etcd_round_store.h"
@@ -36,7 +46,75 @@ int fail(int code, const std::string& message) {
   return code;
 }
 
-int launch(const launcher::launch_config& config, const agent::env_map& env) {
+// dtrun --hosts / --hostfile: one agent per host over ssh (docs/ssh.md).
+int launch_over_ssh(const launcher::launch_options& options, const agent::env_map& env) {
+  std::error_code ec;
+  auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return fail(1, fmt::format("cannot find this dtrun's own path: {}", ec.message()));
+  auto workdir = std::filesystem::current_path(ec);
+  if (ec) return fail(1, fmt::format("cannot read the current directory: {}", ec.message()));
+  auto settings = launcher::resolve_ssh_settings(options, env, self.string(), workdir.string(),
+                                                 launcher::random_run_id());
+  auto plan = launcher::plan_ssh_launch(options, settings);
+  if (options.dry_run) {
+    for (const auto& host : plan) fmt::print("{}\n", launcher::shell_join(host.ssh_argv));
+    return 0;
+  }
+  launcher::fanout_options fanout;
+  fanout.plan = std::move(plan);
+  fanout.stop_timeout = launcher::seconds_to_duration(options.stop_timeout, "--stop-timeout",
+                                                      {true, launcher::max_duration_s});
+  fanout.signals = launcher::parse_signals(options.signals_to_handle);
+  fanout.remote_dtrun = settings.remote_dtrun;
+  fanout.quiet = options.quiet;
+  return launcher::run_ssh_fanout(fanout);
+}
+
+// --rdzv-port-via-stdio=read: the first line of stdin is the rendezvous
+// port, written by the launching dtrun once the first host reported it.
+// Read byte by byte, so nothing after the line (forwarded signals) is
+// taken from the agent. A blocking read: nothing else runs yet.
+std::optional<std::uint16_t> read_port_line() {
+  std::string line;
+  char c = 0;
+  while (line.size() < 16) {
+    ssize_t n = ::read(STDIN_FILENO, &c, 1);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return std::nullopt;  // the launcher stopped us before the rendezvous
+    if (c == '\n') break;
+    line += c;
+  }
+  return static_cast<std::uint16_t>(
+      launcher::parse_integer(line, "the rendezvous port from stdin", 1, launcher::max_port));
+}
+
+// --rdzv-port-via-stdio=report: the store is bound (port 0: a free one);
+// the launching dtrun passes its port on to the other hosts.
+void report_rdzv_port(const rendezvous::rendezvous_handler& handler) {
+  const auto* dynamic = dynamic_cast<const rendezvous::dynamic_rendezvous*>(&handler);
+  if (dynamic == nullptr || dynamic->store_port() == 0) {
+    throw launcher::usage_error(
+        "--rdzv-port-via-stdio=report needs a c10d rendezvous hosted here (is_host=1)");
+  }
+  fmt::print("{}{}\n", launcher::rdzv_port_line_prefix, dynamic->store_port());
+  std::fflush(stdout);
+}
+
+// --stop-on-stdin-eof: the agent watches a private copy of stdin; the
+// workers get /dev/null, so none of them can read the launcher's lines.
+int take_stdin_for_agent() {
+  int fd = ::fcntl(STDIN_FILENO, F_DUPFD_CLOEXEC, 3);
+  if (fd < 0) throw std::runtime_error("cannot duplicate stdin for --stop-on-stdin-eof");
+  int null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (null >= 0) {
+    ::dup2(null, STDIN_FILENO);
+    ::close(null);
+  }
+  return fd;
+}
+
+int launch(const launcher::launch_config& config, const agent::env_map& env,
+           const launcher::launch_options& o) {
   auto path = env.find("PATH");
   auto program = agent::resolve_program(config.program, path == env.end() ? "" : path->second);
   if (!program) {
@@ -78,6 +156,8 @@ int launch(const launcher::launch_config& config, const agent::env_map& env) {
                                                       config.store_access});
   }
 
+  if (o.rdzv_port_via_stdio == "report") report_rdzv_port(*rendezvous);
+
   agent::agent_options options;
   options.spec = config.spec;
   options.program = *program;
@@ -94,6 +174,12 @@ int launch(const launcher::launch_config& config, const agent::env_map& env) {
   options.log_dir = config.log_dir;
   options.logs = config.logs;
   options.report = config.report;
+  if (o.prefix_console) {
+    options.logs.prefix_console = true;
+    // The launching dtrun adds the host; the global rank says the rest.
+    if (options.logs.line_prefix_template.empty()) options.logs.line_prefix_template = "[rank$rank]:";
+  }
+  if (o.stop_on_stdin_eof) options.control_fd = take_stdin_for_agent();
   agent::elastic_agent agent(io, std::move(options), *rendezvous);
   return agent.run();
 }
@@ -118,11 +204,22 @@ int main(int argc, char** argv) {
     }
     parsed.options.installed_python = launcher::python_beside_this_program();
     agent::env_map env = agent::current_environment();
+    if (launcher::wants_ssh_launch(parsed.options)) {
+      return launch_over_ssh(parsed.options, env);
+    }
     launcher::scheduler_env scheduler = launcher::detect_scheduler_env(parsed.options, env);
     launcher::launch_config config = launcher::resolve_launch_config(parsed.options, env);
     config.worker_args = launcher::resolve_worker_args(parsed.options, env);
     launcher::apply_scheduler_env(scheduler, config);
     launcher::check_worker_args(config);
+    if (parsed.options.rdzv_port_via_stdio == "read" && !parsed.options.dry_run) {
+      if (!config.multi_node) {
+        throw launcher::usage_error("--rdzv-port-via-stdio=read needs a c10d rendezvous");
+      }
+      auto port = read_port_line();
+      if (!port) return 128 + SIGTERM;  // stopped before it began: nothing to say
+      config.multi_node->rendezvous.endpoint_port = *port;
+    }
     if (parsed.options.dry_run) {
       nlohmann::json out = launcher::to_json(config, env);
       launcher::add_scheduler_json(out, scheduler, config);
@@ -131,7 +228,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     for (const auto& line : launcher::describe(scheduler)) fmt::print(stderr, "dtrun: {}\n", line);
-    return launch(config, env);
+    return launch(config, env, parsed.options);
   } catch (const launcher::usage_error& e) {
     return fail(agent::exit_usage, e.what());
   } catch (const std::exception& e) {

@@ -68,3 +68,16 @@ TEST_CASE("prefix templates substitute like Python's Template.safe_substitute") 
   CHECK(line_prefix("$$rank $ ${nope} $nope ${rank", f) == "$rank $ ${nope} $nope ${rank");
   CHECK(line_prefix("$rank_x$rank", f) == "$rank_x7");
 }
+
+TEST_CASE("prefix_console (dtrun --hosts) prefixes every console stream, files stay files") {
+  log_spec spec;
+  spec.prefix_console = true;
+  spec.redirects = per_rank({{1, std_err}});
+  spec.tee = per_rank({{2, std_out}});
+  CHECK(spec.routes(0).out == stream_route::prefixed_console);
+  CHECK(spec.routes(0).err == stream_route::prefixed_console);
+  CHECK(spec.routes(1).err == stream_route::file);
+  CHECK(spec.routes(2).out == stream_route::file_and_console);
+  spec.local_ranks_filter = std::set<int>{0};
+  CHECK(spec.routes(1).out == stream_route::discard);
+}

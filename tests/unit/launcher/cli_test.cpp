@@ -299,3 +299,19 @@ TEST_CASE("help lists torchrun 2 flags") {
     CHECK(help.find(flag) != std::string::npos);
   }
 }
+
+TEST_CASE("the ssh launch's own flags are not passed on to the remote dtrun") {
+  launch_options o = parse({"--hosts", "a,b:2", "--ssh=ssh -p 2", "--nproc-per-node", "2",
+                            "--export", "X,Y=1", "--remote-dtrun=/d", "--dry-run", "--tee=3",
+                            "--hostfile", "f", "t.py", "--hosts", "x"});
+  CHECK(o.hosts == "a,b:2");
+  CHECK(o.ssh == "ssh -p 2");
+  CHECK(o.export_vars == "X,Y=1");
+  CHECK(o.remote_dtrun == "/d");
+  CHECK(o.hostfile == "f");
+  CHECK(o.remote_args == std::vector<std::string>{"--nproc-per-node", "2", "--tee=3"});
+  // The script's own arguments are the script's, "--hosts" included.
+  CHECK(o.script_args == std::vector<std::string>{"--hosts", "x"});
+  CHECK(o.given.count("hosts") == 1);
+  CHECK(parse({"--hosts=", "t.py"}).given.count("hosts") == 1);
+}

@@ -1,0 +1,502 @@
+#include "launcher/ssh_fanout.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <list>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <boost/asio/buffer.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <fmt/format.h>
+
+#include "agent/console_sink.h"
+#include "agent/exit_status.h"
+#include "agent/line_assembler.h"
+#include "launcher/number_parse.h"
+#include "launcher/remote_command.h"
+#include "launcher/summary_merge.h"
+#include "rendezvous/printable.h"
+
+extern char** environ;
+
+// Completion handlers here do not throw: every failure becomes a line on
+// stderr and an exit code.
+namespace dtrun::launcher {
+namespace asio = boost::asio;
+namespace {
+
+// The signals whose default action the ssh children must get back: this
+// process handles or ignores them, and an exec'd child inherits "ignored".
+constexpr std::array reset_in_child = {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
+
+struct pipe_pair {
+  int read = -1;
+  int write = -1;
+};
+
+pipe_pair make_pipe() {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) {
+    throw std::runtime_error(fmt::format("cannot create a pipe: {}", std::strerror(errno)));
+  }
+  return {fds[0], fds[1]};
+}
+
+// Starts `argv` with the given stdio in a process group of its own.
+// Returns the pid, or the errno of a failed spawn (ENOENT: not found).
+struct spawned {
+  pid_t pid = -1;
+  int error = 0;
+};
+
+spawned spawn_ssh(const std::vector<std::string>& argv, int in, int out, int err) {
+  posix_spawn_file_actions_t actions;
+  posix_spawnattr_t attr;
+  ::posix_spawn_file_actions_init(&actions);
+  ::posix_spawnattr_init(&attr);
+  // dup2 clears close-on-exec on the copies; every other pipe end of ours
+  // is close-on-exec, so ssh holds no other host's pipe (a host's stdin
+  // must reach EOF as soon as this dtrun dies).
+  ::posix_spawn_file_actions_adddup2(&actions, in, 0);
+  ::posix_spawn_file_actions_adddup2(&actions, out, 1);
+  ::posix_spawn_file_actions_adddup2(&actions, err, 2);
+  sigset_t defaults;
+  sigemptyset(&defaults);
+  for (int sig : reset_in_child) sigaddset(&defaults, sig);
+  sigset_t none;
+  sigemptyset(&none);
+  ::posix_spawnattr_setsigdefault(&attr, &defaults);
+  ::posix_spawnattr_setsigmask(&attr, &none);
+  // Own process group: Ctrl-C on the terminal reaches this dtrun, which
+  // stops the hosts in order, and not ssh, which would just drop them.
+  ::posix_spawnattr_setpgroup(&attr, 0);
+  ::posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF |
+                                        POSIX_SPAWN_SETSIGMASK);
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  spawned result;
+  result.error = ::posix_spawnp(&result.pid, args[0], &actions, &attr, args.data(), environ);
+  ::posix_spawn_file_actions_destroy(&actions);
+  ::posix_spawnattr_destroy(&attr);
+  return result;
+}
+
+// The disposition this dtrun was started with (read before the
+// signal_set installs its handler) is SIG_IGN.
+bool ignored_at_start(int sig) {
+  struct sigaction current {};
+  return ::sigaction(sig, nullptr, &current) == 0 && (current.sa_flags & SA_SIGINFO) == 0 &&
+         current.sa_handler == SIG_IGN;
+}
+
+
+// One of a host's two output streams, read on the loop, split into lines.
+// Reading pauses while its lines are written to the console (console_sink
+// pushes back on a slow terminal through the pipe, not a growing buffer).
+struct host_stream {
+  std::optional<asio::posix::stream_descriptor> pipe;
+  agent::line_assembler lines{""};
+  std::array<char, 65536> buffer{};
+  std::string pending;  // lines being written to the console
+  bool eof = false;
+};
+
+struct host {
+  host_launch launch;
+  std::string prefix;  // "node1: "
+  pid_t pid = -1;
+  int stdin_fd = -1;  // -1: closed
+  std::optional<agent::exit_status> status;
+  host_stream out;
+  host_stream err;
+  bool port_sent = false;  // port_role::read: the rendezvous port was written
+  // The summary block being read from its stderr, and the complete ones.
+  std::optional<std::vector<std::string>> block;
+  std::vector<std::vector<std::string>> blocks;
+  std::string last_line;  // its last stderr line outside a summary
+  bool done = false;
+
+  bool finished() const { return status && out.eof && err.eof; }
+};
+
+class fanout {
+ public:
+  explicit fanout(const fanout_options& options)
+      : options_(options), signals_(io_), deadline_(io_), out_(io_, STDOUT_FILENO),
+        err_(io_, STDERR_FILENO) {}
+
+  int run() {
+    // A host's stdin pipe that broke (its ssh is gone) must not kill us.
+    ::signal(SIGPIPE, SIG_IGN);
+    signals_.add(SIGCHLD);
+    for (int sig : options_.signals) {
+      // As the agent: a signal ignored when we started (nohup, `cmd &`)
+      // stays ignored, so a hang-up does not stop a nohup'ed job.
+      if (!ignored_at_start(sig)) signals_.add(sig);
+    }
+    wait_for_signal();
+    for (const auto& launch : options_.plan) {
+      if (launch_failure_) break;  // no point starting more hosts
+      start(launch);
+    }
+    // Our own lines are written on the loop, so it runs even when nothing
+    // started.
+    if (all_finished()) signals_.cancel();
+    io_.run();
+    finish_summary();
+    return exit_code();
+  }
+
+ private:
+  void start(const host_launch& launch) {
+    auto h = std::make_unique<host>();
+    h->launch = launch;
+    h->prefix = launch.host.target + ": ";
+    pipe_pair in = make_pipe();
+    pipe_pair out = make_pipe();
+    pipe_pair err = make_pipe();
+    spawned s = spawn_ssh(launch.ssh_argv, in.read, out.write, err.write);
+    for (int fd : {in.read, out.write, err.write}) ::close(fd);
+    if (s.error != 0) {
+      for (int fd : {in.write, out.read, err.read}) ::close(fd);
+      say_error(fmt::format("cannot start '{}' for host {}: {}; install openssh-client or name "
+                            "the command with --ssh",
+                            launch.ssh_argv[0], launch.host.target, std::strerror(s.error)));
+      launch_failed(s.error == ENOENT ? agent::exit_not_found : agent::exit_not_executable);
+      return;
+    }
+    h->pid = s.pid;
+    // Ours alone (not the shell's), so non-blocking is safe: a stuck ssh
+    // must not block the loop when we write a signal line.
+    ::fcntl(in.write, F_SETFL, ::fcntl(in.write, F_GETFL) | O_NONBLOCK);
+    h->stdin_fd = in.write;
+    h->out.pipe.emplace(io_, out.read);
+    h->err.pipe.emplace(io_, err.read);
+    host* raw = h.get();
+    hosts_.push_back(std::move(h));
+    read(*raw, raw->out, true);
+    read(*raw, raw->err, false);
+  }
+
+  // --- output -------------------------------------------------------------
+
+  void read(host& h, host_stream& s, bool is_stdout) {
+    s.pipe->async_read_some(asio::buffer(s.buffer), [this, &h, &s, is_stdout](
+                                                         const boost::system::error_code& ec,
+                                                         std::size_t n) {
+      std::string text;
+      if (ec) {
+        s.lines.finish(text);
+      } else {
+        s.lines.feed(std::string_view(s.buffer.data(), n), text);
+      }
+      take_lines(h, s, is_stdout, text);
+      auto next = [this, &h, &s, is_stdout, ended = static_cast<bool>(ec)] {
+        s.pending.clear();
+        if (!ended) {
+          read(h, s, is_stdout);
+          return;
+        }
+        s.eof = true;
+        s.pipe->close();
+        check_finished(h);
+      };
+      if (s.pending.empty()) {
+        next();
+      } else {
+        (is_stdout ? out_ : err_).write(s.pending, next);
+      }
+    });
+  }
+
+  // Whole lines (each ends in '\n') -> s.pending, prefixed, except what is
+  // ours: the rendezvous port and the failure summary.
+  void take_lines(host& h, host_stream& s, bool is_stdout, const std::string& text) {
+    std::size_t start = 0;
+    while (start < text.size()) {
+      std::size_t end = text.find('\n', start);
+      std::string_view line(text.data() + start, end - start);
+      start = end + 1;
+      if (is_stdout && h.launch.port == port_role::report && !port_ && take_port(h, line)) {
+        continue;
+      }
+      if (!is_stdout && take_summary_line(h, line)) continue;
+      if (!is_stdout) {
+        // ssh ends its own messages with "\r\n".
+        h.last_line = line.substr(0, line.find_last_not_of('\r') + 1);
+      }
+      s.pending += h.prefix;
+      s.pending += line;
+      s.pending += '\n';
+    }
+  }
+
+  bool take_port(host& h, std::string_view line) {
+    std::string_view prefix = rdzv_port_line_prefix;
+    if (line.rfind(prefix, 0) != 0) return false;
+    try {
+      port_ = static_cast<int>(parse_integer(line.substr(prefix.size()), "rendezvous port", 1,
+                                             max_port));
+    } catch (const std::exception& e) {
+      say_error(fmt::format("host {} reported a bad rendezvous port: {}", h.launch.host.target,
+                            e.what()));
+      launch_failed(1);
+      return true;
+    }
+    if (stop_signal_ != 0 || launch_failure_) return true;  // the others are stopping
+    for (auto& other : hosts_) {
+      if (other->launch.port != port_role::read || other->stdin_fd < 0) continue;
+      write_line(*other, std::to_string(*port_));
+      other->port_sent = true;
+    }
+    return true;
+  }
+
+  bool take_summary_line(host& h, std::string_view line) {
+    if (is_summary_rule(line)) {
+      if (!h.block) {
+        h.block.emplace().emplace_back(line);
+      } else {
+        h.block->emplace_back(line);
+        h.blocks.push_back(std::move(*h.block));
+        h.block.reset();
+      }
+      return true;
+    }
+    if (!h.block) return false;
+    h.block->emplace_back(line);
+    return true;
+  }
+
+  // --- processes ----------------------------------------------------------
+
+  void wait_for_signal() {
+    signals_.async_wait([this](const boost::system::error_code& ec, int sig) {
+      if (ec) return;
+      wait_for_signal();
+      if (sig == SIGCHLD) {
+        reap();
+      } else {
+        on_signal(sig);
+      }
+    });
+  }
+
+  // Signals coalesce: reap every exited child.
+  void reap() {
+    for (auto& h : hosts_) {
+      if (h->status || h->pid < 0) continue;
+      int status = 0;
+      pid_t r = ::waitpid(h->pid, &status, WNOHANG);
+      if (r != h->pid) continue;
+      h->status = agent::decode_wait_status(status);
+      close_stdin(*h);
+      check_finished(*h);
+    }
+  }
+
+  void check_finished(host& h) {
+    if (h.done || !h.finished()) return;
+    h.done = true;
+    if (h.block) {
+      // Cut off inside a summary (the connection dropped): show what came.
+      std::string text;
+      for (const auto& line : *h.block) text += h.prefix + line + "\n";
+      h.block.reset();
+      say_raw(std::move(text));
+    }
+    int code = h.status->code;
+    if (code != 0 && h.blocks.empty() && stop_signal_ == 0 && !launch_failure_) {
+      say_error(describe_host_failure(h, code));
+      launch_failed(code);
+    }
+    if (all_finished()) {
+      deadline_.cancel();
+      signals_.cancel();
+      // The console writes already queued still complete on the loop.
+    }
+  }
+
+  bool all_finished() const {
+    for (const auto& h : hosts_) {
+      if (!h->done) return false;
+    }
+    return true;
+  }
+
+  std::string describe_host_failure(const host& h, int code) const {
+    const std::string& target = h.launch.host.target;
+    const std::string remote_error = "dtrun: error: ";
+    if (code == 255) {
+      std::string said = h.last_line.empty() ? "" : fmt::format(" ({})", h.last_line);
+      return fmt::format(
+          "host {}: ssh failed (exit 255){}; check that 'ssh {} true' works without a password "
+          "or prompt (BatchMode), or give the right options with --ssh",
+          target, said, target);
+    }
+    if (h.status && h.status->signal != 0) {
+      return fmt::format("host {}: its ssh was killed by {}; its agent stops its workers when it "
+                         "sees the connection close",
+                         target, agent::signal_name(h.status->signal));
+    }
+    if (h.last_line.rfind(remote_error, 0) == 0) {
+      // The remote dtrun's own one-line error says what to do.
+      return fmt::format("host {}: {}", target, h.last_line.substr(remote_error.size()));
+    }
+    std::string said = h.last_line.empty() ? "" : fmt::format(": {}", h.last_line);
+    if (code == agent::exit_not_found) {
+      return fmt::format("host {}: exit code 127{}; install dtrun at '{}' on every host or pass "
+                         "--remote-dtrun=PATH",
+                         target, said, options_.remote_dtrun);
+    }
+    return fmt::format("host {}: dtrun there ended with exit code {} before the job did{}", target,
+                       code, said);
+  }
+
+  // A host failed to start or lost its agent: the others cannot complete
+  // the rendezvous without it, so they are stopped.
+  void launch_failed(int code) {
+    if (!launch_failure_) launch_failure_ = code;
+    stop_hosts(SIGTERM, "stopping the other hosts");
+  }
+
+  void on_signal(int sig) {
+    if (sig == SIGUSR1 || sig == SIGUSR2) {
+      for (auto& h : hosts_) {
+        if (h->stdin_fd >= 0 && port_sent_or_not_needed(*h)) write_line(*h, agent::signal_name(sig));
+      }
+      return;
+    }
+    if (stop_signal_ == 0) stop_signal_ = sig;
+    stop_hosts(sig, fmt::format("received {}; stopping every host", agent::signal_name(sig)));
+  }
+
+  bool port_sent_or_not_needed(const host& h) const {
+    return h.launch.port != port_role::read || h.port_sent;
+  }
+
+  // Forwards `sig` to every host's agent (two-phase stop there: the signal,
+  // then SIGKILL after its --stop-timeout). A host still waiting for the
+  // rendezvous port has no agent yet: its stdin is closed, and it exits.
+  // A second call forwards again, which the agents take as "now".
+  void stop_hosts(int sig, const std::string& why) {
+    if (!options_.quiet && !stopping_) say_info(why);
+    for (auto& h : hosts_) {
+      if (h->stdin_fd < 0) continue;
+      if (port_sent_or_not_needed(*h)) {
+        write_line(*h, agent::signal_name(sig));
+      } else {
+        close_stdin(*h);
+      }
+    }
+    if (stopping_) return;
+    stopping_ = true;
+    deadline_.expires_after(options_.stop_timeout + options_.teardown_margin);
+    deadline_.async_wait([this](const boost::system::error_code& ec) {
+      if (ec) return;
+      for (auto& h : hosts_) {
+        if (h->status || h->pid < 0) continue;
+        say_error(fmt::format("host {} still connected {} ms after the stop; closing its ssh "
+                              "connection (its agent stops its workers when it sees that)",
+                              h->launch.host.target,
+                              (options_.stop_timeout + options_.teardown_margin).count()));
+        ::kill(-h->pid, SIGKILL);
+      }
+    });
+  }
+
+  void write_line(host& h, const std::string& text) {
+    std::string line = text + "\n";
+    // A few bytes into an empty-enough pipe: all or nothing (PIPE_BUF).
+    // EAGAIN (ssh stopped reading) or EPIPE (ssh is gone): that host ends
+    // by its connection instead.
+    if (::write(h.stdin_fd, line.data(), line.size()) < 0 && errno != EAGAIN) close_stdin(h);
+  }
+
+  void close_stdin(host& h) {
+    if (h.stdin_fd < 0) return;
+    ::close(h.stdin_fd);
+    h.stdin_fd = -1;
+  }
+
+  // --- our own lines ------------------------------------------------------
+
+  void say_error(const std::string& line) {
+    say_raw(fmt::format("dtrun: error: {}\n", printable(line)));
+  }
+  void say_info(const std::string& line) {
+    say_raw(fmt::format("dtrun: {}\n", printable(line)));
+  }
+  // Through the same sink as the hosts' stderr, so lines never mix.
+  void say_raw(std::string text) {
+    auto it = messages_.insert(messages_.end(), std::move(text));
+    err_.write(*it, [this, it] { messages_.erase(it); });
+  }
+
+  void finish_summary() {
+    std::vector<std::vector<std::string>> blocks;
+    for (const auto& h : hosts_) {
+      for (const auto& b : h->blocks) blocks.push_back(b);
+    }
+    if (blocks.empty()) return;
+    auto merged = merge_summaries(blocks);
+    summary_code_ = summary_exit_code(merged);
+    std::string text;
+    for (const auto& line : merged) text += line + "\n";
+    // The loop has stopped: written directly, after everything queued.
+    ::fflush(stderr);
+    std::size_t off = 0;
+    while (off < text.size()) {
+      ssize_t n = ::write(STDERR_FILENO, text.data() + off, text.size() - off);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      off += static_cast<std::size_t>(n);
+    }
+  }
+
+  int exit_code() const {
+    if (stop_signal_ != 0) return 128 + stop_signal_;
+    if (summary_code_) return *summary_code_;
+    if (launch_failure_) return *launch_failure_;
+    for (const auto& h : hosts_) {
+      if (h->status && h->status->code != 0) return h->status->code;
+    }
+    return 0;
+  }
+
+  const fanout_options& options_;
+  asio::io_context io_{1};
+  asio::signal_set signals_;
+  asio::steady_timer deadline_;
+  agent::console_sink out_;
+  agent::console_sink err_;
+  std::list<std::string> messages_;
+  std::vector<std::unique_ptr<host>> hosts_;
+  std::optional<int> port_;
+  std::optional<int> launch_failure_;
+  std::optional<int> summary_code_;
+  int stop_signal_ = 0;
+  bool stopping_ = false;
+};
+
+}  // namespace
+
+int run_ssh_fanout(const fanout_options& options) {
+  fanout f(options);
+  return f.run();
+}
+
+}  // namespace dtrun::launcher
