@@ -64,11 +64,8 @@ void run_reporter::rendezvous_completed(const rendezvous::rendezvous_info& info,
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                 std::chrono::steady_clock::now() - rendezvous_start_)
                 .count();
-  int nproc = info.group_rank < static_cast<int>(info.local_world_sizes.size())
-                  ? info.local_world_sizes[static_cast<std::size_t>(info.group_rank)]
-                  : 0;
-  int world = 0;
-  for (int n : info.local_world_sizes) world += n;
+  int nproc = info.local_world_size;
+  int world = info.world_size;
   events_.emit("rendezvous_completed",
                ojson{{"round", info.round},
                      {"group_rank", info.group_rank},

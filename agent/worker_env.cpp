@@ -1,6 +1,5 @@
 #include "agent/worker_env.h"
 
-#include <numeric>
 #include <string_view>
 
 extern char** environ;
@@ -17,16 +16,10 @@ std::string inherited_or(const env_map& inherited, const std::string& key,
 }  // namespace
 
 int global_rank(const rendezvous::rendezvous_info& info, int local_rank) {
-  int below = 0;
-  for (int g = 0; g < info.group_rank && g < static_cast<int>(info.local_world_sizes.size()); ++g) {
-    below += info.local_world_sizes[static_cast<std::size_t>(g)];
-  }
-  return below + local_rank;
+  return info.first_rank + local_rank;
 }
 
-int world_size(const rendezvous::rendezvous_info& info) {
-  return std::accumulate(info.local_world_sizes.begin(), info.local_world_sizes.end(), 0);
-}
+int world_size(const rendezvous::rendezvous_info& info) { return info.world_size; }
 
 env_map static_worker_env(const worker_group_spec& spec, int local_rank,
                           const env_map& inherited) {

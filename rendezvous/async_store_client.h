@@ -61,7 +61,7 @@ class async_store_client final : public round_store,
   // Waits up to `timeout` for all keys, then reads them: result.values.
   void multi_get(std::vector<std::string> keys, store_duration timeout, store_callback done) override;
   void multi_set(std::vector<std::string> keys, std::vector<std::string> values,
-                 store_callback done);
+                 store_callback done) override;
 
   // dtrun's store extension (store_session.h, will_key_prefix): the
   // server sets `target` when this connection closes with the will set.

@@ -136,6 +136,12 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
     return key(fmt::format("r/{}/{}", r, rest));
   }
 
+  // Where the closer puts the rank assignment of the node that arrived
+  // `arrival`-th in round r.
+  std::string assignment_key(std::int64_t r, int arrival) const {
+    return round_key(r, fmt::format("assign/{}", arrival));
+  }
+
   // --- connections ------------------------------------------------------
 
   std::shared_ptr<round_store> make_client(std::chrono::milliseconds connect_timeout) {
@@ -436,10 +442,17 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
         return self->fail(error_of(fmt::format("a node descriptor in round {} is corrupt: {}", r,
                                                e.what())));
       }
-      auto table = make_rank_table(nodes, self->options_.worker_store_on_every_node
-                                              ? worker_store_choice::group_rank_0
-                                              : worker_store_choice::the_host);
-      self->ops_->set(self->round_key(r, "ranks"), std::move(table), [](store_result) {});
+      auto assignments = make_assignments(nodes, self->options_.worker_store_on_every_node
+                                                     ? worker_store_choice::group_rank_0
+                                                     : worker_store_choice::the_host);
+      // One key per node, all in one request: each node reads only its
+      // own, so a round costs every node the same whatever its size.
+      std::vector<std::string> assignment_keys, texts;
+      for (std::size_t i = 0; i < assignments.size(); ++i) {
+        assignment_keys.push_back(self->assignment_key(r, static_cast<int>(i) + 1));
+        texts.push_back(to_text(assignments[i]));
+      }
+      self->ops_->multi_set(std::move(assignment_keys), std::move(texts), [](store_result) {});
     });
   }
 
@@ -466,7 +479,7 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
         // We came in after the round closed: wait for the next one.
         return self->wait_for_next_round(r, members);
       }
-      self->waits_->get(self->round_key(r, "ranks"), self->options_.close_timeout,
+      self->waits_->get(self->assignment_key(r, self->arrival_), self->options_.close_timeout,
                         [self, r, members, epoch](store_result t) {
                           if (self->epoch_ != epoch) return;  // a stale round's reply
                           if (t.error) return self->fail(t.error);
@@ -475,19 +488,21 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
     });
   }
 
-  void complete_round(std::int64_t r, int members, const std::string& table_text) {
+  void complete_round(std::int64_t r, int members, const std::string& assignment_text) {
     rendezvous_info info;
     rank_assignment mine;
     try {
-      mine = read_rank_table(table_text, arrival_);
+      mine = assignment_from_text(assignment_text);
     } catch (const std::exception& e) {
-      return fail(error_of(fmt::format("the rank table of round {} is corrupt: {}", r,
-                                       e.what())));
+      return fail(error_of(fmt::format("this node's rank assignment in round {} is corrupt: {}",
+                                       r, e.what())));
     }
     info.round = r;
     info.group_rank = mine.group_rank;
     info.group_world_size = members;
-    info.local_world_sizes = std::move(mine.local_world_sizes);
+    info.first_rank = mine.first_rank;
+    info.local_world_size = mine.nproc;
+    info.world_size = mine.world_size;
     const auto& rank0_addr = mine.rank0_addr;
     const auto rank0_port = mine.rank0_port;
     const auto worker_port = mine.worker_port;
@@ -872,8 +887,8 @@ void dynamic_rendezvous::share_progress(bool progressed,
 void dynamic_rendezvous::publish_status(std::string status_json, std::function<void()> stored) {
   impl_->publish_status(std::move(status_json), std::move(stored));
 }
-std::uint64_t dynamic_rendezvous::store_requests() const {
-  return impl_->server_ ? impl_->server_->stats().requests : 0;
+store_server_stats dynamic_rendezvous::store_stats() const {
+  return impl_->server_ ? impl_->server_->stats() : store_server_stats{};
 }
 
 std::uint16_t dynamic_rendezvous::worker_store_port() const {

@@ -22,6 +22,7 @@
 #include "rendezvous/rendezvous_handler.h"
 #include "rendezvous/round_store.h"
 #include "rendezvous/store_access.h"
+#include "rendezvous/store_session.h"
 
 namespace dtrun::rendezvous {
 
@@ -106,8 +107,9 @@ class dynamic_rendezvous final : public rendezvous_handler {
   // The port of the store this node opened for the workers of its latest
   // round (0 when it opened none: not the host, or it does not apply).
   std::uint16_t worker_store_port() const;
-  // Requests the hosted store has served so far (0 when not hosting).
-  std::uint64_t store_requests() const;
+  // What the hosted store has served so far (all zero when not hosting):
+  // the rendezvous benchmark's requests and bytes per node.
+  store_server_stats store_stats() const;
 
   class impl;
 

@@ -4,6 +4,7 @@
 #include <deque>
 #include <optional>
 #include <set>
+#include <stdexcept>
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -266,6 +267,41 @@ class etcd_round_store final : public round_store,
     enqueue([self, key = full(key), value = std::move(value)](finish f) {
       self->put(key, value, false, f);
     }, std::move(done));
+  }
+
+  void multi_set(std::vector<std::string> keys, std::vector<std::string> values,
+                 store_callback done) override {
+    if (keys.size() != values.size()) {
+      throw std::invalid_argument("multi_set: the number of keys and values differ");
+    }
+    auto self = shared_from_this();
+    for (auto& k : keys) k = full(k);
+    enqueue([self, keys = std::move(keys), values = std::move(values)](finish f) {
+      self->put_batches(std::move(keys), std::move(values), 0, f);
+    }, std::move(done));
+  }
+
+  // Puts keys[from..] in txns of txn_batch puts (etcd caps a txn's ops).
+  void put_batches(std::vector<std::string> keys, std::vector<std::string> values,
+                   std::size_t from, finish f) {
+    if (from >= keys.size()) return f({});
+    auto end = std::min(keys.size(), from + txn_batch);
+    json success = json::array();
+    for (auto i = from; i < end; ++i) {
+      success.push_back(json{{"request_put", json{{"key", base64_encode(keys[i])},
+                                                   {"value", base64_encode(values[i])}}}});
+    }
+    json body{{"compare", json::array()}, {"success", success}};
+    auto self = shared_from_this();
+    call("/v3/kv/txn", body, true, request_deadline(),
+         [self, keys = std::move(keys), values = std::move(values), end, f](etcd_reply r) mutable {
+           if (!r.error.empty()) {
+             store_result out;
+             out.error = connection_error(r.error);
+             return f(std::move(out));
+           }
+           self->put_batches(std::move(keys), std::move(values), end, f);
+         });
   }
 
   void put(const std::string& key, const std::string& value, bool with_lease, finish f) {

@@ -63,44 +63,75 @@ std::vector<int> assign_ranks(const std::vector<node_descriptor>& nodes) {
   return rank;
 }
 
-std::string make_rank_table(const std::vector<node_descriptor>& nodes, worker_store_choice choice) {
+std::vector<rank_assignment> make_assignments(const std::vector<node_descriptor>& nodes,
+                                              worker_store_choice choice) {
   auto ranks = assign_ranks(nodes);
-  std::vector<int> nproc(nodes.size());
-  std::vector<std::string> addrs(nodes.size());
-  std::vector<int> ports(nodes.size());
-  int worker_port = 0;
-  std::string worker_addr;
-  for (std::size_t i = 0; i < nodes.size(); ++i) {
-    nproc[ranks[i]] = nodes[i].nproc;
-    addrs[ranks[i]] = nodes[i].addr;
-    ports[ranks[i]] = nodes[i].master_port;
+  const std::size_t n = nodes.size();
+  // Arrival index by group rank, then each rank's first global rank.
+  std::vector<std::size_t> at_rank(n);
+  for (std::size_t i = 0; i < n; ++i) at_rank[static_cast<std::size_t>(ranks[i])] = i;
+  std::vector<int> first(n);
+  int world = 0;
+  for (std::size_t g = 0; g < n; ++g) {
+    first[g] = world;
+    world += nodes[at_rank[g]].nproc;
+  }
+  rank_assignment common;
+  common.world_size = world;
+  if (n > 0) {
+    const auto& rank0 = nodes[at_rank[0]];
+    common.rank0_addr = rank0.addr;
+    common.rank0_port = rank0.master_port;
     if (choice == worker_store_choice::group_rank_0) {
-      if (ranks[i] == 0) {
-        worker_port = nodes[i].worker_store_port;
-        worker_addr = nodes[i].addr;
+      common.worker_port = rank0.worker_store_port;
+      common.worker_addr = rank0.addr;
+    } else {
+      // The one node that opened a store (the endpoint's host).
+      for (const auto& d : nodes) {
+        if (d.worker_store_port != 0) {
+          common.worker_port = d.worker_store_port;
+          break;
+        }
       }
-    } else if (worker_port == 0) {
-      worker_port = nodes[i].worker_store_port;
     }
   }
-  json table{{"ranks", ranks}, {"nproc", nproc}, {"addrs", addrs}, {"ports", ports},
-             {"worker_port", worker_port}};
-  // Absent: the endpoint host's store (as older dtrun versions read it).
-  if (!worker_addr.empty()) table["worker_addr"] = worker_addr;
-  return compact(table);
+  std::vector<rank_assignment> out(n, common);
+  for (std::size_t i = 0; i < n; ++i) {
+    out[i].group_rank = ranks[i];
+    out[i].first_rank = first[static_cast<std::size_t>(ranks[i])];
+    out[i].nproc = nodes[i].nproc;
+  }
+  return out;
 }
 
-rank_assignment read_rank_table(const std::string& text, int arrival) {
-  auto table = json::parse(text);
+std::string to_text(const rank_assignment& a) {
+  json j{{"rank", a.group_rank}, {"first", a.first_rank}, {"nproc", a.nproc},
+         {"world", a.world_size}, {"rank0_addr", a.rank0_addr}, {"rank0_port", a.rank0_port},
+         {"worker_port", a.worker_port}};
+  // Absent: the endpoint host's store.
+  if (!a.worker_addr.empty()) j["worker_addr"] = a.worker_addr;
+  return compact(j);
+}
+
+rank_assignment assignment_from_text(const std::string& text) {
+  auto j = json::parse(text);
   rank_assignment a;
-  a.group_rank = table.at("ranks").at(arrival - 1).get<int>();
-  a.local_world_sizes = table.at("nproc").get<std::vector<int>>();
-  a.rank0_addr = table.at("addrs").at(0).get<std::string>();
-  a.rank0_port = table.at("ports").at(0).get<int>();
-  // Absent in tables of older dtrun versions.
-  a.worker_port = table.value("worker_port", 0);
-  a.worker_addr = table.value("worker_addr", std::string());
-  if (a.worker_port < 0 || a.worker_port > 65535) throw std::out_of_range("worker_port");
+  j.at("rank").get_to(a.group_rank);
+  j.at("first").get_to(a.first_rank);
+  j.at("nproc").get_to(a.nproc);
+  j.at("world").get_to(a.world_size);
+  j.at("rank0_addr").get_to(a.rank0_addr);
+  j.at("rank0_port").get_to(a.rank0_port);
+  j.at("worker_port").get_to(a.worker_port);
+  a.worker_addr = j.value("worker_addr", std::string());
+  // Workers get these as RANK/WORLD_SIZE: nonsense must not reach them.
+  if (a.group_rank < 0 || a.nproc < 1 || a.world_size < a.nproc || a.first_rank < 0 ||
+      a.first_rank > a.world_size - a.nproc) {
+    throw std::out_of_range("ranks");
+  }
+  if (a.worker_port < 0 || a.worker_port > 65535 || a.rank0_port < 0 || a.rank0_port > 65535) {
+    throw std::out_of_range("port");
+  }
   return a;
 }
 

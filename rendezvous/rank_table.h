@@ -1,6 +1,6 @@
-// The rank table of a round: what each node announces when it joins (a
+// The ranks of a round: what each node announces when it joins (a
 // node_descriptor), how the closing node turns the descriptors into group
-// ranks, and what each node reads back. Pure functions on JSON text, the
+// ranks, and the assignment each node reads back (its own, nobody else's). Pure functions on JSON text, the
 // same for every rendezvous backend (docs/rendezvous.md, "A round").
 #pragma once
 
@@ -41,21 +41,27 @@ enum class worker_store_choice {
   group_rank_0,
 };
 
-// The table the closer publishes, for descriptors in arrival order.
-std::string make_rank_table(const std::vector<node_descriptor>& nodes, worker_store_choice choice);
-
-// What one node reads from the table.
+// What one node reads to learn its place in the round: O(1) in the number
+// of nodes, so a 10,000-node round moves no table to every node.
 struct rank_assignment {
   int group_rank = 0;
-  std::vector<int> local_world_sizes;  // by group rank
+  int first_rank = 0;  // its first worker's global rank (the lower ranks' nproc summed)
+  int nproc = 1;
+  int world_size = 1;  // every node's nproc summed
   std::string rank0_addr;
   int rank0_port = 0;  // rank 0's reserved port (worker_store=rank0)
   int worker_port = 0;  // 0: no fresh store; the endpoint's store serves
   std::string worker_addr;  // "": the endpoint host
 };
 
-// The assignment of the node that arrived `arrival`-th (1-based). Throws
-// std::exception when the table is corrupt or has no such arrival.
-rank_assignment read_rank_table(const std::string& text, int arrival);
+// The closer's work: one assignment per node, in arrival order (entry i
+// for the node that arrived (i+1)-th), each published under its own key.
+std::vector<rank_assignment> make_assignments(const std::vector<node_descriptor>& nodes,
+                                              worker_store_choice choice);
+
+// An assignment as JSON text, and back (throws std::exception on corrupt
+// text or values out of range).
+std::string to_text(const rank_assignment& a);
+rank_assignment assignment_from_text(const std::string& text);
 
 }  // namespace dtrun::rendezvous

@@ -30,9 +30,11 @@ struct rendezvous_info {
   // This node's rank among the nodes of this round.
   int group_rank = 0;
   int group_world_size = 1;
-  // Workers each node runs this round, indexed by group rank. Global ranks
-  // are the sum of the lower ranks' entries plus the local rank.
-  std::vector<int> local_world_sizes;
+  // This node's workers are global ranks first_rank .. first_rank +
+  // local_world_size - 1 of world_size (nodes may run different counts).
+  int first_rank = 0;
+  int local_world_size = 1;
+  int world_size = 1;
   // Where the workers' process group meets (MASTER_ADDR / MASTER_PORT).
   std::string master_addr;
   std::uint16_t master_port = 0;

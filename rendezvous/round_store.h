@@ -45,6 +45,10 @@ class round_store {
   virtual void connect(store_callback done) = 0;
 
   virtual void set(std::string key, std::string value, store_callback done) = 0;
+  // Many sets in as few requests as the store allows (one for c10d): how
+  // the closer of a 10,000-node round hands out its assignments.
+  virtual void multi_set(std::vector<std::string> keys, std::vector<std::string> values,
+                         store_callback done) = 0;
   // Waits up to `timeout` for the key, then reads it: result.value.
   virtual void get(std::string key, store_duration timeout, store_callback done) = 0;
   // Counters are read through ADD 0 only, and counted by 0 or 1: the etcd

@@ -41,7 +41,8 @@ void standalone_rendezvous::next_round(completion done) {
   if (info.round > 0) server_->clear_keys();
   info.group_rank = 0;
   info.group_world_size = 1;
-  info.local_world_sizes = {options_.local_world_size};
+  info.local_world_size = options_.local_world_size;
+  info.world_size = options_.local_world_size;
   info.master_addr = options_.host;
   info.master_port = server_->port();
   info.store_host = options_.host;

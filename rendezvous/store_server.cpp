@@ -145,6 +145,7 @@ class session : public std::enable_shared_from_this<session>, private session_ho
             self->close();
             return;
           }
+          self->server_.ctx_.stats.bytes_received += n;
           self->core_.received(n);
           self->read_more();
         });
@@ -165,6 +166,7 @@ class session : public std::enable_shared_from_this<session>, private session_ho
                       [self = shared_from_this()](const boost::system::error_code& ec,
                                                   std::size_t) {
                         self->writing_ = false;
+                        if (!ec) self->server_.ctx_.stats.bytes_sent += self->in_flight_.size();
                         // Free it: a large reply must not stay allocated.
                         self->in_flight_ = std::string();
                         if (self->closed_) return;

@@ -40,6 +40,8 @@ struct store_server_stats {
   std::uint64_t requests = 0;              // every parsed request, all kinds
   std::uint64_t connections_rejected = 0;  // closed for bad input or over a cap
   std::uint64_t connections_refused = 0;   // turned away by options.admit
+  std::uint64_t bytes_received = 0;        // from every client, framing included
+  std::uint64_t bytes_sent = 0;            // replies and watch events
 };
 
 // Caps on what a connection may make the server hold.

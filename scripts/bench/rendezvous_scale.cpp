@@ -1,9 +1,12 @@
 // N agents' rendezvous handlers in one process on one event loop, meeting
 // in a store the first hosts: the protocol's cost without process start-up.
 // Prints one JSON line: nodes, seconds from start to every node having its
-// rank, and the store requests the round took (all, and per node).
+// rank, and the store requests and bytes (both directions) the round
+// took, in all and per node.
 //
 //   rendezvous_scale --nodes 1024
+#include <sys/resource.h>
+
 #include <chrono>
 #include <iostream>
 #include <memory>
@@ -22,6 +25,23 @@ int main(int argc, char** argv) {
   int nodes = 64;
   app.add_option("--nodes", nodes, "agents")->check(CLI::Range(1, 100000));
   CLI11_PARSE(app, argc, argv);
+
+  // Each node holds two connections (its operations, and its waits), and
+  // the store the other ends: four descriptors per node, in this process.
+  // Raise the soft limit as far as the hard one allows, and say so up
+  // front rather than let the store fail accept() thousands of times.
+  rlimit files{};
+  ::getrlimit(RLIMIT_NOFILE, &files);
+  files.rlim_cur = files.rlim_max;
+  ::setrlimit(RLIMIT_NOFILE, &files);
+  const auto needed = 4 * static_cast<rlim_t>(nodes) + 64;
+  if (files.rlim_cur != RLIM_INFINITY && files.rlim_cur < needed) {
+    fmt::print(stderr,
+               "rendezvous_scale: {} nodes need about {} file descriptors in one process; the "
+               "limit here is {} (ulimit -Hn): at most {} nodes\n",
+               nodes, needed, files.rlim_cur, (files.rlim_cur - 64) / 4);
+    return 2;
+  }
 
   boost::asio::io_context io;
   std::vector<std::unique_ptr<dynamic_rendezvous>> agents;
@@ -53,10 +73,12 @@ int main(int argc, char** argv) {
     });
   }
   io.run();
-  auto requests = agents[0]->store_requests();
+  auto stats = agents[0]->store_stats();
+  auto bytes = stats.bytes_received + stats.bytes_sent;
   fmt::print("{{\"nodes\": {}, \"seconds\": {:.4f}, \"failed\": {}, \"store_requests\": {}, "
-             "\"requests_per_node\": {:.1f}}}\n",
-             nodes, std::chrono::duration<double>(end - start).count(), failed, requests,
-             static_cast<double>(requests) / nodes);
+             "\"requests_per_node\": {:.1f}, \"store_bytes\": {}, \"bytes_per_node\": {:.0f}}}\n",
+             nodes, std::chrono::duration<double>(end - start).count(), failed, stats.requests,
+             static_cast<double>(stats.requests) / nodes, bytes,
+             static_cast<double>(bytes) / nodes);
   return failed == 0 ? 0 : 1;
 }

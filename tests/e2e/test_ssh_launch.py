@@ -14,6 +14,7 @@ import re
 import select
 import shlex
 import signal
+import subprocess
 import sys
 import time
 
@@ -51,7 +52,17 @@ def args(hosts, *flags):
 
 
 def communicate(proc, timeout=240):
-    out, err = proc.communicate(timeout=timeout)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        # What every process was doing (all hosts share this machine's
+        # process table), then what the launcher said: a hang explains itself.
+        tree = subprocess.run(["ps", "-eo", "pid,ppid,pgid,stat,wchan:20,etimes,args", "--forest"],
+                              capture_output=True, text=True).stdout
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        raise AssertionError(f"dtrun did not exit within {timeout} s\nprocesses:\n{tree}\n"
+                             f"stdout:\n{out}\nstderr:\n{err}")
     return proc.returncode, out, err
 
 

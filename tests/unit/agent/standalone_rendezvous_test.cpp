@@ -31,7 +31,9 @@ TEST_CASE("standalone rounds complete on the loop, one node, loopback store") {
   CHECK(rounds[1].round == 1);
   CHECK(rounds[1].group_rank == 0);
   CHECK(rounds[1].group_world_size == 1);
-  CHECK(rounds[1].local_world_sizes == std::vector<int>{3});
+  CHECK(rounds[1].local_world_size == 3);
+  CHECK(rounds[1].world_size == 3);
+  CHECK(rounds[1].first_rank == 0);
   CHECK(rounds[1].master_addr == "127.0.0.1");
   CHECK(rounds[1].master_port == rdzv.store_port());
   CHECK(rounds[1].store_port == rdzv.store_port());

@@ -9,7 +9,8 @@ namespace {
 
 rendezvous_info one_node(int nproc) {
   rendezvous_info info;
-  info.local_world_sizes = {nproc};
+  info.local_world_size = nproc;
+  info.world_size = nproc;
   info.master_addr = "127.0.0.1";
   info.master_port = 4242;
   return info;
@@ -94,7 +95,9 @@ TEST_CASE("several nodes: lower group ranks' workers come first") {
   rendezvous_info info;
   info.group_rank = 2;
   info.group_world_size = 3;
-  info.local_world_sizes = {4, 2, 3};
+  info.first_rank = 6;  // ranks 0-1 run 4 and 2 workers
+  info.local_world_size = 3;
+  info.world_size = 9;
   CHECK(world_size(info) == 9);
   CHECK(global_rank(info, 0) == 6);
   CHECK(global_rank(info, 2) == 8);

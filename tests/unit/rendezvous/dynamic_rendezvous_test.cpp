@@ -135,13 +135,19 @@ TEST_CASE("three nodes get distinct ranks and every node's worker count") {
     CHECK(r.info.store_port == c.port);
   }
   CHECK(ranks == std::set<int>{0, 1, 2});
-  // local_world_sizes is indexed by group rank and holds each node's nproc.
+  // Node i runs i+1 workers: the global ranks 0..5 are split in group
+  // rank order, each node's range after the lower ranks' ones.
+  std::vector<int> first_by_rank(3), nproc_by_rank(3);
   for (int i = 0; i < 3; ++i) {
     auto& info = results[i].info;
-    CHECK(info.local_world_sizes.size() == 3);
-    CHECK(info.local_world_sizes.at(info.group_rank) == i + 1);
-    CHECK(info.local_world_sizes == results[0].info.local_world_sizes);
+    CHECK(info.local_world_size == i + 1);
+    CHECK(info.world_size == 6);
+    first_by_rank.at(info.group_rank) = info.first_rank;
+    nproc_by_rank.at(info.group_rank) = info.local_world_size;
   }
+  CHECK(first_by_rank[0] == 0);
+  CHECK(first_by_rank[1] == nproc_by_rank[0]);
+  CHECK(first_by_rank[2] == nproc_by_rank[0] + nproc_by_rank[1]);
 }
 
 TEST_CASE("with MIN:MAX the round closes after the last call with the nodes present") {

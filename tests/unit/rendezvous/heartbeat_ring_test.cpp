@@ -33,6 +33,7 @@ class counter_store final : public round_store {
   }
   void connect(store_callback) override {}
   void set(std::string, std::string, store_callback) override {}
+  void multi_set(std::vector<std::string>, std::vector<std::string>, store_callback) override {}
   void get(std::string, store_duration, store_callback) override {}
   void compare_set(std::string, std::string, std::string, store_callback) override {}
   void check(std::vector<std::string>, store_callback) override {}
