@@ -154,7 +154,7 @@ class fanout {
     }
     // Our own lines are written on the loop, so it runs even when nothing
     // started.
-    if (all_finished()) signals_.cancel();
+    if (all_finished()) stop_waiting_for_signals();
     io_.run();
     finish_summary();
     return exit_code();
@@ -285,7 +285,7 @@ class fanout {
 
   void wait_for_signal() {
     signals_.async_wait([this](const boost::system::error_code& ec, int sig) {
-      if (ec) return;
+      if (ec || !waiting_for_signals_) return;
       wait_for_signal();
       if (sig == SIGCHLD) {
         reap();
@@ -293,6 +293,17 @@ class fanout {
         on_signal(sig);
       }
     });
+  }
+
+  // The loop ends when nothing is left to wait for. cancel() alone cannot
+  // guarantee that: it does not recall a wait that has already completed,
+  // and two SIGCHLDs close together (hosts leave the exit barrier at once)
+  // complete the re-armed wait at once; its handler, run after the last
+  // host finished, would wait again, for a signal that never comes (a hang
+  // seen once in CI). So a handler that runs after this does nothing.
+  void stop_waiting_for_signals() {
+    waiting_for_signals_ = false;
+    signals_.cancel();
   }
 
   // Signals coalesce: reap every exited child.
@@ -325,7 +336,7 @@ class fanout {
     }
     if (all_finished()) {
       deadline_.cancel();
-      signals_.cancel();
+      stop_waiting_for_signals();
       // The console writes already queued still complete on the loop.
     }
   }
@@ -490,6 +501,7 @@ class fanout {
   std::optional<int> summary_code_;
   int stop_signal_ = 0;
   bool stopping_ = false;
+  bool waiting_for_signals_ = true;
 };
 
 }  // namespace
