@@ -65,6 +65,33 @@ reply_reader no_reply() {
   return [](reply_cursor&, store_result&) { return true; };
 }
 
+// WAIT's one reply, STOP_WAITING, once every key exists.
+reply_reader wait_reader() {
+  return [](reply_cursor& c, store_result& r) {
+    std::uint8_t reply = 0;
+    if (!c.value(reply)) return false;
+    if (reply != wire::wait_stop_waiting) {
+      r.error = std::make_exception_ptr(store_error("unexpected reply to WAIT"));
+    }
+    return true;
+  };
+}
+
+// MULTI_GET's reply: `n` values, each at most `cap` bytes.
+reply_reader values_reader(std::size_t n, std::uint64_t cap) {
+  return [n, cap](reply_cursor& c, store_result& r) {
+    r.values.assign(n, {});
+    for (auto& v : r.values) {
+      if (!c.bytes(v, cap)) return false;
+    }
+    return true;
+  };
+}
+
+// The two lanes of one connection (async_store_client::watch_lane).
+constexpr int main_queue = 0;
+constexpr int watch_queue = 1;
+
 // Any duration a caller passes becomes a timer setting that cannot
 // overflow the clock: negative is "now", beyond no_timeout is no_timeout.
 store_duration bounded(store_duration d) {
@@ -93,7 +120,11 @@ class async_store_client::impl : public std::enable_shared_from_this<async_store
     store_callback done;
     std::optional<store_duration> wait_timeout;  // set for WAIT
     std::vector<std::string> wait_keys;          // for the timeout message
-    bool cancelling = false;
+    std::optional<store_clock::time_point> deadline;  // a WAIT's, set when first sent
+    bool cancelling = false;  // CANCEL_WAIT sent: on timeout, or to suspend it
+    bool suspending = false;  // the cancel suspends it (the watch lane gives way)
+    bool alone = false;       // sent in a batch of its own (the hello)
+    int lane = 0;             // main_queue or watch_queue
     std::uint64_t id = 0;
   };
 
@@ -108,18 +139,20 @@ class async_store_client::impl : public std::enable_shared_from_this<async_store
 
   // --- connecting -------------------------------------------------------
 
+  // Each lane's client calls it once (the wrapper checks); the first call
+  // connects, a later one completes with the first.
   void connect(store_callback done) {
-    if (closed_ || connect_started_) {
+    if (closed_ || hello_answered_) {
       // Exactly one completion per call, from the loop as always.
-      auto error = std::make_exception_ptr(store_connection_error(
-          closed_ ? fmt::format("the connection to the store at {} is closed", endpoint_text_)
-                  : fmt::format("connect() was already called for the store at {}",
-                                endpoint_text_)));
+      auto error = closed_ ? std::make_exception_ptr(store_connection_error(fmt::format(
+                                 "the connection to the store at {} is closed", endpoint_text_)))
+                           : hello_error_;
       asio::post(io_, [done = std::move(done), error] { done({.error = error}); });
       return;
     }
+    connect_done_.push_back(std::move(done));
+    if (connect_started_) return;
     connect_started_ = true;
-    connect_done_ = std::move(done);
     connect_deadline_ = store_clock::now() + bounded(options_.connect_timeout);
     backoff_ = std::chrono::milliseconds(10);
     try_connect();
@@ -217,29 +250,33 @@ class async_store_client::impl : public std::enable_shared_from_this<async_store
       hello.read = no_reply();
     }
     hello.done = [this](store_result r) {
-      if (connect_done_) std::exchange(connect_done_, nullptr)(std::move(r));
+      hello_answered_ = true;  // a lane connecting later gets the same answer
+      hello_error_ = r.error;
+      for (auto& done : std::exchange(connect_done_, {})) done(r);
     };
     hello.id = ++last_id_;
-    queue_.push_front(std::move(hello));
+    hello.alone = true;  // nothing else goes out before the server proved itself
+    lanes_[main_queue].push_front(std::move(hello));
     pump();
   }
 
   // --- queueing ---------------------------------------------------------
 
-  void enqueue(std::string request, reply_reader read, store_callback done) {
-    enqueue(operation{.request = std::move(request), .read = std::move(read),
-                      .done = std::move(done)});
+  void enqueue(int lane, std::string request, reply_reader read, store_callback done) {
+    enqueue(lane, operation{.request = std::move(request), .read = std::move(read),
+                            .done = std::move(done)});
   }
 
-  // A continuation (the GET after a get's WAIT) goes first, so that
-  // operations complete in the order they were called.
-  void enqueue_next(std::string request, reply_reader read, store_callback done) {
-    enqueue(operation{.request = std::move(request), .read = std::move(read),
+  // A continuation (the GET after a get's WAIT) goes first in its lane, so
+  // that the lane's operations complete in the order they were called.
+  void enqueue_next(int lane, std::string request, reply_reader read, store_callback done) {
+    enqueue(lane,
+            operation{.request = std::move(request), .read = std::move(read),
                       .done = std::move(done)},
             true);
   }
 
-  void enqueue(operation o, bool first = false) {
+  void enqueue(int lane, operation o, bool first = false) {
     if (closed_) {
       auto error = std::make_exception_ptr(store_connection_error(
           fmt::format("the connection to the store at {} is closed", endpoint_text_)));
@@ -247,10 +284,11 @@ class async_store_client::impl : public std::enable_shared_from_this<async_store
       return;
     }
     o.id = ++last_id_;
+    o.lane = lane;
     if (first) {
-      queue_.push_front(std::move(o));
+      lanes_[lane].push_front(std::move(o));
     } else {
-      queue_.push_back(std::move(o));
+      lanes_[lane].push_back(std::move(o));
     }
     pump();
   }
@@ -269,15 +307,109 @@ class async_store_client::impl : public std::enable_shared_from_this<async_store
     return ks;
   }
 
-  // Sends the head of the queue when nothing is in flight. Its reply is
-  // only read once the write has completed: the server may answer before
-  // Asio reports the write done, and the reply waits in the buffer.
+  // When nothing is in flight, sends what the lanes hold, the main lane's
+  // first, in one write (a batch; the server answers in order): up to
+  // max_batch operations, ending at the first WAIT, since the server
+  // answers a WAIT whenever its keys appear and a reply behind it could
+  // come first. Replies are only read once the write has completed: the
+  // server may answer before Asio reports the write done, and the replies
+  // wait in the buffer. While the watch lane's WAIT is in flight, work in
+  // the main lane suspends it instead.
+  //
+  // An operation called on an idle connection is written at once (Asio
+  // tries the write when it is started), not at the end of the handler:
+  // an agent that sets a key and then stops its loop or exits (a failure
+  // report, the exit barrier) must still have sent it. Deferring the pump
+  // to batch a handler's calls made a two-node job wait out its exit
+  // barrier's timeout. So batches form from what queues while a batch is
+  // in flight.
   void pump() {
-    if (!connected_ || in_flight_ || queue_.empty() || closed_) return;
-    in_flight_ = true;
-    auto& head = queue_.front();
-    send_for_head(head.request, head.id, "sending a request");
+    if (!connected_ || closed_) return;
+    if (!flight_.empty()) return suspend_watch_if_needed();
+    batch_.clear();
+    bool ended = take_batch(lanes_[main_queue]);
+    if (!ended) take_batch(lanes_[watch_queue]);
+    if (flight_.empty()) return;
+    if (flight_.size() == 1) {
+      // The request itself: it stays put until answered.
+      return send_for_head(flight_.front().request, flight_.front().id, "sending a request");
+    }
+    send_for_head(batch_, flight_.front().id, "sending requests");
   }
+
+  // Moves operations from the front of `lane` into flight_, their requests
+  // onto batch_, until the batch is full or ends (a WAIT, the hello).
+  // Returns whether it ended.
+  bool take_batch(std::deque<operation>& lane) {
+    while (!lane.empty() && flight_.size() < max_batch) {
+      auto& o = flight_.emplace_back(std::move(lane.front()));
+      lane.pop_front();
+      if (o.wait_timeout && !o.deadline) {
+        o.deadline = store_clock::now() + bounded(*o.wait_timeout);
+      }
+      batch_ += o.request;
+      if (o.wait_timeout || o.alone) return true;
+    }
+    return false;
+  }
+
+  // The watch lane's WAIT (sent, its keys absent) gives way to main-lane
+  // work: CANCEL_WAIT, and once the server says WAIT_CANCELED it goes back
+  // to the front of its lane, to be sent again, with what is left of its
+  // timeout, when the main lane is idle. Keys that arrived meanwhile make
+  // the server answer STOP_WAITING first: the wait then simply succeeds.
+  // A 1.13 server cannot cancel: there the main lane waits behind it.
+  //
+  // The main lane's work goes in the same write, right behind the
+  // CANCEL_WAIT (the server answers in order), not a round trip later: an
+  // agent that sets a key and then exits (the last to leave sets
+  // `all_left`) must have sent it.
+  void suspend_watch_if_needed() {
+    if (flight_.size() != 1 || flight_.front().lane != watch_queue || !sent_ ||
+        lanes_[main_queue].empty() || options_.dialect != wire::dialect::v2) {
+      return;
+    }
+    auto& h = head();
+    if (!h.wait_timeout || h.cancelling) return;
+    disarm_timer();
+    h.cancelling = true;
+    h.suspending = true;
+    h.read = cancel_reader();
+    batch_ = encode({.kind = op::cancel_wait});
+    take_batch(lanes_[main_queue]);  // after h: `h` stays valid (deque)
+    send_for_head(batch_, h.id, "cancelling a wait");
+  }
+
+  // A cancelled WAIT's replies: WAIT_CANCELED, after a STOP_WAITING when
+  // the keys arrived in the meantime; result.flag says the wait was
+  // cancelled before its keys came.
+  static reply_reader cancel_reader() {
+    return [](reply_cursor& c, store_result& r) {
+      std::uint8_t first = 0, second = 0;
+      if (!c.value(first)) return false;
+      if (first == wire::wait_stop_waiting) {
+        if (!c.value(second)) return false;
+        return true;  // the keys arrived just in time: a success
+      }
+      r.flag = true;
+      return true;
+    };
+  }
+
+  // Asks the server to drop the head's WAIT. It answers WAIT_CANCELED, after
+  // a STOP_WAITING when the keys arrived in the meantime; result.flag says
+  // the wait was cancelled before its keys came.
+  void send_cancel_for_head() {
+    auto& h = head();
+    h.read = cancel_reader();
+    // The wait's replies are read only after the cancel is written.
+    cancel_request_ = encode({.kind = op::cancel_wait});
+    send_for_head(cancel_request_, h.id, "cancelling a wait");
+  }
+
+  // The oldest operation in flight: the next reply is its.
+  operation& head() { return flight_.front(); }
+  bool head_is(std::uint64_t id) const { return !flight_.empty() && flight_.front().id == id; }
 
   // Writes bytes on behalf of the head operation `id`; once written, its
   // timer runs and its reply may be read.
@@ -288,10 +420,11 @@ class async_store_client::impl : public std::enable_shared_from_this<async_store
                                                             std::size_t) {
                         if (self->closed_) return;
                         if (ec) return self->lost(what, ec);
-                        if (self->queue_.empty() || self->queue_.front().id != id) return;
+                        if (!self->head_is(id)) return;
                         self->sent_ = true;
                         self->arm_timer();
                         self->try_complete();
+                        self->pump();  // main-lane work queued during the write
                       });
   }
 
@@ -303,10 +436,13 @@ class async_store_client::impl : public std::enable_shared_from_this<async_store
   // or closing bumps the generation (disarm), so does re-arming after
   // CANCEL_WAIT: a stale first expiry cannot act on the second arming.
   void arm_timer() {
-    auto& head = queue_.front();
-    timer_.expires_after(bounded(head.wait_timeout && !head.cancelling ? *head.wait_timeout
-                                                                        : options_.timeout));
-    timer_.async_wait([self = shared_from_this(), id = head.id,
+    auto& h = head();
+    if (h.wait_timeout && !h.cancelling) {
+      timer_.expires_at(*h.deadline);  // what is left, after a suspension
+    } else {
+      timer_.expires_after(bounded(options_.timeout));
+    }
+    timer_.async_wait([self = shared_from_this(), id = h.id,
                        armed = ++timer_generation_](const boost::system::error_code& ec) {
       if (ec || armed != self->timer_generation_) return;
       self->on_timeout(id);
@@ -319,33 +455,20 @@ class async_store_client::impl : public std::enable_shared_from_this<async_store
   }
 
   void on_timeout(std::uint64_t id) {
-    if (closed_ || !in_flight_ || !sent_ || queue_.empty() || queue_.front().id != id) return;
+    if (closed_ || !sent_ || !head_is(id)) return;
     disarm_timer();  // this arming is used up
-    auto& head = queue_.front();
-    if (head.wait_timeout && !head.cancelling && options_.dialect == wire::dialect::v2) {
-      // Ask the server to drop the wait; it answers WAIT_CANCELED, after a
-      // STOP_WAITING if the keys arrived in the meantime.
-      head.cancelling = true;
-      head.read = [](reply_cursor& c, store_result& r) {
-        std::uint8_t first = 0, second = 0;
-        if (!c.value(first)) return false;
-        if (first == wire::wait_stop_waiting) {
-          if (!c.value(second)) return false;
-          return true;  // the keys arrived just in time: a success
-        }
-        r.error = std::make_exception_ptr(store_timeout(""));  // message added below
-        return true;
-      };
-      // The wait's replies are read only after the cancel is written.
-      cancel_request_ = encode({.kind = op::cancel_wait});
-      send_for_head(cancel_request_, head.id, "cancelling a wait");
+    auto& h = head();
+    if (h.wait_timeout && !h.cancelling && options_.dialect == wire::dialect::v2) {
+      h.cancelling = true;
+      send_cancel_for_head();
       return;
     }
-    if (head.wait_timeout) {
-      // 1.13 cannot cancel a wait; the connection is unusable after it.
-      auto error = wait_timeout_error(head);
-      auto done = std::move(head.done);
-      queue_.pop_front();
+    if (h.wait_timeout && !h.suspending) {
+      // 1.13 cannot cancel a wait (and a v2 server that does not answer the
+      // cancel is as bad): the connection is unusable after it.
+      auto error = wait_timeout_error(h);
+      auto done = std::move(h.done);
+      flight_.pop_front();
       close_with(std::make_exception_ptr(store_connection_error(fmt::format(
           "the connection to the store at {} was closed after a wait timed out",
           endpoint_text_))));
@@ -382,28 +505,45 @@ class async_store_client::impl : public std::enable_shared_from_this<async_store
   }
 
   void try_complete() {
-    while (in_flight_ && sent_ && !queue_.empty() && !closed_) {
-      auto& head = queue_.front();
+    while (sent_ && !flight_.empty() && !closed_) {
+      auto& h = head();
       reply_cursor cursor(std::span(buffer_.data() + begin_, end_ - begin_));
       store_result result;
       bool complete = false;
       try {
-        complete = head.read(cursor, result);
+        complete = h.read(cursor, result);
       } catch (const store_error& e) {
         close_with(std::make_exception_ptr(e));
         return;
       }
       if (!complete) break;
       begin_ += cursor.consumed();
-      if (result.error && head.cancelling) result.error = wait_timeout_error(head);
-      auto done = std::move(head.done);
-      queue_.pop_front();
-      in_flight_ = false;
       disarm_timer();
+      if (h.cancelling) {
+        bool cancelled = result.flag;
+        result.flag = false;
+        // A deadline that passed while suspended is a timeout: under steady
+        // main-lane traffic the timer never gets to say so.
+        if (cancelled && h.suspending && store_clock::now() < *h.deadline) {
+          // Suspended, not over: back to being an unsent WAIT, first in
+          // its lane (what is in flight behind it is the main lane's).
+          h.cancelling = h.suspending = false;
+          h.read = wait_reader();
+          lanes_[watch_queue].push_front(std::move(h));
+          flight_.pop_front();
+          if (!flight_.empty()) arm_timer();
+          pump();
+          continue;
+        }
+        if (cancelled) result.error = wait_timeout_error(h);
+      }
+      auto done = std::move(h.done);
+      flight_.pop_front();
+      if (!flight_.empty()) arm_timer();  // the next of the batch
       done(std::move(result));
       pump();
     }
-    if (!in_flight_ && begin_ != end_ && !closed_) {
+    if (flight_.empty() && begin_ != end_ && !closed_) {
       close_with(std::make_exception_ptr(
           store_error(fmt::format("the store at {} sent bytes nobody asked for", endpoint_text_))));
       return;
@@ -430,9 +570,13 @@ class async_store_client::impl : public std::enable_shared_from_this<async_store
     disarm_retry_timer();
     resolver_.cancel();
     socket_.close(ignored);
-    auto pending = std::move(queue_);
-    queue_.clear();
-    if (connect_done_) std::exchange(connect_done_, nullptr)({.error = error});
+    auto pending = std::move(flight_);
+    flight_.clear();
+    for (auto& lane : lanes_) {
+      std::move(lane.begin(), lane.end(), std::back_inserter(pending));
+      lane.clear();
+    }
+    for (auto& done : std::exchange(connect_done_, {})) done({.error = error});
     for (auto& o : pending) {
       if (o.done) o.done({.error = error});
     }
@@ -447,13 +591,20 @@ class async_store_client::impl : public std::enable_shared_from_this<async_store
   tcp::resolver resolver_;
   std::chrono::milliseconds backoff_{10};
   store_clock::time_point connect_deadline_;
-  store_callback connect_done_;
-  std::deque<operation> queue_;
+  std::vector<store_callback> connect_done_;
+  // Operations not yet sent, per lane, and those sent, in order, whose
+  // replies are awaited.
+  std::deque<operation> lanes_[2];
+  std::deque<operation> flight_;
+  std::string batch_;  // the requests of a batch, while it is written
+  static constexpr std::size_t max_batch = 64;
   std::vector<std::uint8_t> buffer_;
   std::size_t begin_ = 0, end_ = 0;
   std::string cancel_request_;
-  bool connected_ = false, in_flight_ = false, sent_ = false, closed_ = false;
+  bool connected_ = false, sent_ = false, closed_ = false;
   bool connect_started_ = false;
+  bool hello_answered_ = false;
+  std::exception_ptr hello_error_;
   bool attempt_expired_ = false;  // the current connection attempt ran out of time
   std::uint64_t last_id_ = 0;
   std::uint64_t timer_generation_ = 0;  // bumped by every arm and disarm of timer_
@@ -463,27 +614,48 @@ class async_store_client::impl : public std::enable_shared_from_this<async_store
 std::shared_ptr<async_store_client> async_store_client::create(asio::io_context& io,
                                                                tcp_store_client_options options) {
   return std::shared_ptr<async_store_client>(
-      new async_store_client(std::make_shared<impl>(io, std::move(options))));
+      new async_store_client(std::make_shared<impl>(io, std::move(options)), main_queue));
 }
 
-async_store_client::async_store_client(std::shared_ptr<impl> p) : impl_(std::move(p)) {}
+async_store_client::async_store_client(std::shared_ptr<impl> p, int lane)
+    : impl_(std::move(p)), lane_(lane) {}
 
-async_store_client::~async_store_client() { close(); }
+std::shared_ptr<async_store_client> async_store_client::watch_lane() {
+  if (impl_->options_.dialect != wire::dialect::v2) {
+    throw store_error("a watch lane needs CANCEL_WAIT, which a PyTorch 1.13 store server lacks");
+  }
+  return std::shared_ptr<async_store_client>(
+      new async_store_client(impl_, watch_queue));
+}
+
+// The main lane owns the connection; a watch lane going away leaves it up.
+async_store_client::~async_store_client() {
+  if (lane_ == main_queue) close();
+}
 
 void async_store_client::close() {
   impl_->close_with(std::make_exception_ptr(
       store_connection_error(fmt::format("the client of {} was closed", impl_->endpoint_text_))));
 }
 
-void async_store_client::connect(store_callback done) { impl_->connect(std::move(done)); }
+void async_store_client::connect(store_callback done) {
+  if (std::exchange(connect_called_, true)) {
+    // Exactly one completion per call, from the loop as always.
+    auto error = std::make_exception_ptr(store_connection_error(fmt::format(
+        "connect() was already called for the store at {}", impl_->endpoint_text_)));
+    asio::post(impl_->io_, [done = std::move(done), error] { done({.error = error}); });
+    return;
+  }
+  impl_->connect(std::move(done));
+}
 
 void async_store_client::set(std::string key, std::string value, store_callback done) {
-  impl_->enqueue(impl_->encode({.kind = op::set, .keys = {impl_->key(key)}, .values = {std::move(value)}}),
+  impl_->enqueue(lane_, impl_->encode({.kind = op::set, .keys = {impl_->key(key)}, .values = {std::move(value)}}),
                  no_reply(), std::move(done));
 }
 
 void async_store_client::add(std::string key, std::int64_t delta, store_callback done) {
-  impl_->enqueue(impl_->encode({.kind = op::add, .keys = {impl_->key(key)}, .number = delta}),
+  impl_->enqueue(lane_, impl_->encode({.kind = op::add, .keys = {impl_->key(key)}, .number = delta}),
                  [](reply_cursor& c, store_result& r) { return c.value(r.number); },
                  std::move(done));
 }
@@ -491,7 +663,7 @@ void async_store_client::add(std::string key, std::int64_t delta, store_callback
 void async_store_client::compare_set(std::string key, std::string expected, std::string desired,
                                      store_callback done) {
   auto cap = impl_->options_.max_value_bytes;
-  impl_->enqueue(impl_->encode({.kind = op::compare_set,
+  impl_->enqueue(lane_, impl_->encode({.kind = op::compare_set,
                                 .keys = {impl_->key(key)},
                                 .values = {std::move(expected), std::move(desired)}}),
                  [cap](reply_cursor& c, store_result& r) { return c.bytes(r.value, cap); },
@@ -499,7 +671,7 @@ void async_store_client::compare_set(std::string key, std::string expected, std:
 }
 
 void async_store_client::check(std::vector<std::string> keys, store_callback done) {
-  impl_->enqueue(impl_->encode({.kind = op::check, .keys = impl_->keys(std::move(keys))}),
+  impl_->enqueue(lane_, impl_->encode({.kind = op::check, .keys = impl_->keys(std::move(keys))}),
                  [](reply_cursor& c, store_result& r) {
                    std::uint8_t reply = 0;
                    if (!c.value(reply)) return false;
@@ -513,18 +685,11 @@ void async_store_client::wait(std::vector<std::string> keys, store_duration time
                               store_callback done) {
   impl::operation o;
   o.request = impl_->encode({.kind = op::wait, .keys = impl_->keys(keys)});
-  o.read = [](reply_cursor& c, store_result& r) {
-    std::uint8_t reply = 0;
-    if (!c.value(reply)) return false;
-    if (reply != wire::wait_stop_waiting) {
-      r.error = std::make_exception_ptr(store_error("unexpected reply to WAIT"));
-    }
-    return true;
-  };
+  o.read = wait_reader();
   o.done = std::move(done);
   o.wait_timeout = timeout;
   o.wait_keys = std::move(keys);
-  impl_->enqueue(std::move(o));
+  impl_->enqueue(lane_, std::move(o));
 }
 
 void async_store_client::get(std::string key, store_duration timeout, store_callback done) {
@@ -534,6 +699,7 @@ void async_store_client::get(std::string key, store_duration timeout, store_call
     if (waited.error) return done(std::move(waited));
     auto cap = self->impl_->options_.max_value_bytes;
     self->impl_->enqueue_next(
+        self->lane_,
         self->impl_->encode({.kind = op::get, .keys = {self->impl_->key(key)}}),
         [cap](reply_cursor& c, store_result& r) { return c.bytes(r.value, cap); },
         std::move(done));
@@ -541,7 +707,7 @@ void async_store_client::get(std::string key, store_duration timeout, store_call
 }
 
 void async_store_client::delete_key(std::string key, store_callback done) {
-  impl_->enqueue(impl_->encode({.kind = op::delete_key, .keys = {impl_->key(key)}}),
+  impl_->enqueue(lane_, impl_->encode({.kind = op::delete_key, .keys = {impl_->key(key)}}),
                  [](reply_cursor& c, store_result& r) {
                    std::int64_t n = 0;
                    if (!c.value(n)) return false;
@@ -552,7 +718,7 @@ void async_store_client::delete_key(std::string key, store_callback done) {
 }
 
 void async_store_client::num_keys(store_callback done) {
-  impl_->enqueue(impl_->encode({.kind = op::num_keys}),
+  impl_->enqueue(lane_, impl_->encode({.kind = op::num_keys}),
                  [](reply_cursor& c, store_result& r) { return c.value(r.number); },
                  std::move(done));
 }
@@ -568,16 +734,22 @@ void async_store_client::multi_get(std::vector<std::string> keys, store_duration
     auto cap = self->impl_->options_.max_value_bytes;
     auto n = keys.size();
     self->impl_->enqueue_next(
+        self->lane_,
         self->impl_->encode({.kind = op::multi_get, .keys = self->impl_->keys(std::move(keys))}),
-        [cap, n](reply_cursor& c, store_result& r) {
-          r.values.assign(n, {});
-          for (auto& v : r.values) {
-            if (!c.bytes(v, cap)) return false;
-          }
-          return true;
-        },
+        values_reader(n, cap),
         std::move(done));
   });
+}
+
+void async_store_client::read_now(std::vector<std::string> keys, store_callback done) {
+  if (impl_->options_.dialect == wire::dialect::v1_13) {
+    throw store_error("MULTI_GET is not supported by a PyTorch 1.13 store server");
+  }
+  auto cap = impl_->options_.max_value_bytes;
+  auto n = keys.size();
+  impl_->enqueue(lane_, impl_->encode({.kind = op::multi_get, .keys = impl_->keys(std::move(keys))}),
+                 values_reader(n, cap),
+                 std::move(done));
 }
 
 void async_store_client::multi_set(std::vector<std::string> keys, std::vector<std::string> values,
@@ -585,7 +757,7 @@ void async_store_client::multi_set(std::vector<std::string> keys, std::vector<st
   if (keys.size() != values.size()) {
     throw store_error("multi_set: the number of keys and values differ");
   }
-  impl_->enqueue(impl_->encode({.kind = op::multi_set, .keys = impl_->keys(std::move(keys)),
+  impl_->enqueue(lane_, impl_->encode({.kind = op::multi_set, .keys = impl_->keys(std::move(keys)),
                                 .values = std::move(values)}),
                  no_reply(), std::move(done));
 }

@@ -3,10 +3,16 @@
 // same io_context, so the loop never blocks, even when this node hosts the
 // store server on that very loop.
 //
-// Requests go out one at a time, in call order: the protocol answers a
-// pending WAIT whenever its keys appear, so a request sent behind a WAIT
-// could be answered first and the replies could not be matched. Code that
-// must keep talking while it waits opens a second client.
+// Requests go out in call order. One called on an idle connection is
+// written at once; those called while others are in flight go out
+// together, in one write, once those are answered (the server answers in
+// order). A WAIT ends such a batch: the protocol answers it whenever its
+// keys appear, so a request sent behind it could be answered first and
+// the replies could not be matched. Code that must keep talking while it
+// waits takes a watch lane (watch_lane()): a second queue on the same
+// connection, whose WAIT gives way to the first queue's work (CANCEL_WAIT
+// and that work in one write, then the WAIT again): one connection per
+// agent, which is what lets one store serve 10,000 nodes.
 //
 // Every callback runs exactly once, from the loop. A timeout acts only on
 // the operation that armed it (docs/rendezvous.md, Timers); timeouts are
@@ -40,6 +46,17 @@ class async_store_client final : public round_store,
                                                     tcp_store_client_options options);
   ~async_store_client() override;
 
+  // A second client on this one's connection, for waits that must not hold
+  // up this client's operations (an agent watching its round's `over` key
+  // while it sends heartbeats). Its operations keep their own call order;
+  // while one of its WAITs is in flight and this client has work, the WAIT
+  // is cancelled and sent again afterwards with the rest of its timeout, so
+  // its keys may be noticed, and its timeout reported, up to one of this
+  // client's operations late. Connect each client once; closing either
+  // closes the connection (this client's destructor too, not the lane's).
+  // Needs a v2 server (CANCEL_WAIT): store_error otherwise.
+  std::shared_ptr<async_store_client> watch_lane();
+
   // Connects, retrying with backoff and jitter until connect_timeout (an
   // attempt that gets no answer ends then too), then validates (v2).
   // Operations called before it completes are queued. Call it once: a
@@ -62,6 +79,8 @@ class async_store_client final : public round_store,
   void multi_get(std::vector<std::string> keys, store_duration timeout, store_callback done) override;
   void multi_set(std::vector<std::string> keys, std::vector<std::string> values,
                  store_callback done) override;
+  // MULTI_GET without a WAIT (a 2.x server reads absent keys as empty).
+  void read_now(std::vector<std::string> keys, store_callback done) override;
 
   // dtrun's store extension (store_session.h, will_key_prefix): the
   // server sets `target` when this connection closes with the will set.
@@ -80,8 +99,10 @@ class async_store_client final : public round_store,
   class impl;
 
  private:
-  explicit async_store_client(std::shared_ptr<impl> p);
+  async_store_client(std::shared_ptr<impl> p, int lane);
   std::shared_ptr<impl> impl_;  // shared: its pending handlers keep it alive
+  int lane_ = 0;                // which of the connection's queues this client uses
+  bool connect_called_ = false;
 };
 
 }  // namespace dtrun::rendezvous

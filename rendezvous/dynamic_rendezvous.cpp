@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <map>
 #include <optional>
 #include <set>
@@ -154,14 +155,22 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
     return async_store_client::create(io_, o);
   }
 
-  // Fresh connections each round: whatever a previous round left queued
+  // The client for long waits (the round closing, `over`). On a TCPStore
+  // it is a watch lane of `ops`: one connection per node, so one store
+  // process can hold 10,000 of them. etcd's waits are watches anyway.
+  std::shared_ptr<round_store> make_waits_client(const std::shared_ptr<round_store>& ops) {
+    if (options_.store_factory) return options_.store_factory(options_.join_timeout);
+    return std::static_pointer_cast<async_store_client>(ops)->watch_lane();
+  }
+
+  // A fresh connection each round: whatever a previous round left queued
   // (a long WAIT) cannot hold up this one.
   void reconnect(std::function<void(std::exception_ptr)> then) {
     if (ops_) ops_->close();
     if (waits_) waits_->close();
     if (barrier_) barrier_->close();
     ops_ = make_client(options_.join_timeout);
-    waits_ = make_client(options_.join_timeout);
+    waits_ = make_waits_client(ops_);
     auto pending = std::make_shared<int>(2);
     auto failed = std::make_shared<std::exception_ptr>();
     warn_if_no_host();
@@ -229,31 +238,24 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
     auto self = shared_from_this();
     reconnect([self, epoch = epoch_](std::exception_ptr error) {
       if (error) return self->fail(error);
-      // A job that failed on another node is over for us too.
-      self->ops_->check({self->key("failed")}, [self, epoch](store_result f) {
+      // In one request: whether the job failed on another node (then it
+      // is over for us too), and the newest round anyone started (a
+      // compare_set value, read as a value: not every store's counters
+      // are values; absent before the first round). Both are set with
+      // non-empty values, so empty means absent.
+      self->ops_->read_now({self->key("failed"), self->key("round")}, [self, epoch](store_result r) {
         if (self->epoch_ != epoch) return;  // a stale round's reply
-        if (f.error) return self->fail(f.error);
-        if (f.flag) return self->report_job_failed();
-        // The newest round anyone started (a compare_set value, read as a
-        // value: not every store's counters are values); 0 when absent.
-        self->ops_->check({self->key("round")}, [self, epoch](store_result c) {
-          if (self->epoch_ != epoch) return;  // a stale round's reply
-          if (c.error) return self->fail(c.error);
-          if (!c.flag) return self->look_at_round(self->last_round_ + 1);
-          self->ops_->get(self->key("round"), self->options_.close_timeout,
-                          [self, epoch](store_result r) {
-                            if (self->epoch_ != epoch) return;  // a stale round's reply
-                            if (r.error) return self->fail(r.error);
-                            std::int64_t newest = 0;
-                            try {
-                              newest = std::stoll(r.value);
-                            } catch (const std::exception&) {
-                              return self->fail(error_of(fmt::format(
-                                  "the round counter of run {} is corrupt", self->options_.run_id)));
-                            }
-                            self->look_at_round(std::max<std::int64_t>(newest, self->last_round_ + 1));
-                          });
-        });
+        if (r.error) return self->fail(r.error);
+        if (!r.values.at(0).empty()) return self->report_job_failed();
+        const auto& round = r.values.at(1);
+        if (round.empty()) return self->look_at_round(self->last_round_ + 1);
+        std::int64_t newest = 0;
+        auto [end, ec] = std::from_chars(round.data(), round.data() + round.size(), newest);
+        if (ec != std::errc() || end != round.data() + round.size() || newest < 0) {
+          return self->fail(error_of(
+              fmt::format("the round counter of run {} is corrupt", self->options_.run_id)));
+        }
+        self->look_at_round(std::max<std::int64_t>(newest, self->last_round_ + 1));
       });
     });
   }
@@ -331,12 +333,13 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
       if (self->epoch_ != epoch) return;  // a stale round's reply
       if (c.error) return self->fail(c.error);
       if (!c.flag) return self->join(r);
-      self->ops_->get(self->round_key(r, "closed"), self->options_.close_timeout,
-                      [self, r, epoch](store_result n) {
-                        if (self->epoch_ != epoch) return;  // a stale round's reply
-                        if (n.error) return self->fail(n.error);
-                        self->wait_for_next_round(r, std::stoi(n.value));
-                      });
+      self->ops_->read_now({self->round_key(r, "closed")}, [self, r, epoch](store_result n) {
+        if (self->epoch_ != epoch) return;  // a stale round's reply
+        if (n.error) return self->fail(n.error);
+        int members = 0;
+        if (!parse_count(n.values.at(0), members)) return self->fail_corrupt_count(r);
+        self->wait_for_next_round(r, members);
+      });
     });
   }
 
@@ -413,13 +416,15 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
     });
   }
 
-  // Several nodes may try to close a round; compare_set lets the first
-  // count win and everyone reads the same one.
+  // Several nodes may try to close a round (the max_nodes-th arrival, the
+  // last call's timer); compare_set on `closing` lets the first count win.
+  // The winner then publishes the assignments and `closed` in one request
+  // (publish_ranks), so a node that sees `closed` finds its assignment.
   void close_round(std::int64_t r, int members) {
     auto self = shared_from_this();
     auto epoch = epoch_;
     auto count = std::to_string(members);
-    ops_->compare_set(round_key(r, "closed"), "", count, [self, r, count, epoch](store_result c) {
+    ops_->compare_set(round_key(r, "closing"), "", count, [self, r, count, epoch](store_result c) {
       if (self->epoch_ != epoch) return;  // a stale round's reply
       if (c.error) return self->fail(c.error);
       if (c.value != count) return;  // someone else closed it, with another count
@@ -447,19 +452,23 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
                                                      : worker_store_choice::the_host);
       // One key per node, all in one request: each node reads only its
       // own, so a round costs every node the same whatever its size.
-      std::vector<std::string> assignment_keys, texts;
+      // `closed` comes last: whoever sees it finds every assignment (the
+      // etcd backend writes in order, in batches).
+      std::vector<std::string> published, texts;
       for (std::size_t i = 0; i < assignments.size(); ++i) {
-        assignment_keys.push_back(self->assignment_key(r, static_cast<int>(i) + 1));
+        published.push_back(self->assignment_key(r, static_cast<int>(i) + 1));
         texts.push_back(to_text(assignments[i]));
       }
-      self->ops_->multi_set(std::move(assignment_keys), std::move(texts), [](store_result) {});
+      published.push_back(self->round_key(r, "closed"));
+      texts.push_back(std::to_string(assignments.size()));
+      self->ops_->multi_set(std::move(published), std::move(texts), [](store_result) {});
     });
   }
 
   void await_close(std::int64_t r) {
     auto self = shared_from_this();
     auto epoch = epoch_;
-    waits_->get(round_key(r, "closed"), options_.join_timeout, [self, r, epoch](store_result c) {
+    waits_->wait({round_key(r, "closed")}, options_.join_timeout, [self, r, epoch](store_result c) {
       if (self->epoch_ != epoch) return;  // a stale round's reply
       if (c.error) {
         // Only a timeout means the nodes did not come; a lost store says so.
@@ -474,18 +483,32 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
           return self->fail(c.error);
         }
       }
-      int members = std::stoi(c.value);
-      if (self->arrival_ > members) {
-        // We came in after the round closed: wait for the next one.
-        return self->wait_for_next_round(r, members);
-      }
-      self->waits_->get(self->assignment_key(r, self->arrival_), self->options_.close_timeout,
-                        [self, r, members, epoch](store_result t) {
-                          if (self->epoch_ != epoch) return;  // a stale round's reply
-                          if (t.error) return self->fail(t.error);
-                          self->complete_round(r, members, t.value);
-                        });
+      // The count and our assignment in one request: a latecomer (an
+      // arrival past the count) has none, and reads it as empty.
+      self->waits_->read_now(
+          {self->round_key(r, "closed"), self->assignment_key(r, self->arrival_)},
+          [self, r, epoch](store_result t) {
+            if (self->epoch_ != epoch) return;  // a stale round's reply
+            if (t.error) return self->fail(t.error);
+            int members = 0;
+            if (!parse_count(t.values.at(0), members)) return self->fail_corrupt_count(r);
+            if (self->arrival_ > members) {
+              // We came in after the round closed: wait for the next one.
+              return self->wait_for_next_round(r, members);
+            }
+            self->complete_round(r, members, t.values.at(1));
+          });
     });
+  }
+
+  // A member count as the closer wrote it; false for anything else.
+  static bool parse_count(const std::string& text, int& out) {
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+    return ec == std::errc() && end == text.data() + text.size() && out > 0;
+  }
+
+  void fail_corrupt_count(std::int64_t r) {
+    fail(error_of(fmt::format("the member count of round {} in the store is corrupt", r)));
   }
 
   void complete_round(std::int64_t r, int members, const std::string& assignment_text) {
@@ -790,7 +813,17 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
       }
       if (!self->server_ || last) return self->finish_with(nullptr);
       self->barrier_->wait({self->round_key(r, "all_left")}, self->options_.close_timeout,
-                           [self](store_result) { self->finish_with(nullptr); });
+                           [self](store_result w) {
+                             // Said, so that a lost goodbye (a bug: the last
+                             // node sends it before it exits) is seen.
+                             if (w.error) {
+                               self->options_.log(fmt::format(
+                                   "exit: not every node confirmed the end within {} s; "
+                                   "leaving anyway",
+                                   self->options_.close_timeout.count() / 1000.0));
+                             }
+                             self->finish_with(nullptr);
+                           });
     });
   }
 

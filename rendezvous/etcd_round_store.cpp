@@ -357,6 +357,14 @@ class etcd_round_store final : public round_store,
     }, std::move(done));
   }
 
+  void read_now(std::vector<std::string> keys, store_callback done) override {
+    auto self = shared_from_this();
+    for (auto& k : keys) k = full(k);
+    enqueue([self, keys = std::move(keys)](finish f) {
+      self->read(keys, f, 0, {}, absent_reads_empty);
+    }, std::move(done));
+  }
+
   void delete_key(std::string key, store_callback done) override {
     auto self = shared_from_this();
     enqueue([self, key = full(key)](finish f) {
@@ -603,9 +611,12 @@ class etcd_round_store final : public round_store,
     });
   }
 
-  // The values of `keys` (which exist), in order.
+  // What read() does with a key that is not there.
+  static constexpr bool absent_reads_empty = true;
+
+  // The values of `keys` (which exist, unless `absent_ok`), in order.
   void read(std::vector<std::string> keys, finish f, std::size_t from = 0,
-            std::vector<std::string> values = {}) {
+            std::vector<std::string> values = {}, bool absent_ok = false) {
     if (from >= keys.size()) {
       store_result out;
       out.values = std::move(values);
@@ -617,7 +628,8 @@ class etcd_round_store final : public round_store,
     json body{{"compare", json::array()}, {"success", success}};
     auto self = shared_from_this();
     call("/v3/kv/txn", body, true, request_deadline(),
-         [self, keys = std::move(keys), f, from, end, values = std::move(values)](etcd_reply r) mutable {
+         [self, keys = std::move(keys), f, from, end, values = std::move(values),
+          absent_ok](etcd_reply r) mutable {
            if (!r.error.empty()) {
              store_result out;
              out.error = connection_error(r.error);
@@ -628,6 +640,10 @@ class etcd_round_store final : public round_store,
              auto at = i - from;
              std::optional<kv_pair> kv;
              if (at < responses.size()) kv = first_kv(responses[at].value("response_range", json::object()));
+             if (!kv && absent_ok) {
+               values.emplace_back();
+               continue;
+             }
              if (!kv) {
                store_result out;
                out.error = error_of(fmt::format("'{}' vanished from etcd while it was read", keys[i]));
@@ -635,7 +651,7 @@ class etcd_round_store final : public round_store,
              }
              values.push_back(std::move(kv->value));
            }
-           self->read(std::move(keys), f, end, std::move(values));
+           self->read(std::move(keys), f, end, std::move(values), absent_ok);
          });
   }
 

@@ -66,6 +66,10 @@ class round_store {
   // Waits up to `timeout` for all keys, then reads them: result.values.
   virtual void multi_get(std::vector<std::string> keys, store_duration timeout,
                          store_callback done) = 0;
+  // Reads the keys as they are now, without waiting; an absent key reads
+  // as empty: result.values. One request where a WAIT and a GET would be
+  // two (a key known to exist, or one whose absence is an answer).
+  virtual void read_now(std::vector<std::string> keys, store_callback done) = 0;
 
   // A last will: when this client's agent dies (its connection closes, or
   // its etcd lease expires) while the will stands, `target` is set to

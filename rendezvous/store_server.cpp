@@ -83,6 +83,12 @@ class store_server::impl : public std::enable_shared_from_this<store_server::imp
 
   void listen();
   void start_accept();
+  void accept_backlog();
+  void admit(tcp::socket socket);
+
+  // accept_backlog's bound, so that a flood of connections cannot starve
+  // the requests of those already in.
+  static constexpr int max_accepts_per_turn = 1024;
   void stop();
 
   void log(const std::string& line) const { options_.log(line); }
@@ -122,6 +128,9 @@ class session : public std::enable_shared_from_this<session>, private session_ho
   }
 
  private:
+  // (async_wait, then a non-blocking read, would save the EAGAIN of
+  // async_read_some's first try but costs an epoll_ctl per wait in Asio's
+  // reactor: measured no better.)
   void read_more() {
     if (closed_ || reading_ || !core_.wants_input()) return;  // resumed by on_written
     std::span<std::uint8_t> space;
@@ -214,6 +223,7 @@ void store_server::impl::listen() {
     acceptor_.bind(ep, ec);
     if (ec) return;
     acceptor_.listen(listen_backlog(options_.backlog), ec);
+    if (!ec) acceptor_.non_blocking(true, ec);  // for accept_backlog
   };
   open_and_bind(endpoint);
   if (ec && options_.host.empty()) {
@@ -248,30 +258,49 @@ void store_server::impl::start_accept() {
       });
       return;
     }
-    ++self->ctx_.stats.connections_accepted;
-    if (self->options_.admit) {
-      if (auto refusal = self->options_.admit(socket.native_handle()); !refusal.empty()) {
-        ++self->ctx_.stats.connections_refused;
-        self->log(fmt::format("refused connection from {}: {}", printable(endpoint_text(socket)),
-                              printable(refusal)));
-        boost::system::error_code ignored;
-        socket.close(ignored);
-        self->start_accept();
-        return;
-      }
-    }
-    try {
-      auto s = std::make_shared<session>(std::move(socket), *self);
-      self->sessions_.insert(s);
-      ++self->ctx_.stats.connections_open;
-      s->start();
-    } catch (const std::bad_alloc&) {
-      // `socket` was moved into a session that no longer exists, or is
-      // still ours: either way it closes with this scope.
-      self->log("out of memory accepting a connection; it was closed");
-    }
+    self->admit(std::move(socket));
+    self->accept_backlog();
     self->start_accept();
   });
+}
+
+// When thousands of nodes connect at once (every agent of a 10,000-node
+// job rejoining), the kernel's accept queue (somaxconn, 4096 here) fills in
+// milliseconds and further SYNs are dropped, each costing its client a 1 s
+// retransmission. One accept per turn of the loop, between thousands of
+// requests, drains it too slowly: take whatever else is queued now.
+void store_server::impl::accept_backlog() {
+  for (int i = 0; i < max_accepts_per_turn && !stopped_; ++i) {
+    boost::system::error_code ec;
+    tcp::socket socket(io_);
+    acceptor_.accept(socket, ec);  // the acceptor is non-blocking
+    if (ec) return;  // would_block, or an error the next async_accept reports
+    admit(std::move(socket));
+  }
+}
+
+void store_server::impl::admit(tcp::socket socket) {
+  ++ctx_.stats.connections_accepted;
+  if (options_.admit) {
+    if (auto refusal = options_.admit(socket.native_handle()); !refusal.empty()) {
+      ++ctx_.stats.connections_refused;
+      log(fmt::format("refused connection from {}: {}", printable(endpoint_text(socket)),
+                      printable(refusal)));
+      boost::system::error_code ignored;
+      socket.close(ignored);
+      return;
+    }
+  }
+  try {
+    auto s = std::make_shared<session>(std::move(socket), *this);
+    sessions_.insert(s);
+    ++ctx_.stats.connections_open;
+    s->start();
+  } catch (const std::bad_alloc&) {
+    // `socket` was moved into a session that no longer exists, or is
+    // still ours: either way it closes with this scope.
+    log("out of memory accepting a connection; it was closed");
+  }
 }
 
 void store_server::impl::stop() {

@@ -109,7 +109,29 @@ void store_session::close() {
   buffer_ = {};
 }
 
+// The replies to what one read brought go out in one write: reply() only
+// queues them while the requests are handled.
 void store_session::process() {
+  struct handling_scope {
+    bool& flag;
+    explicit handling_scope(bool& f) : flag(f) { flag = true; }
+    ~handling_scope() { flag = false; }
+  };
+  {
+    handling_scope scope(handling_);
+    handle_requests();
+  }
+  if (closing_ || pending_.empty()) return;
+  try {
+    host_.output_ready();
+  } catch (const std::bad_alloc&) {
+    fail("out of memory while handling its request");
+  } catch (const std::length_error&) {
+    fail("out of memory while handling its request");
+  }
+}
+
+void store_session::handle_requests() {
   while (!closing_) {
     // A client that pipelines requests without reading the replies gets
     // no more answers until its output drains (output_sent resumes here).
@@ -299,7 +321,7 @@ void store_session::reply(std::string bytes) {
   } else {
     pending_.append(bytes);
   }
-  host_.output_ready();
+  if (!handling_) host_.output_ready();  // a wait answered on another's request
 }
 
 bool store_session::event_fits(std::size_t bytes) {

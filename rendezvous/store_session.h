@@ -139,6 +139,7 @@ class store_session {
 
  private:
   void process();
+  void handle_requests();
   void handle(wire::request& r);
   void reply(std::string bytes);
   // Whether output caused by another client's write (a watch event, a
@@ -163,6 +164,7 @@ class store_session {
   std::optional<wire::dialect> dialect_;
   bool expect_validate_ = false;
   bool closing_ = false, closed_ = false;
+  bool handling_ = false;  // inside process(): replies wait for its end
   std::string pending_;
   std::size_t in_flight_ = 0;
   std::vector<wait_handle> waits_;  // may hold finished ones (see start_wait)

@@ -1,84 +1,258 @@
-// N agents' rendezvous handlers in one process on one event loop, meeting
-// in a store the first hosts: the protocol's cost without process start-up.
-// Prints one JSON line: nodes, seconds from start to every node having its
-// rank, and the store requests and bytes (both directions) the round
+// N agents' rendezvous handlers meeting in a store the first hosts: the
+// protocol's cost without process start-up. Prints one JSON line: nodes,
+// seconds from start to every node having its rank (and when half and 90%
+// had it), and the store requests and bytes (both directions) the round
 // took, in all and per node.
 //
-//   rendezvous_scale --nodes 1024
+//   rendezvous_scale --nodes 1024                       # one process, one loop
+//   rendezvous_scale --nodes 16384 --client-processes 2
+//
+// One process holds two descriptors per node (the node's connection and the
+// store's end of it), so past half the descriptor limit the nodes other
+// than the store's host run in client processes, each on its own loop (the
+// default then): the store's process then holds one descriptor per node.
+// The processes start together on a "go" line; times are CLOCK_MONOTONIC,
+// which all processes share.
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <future>
 #include <iostream>
 #include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/process/child.hpp>
+#include <boost/process/io.hpp>
+#include <boost/process/pipe.hpp>
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include "rendezvous/dynamic_rendezvous.h"
 
 using namespace dtrun::rendezvous;
+namespace bp = boost::process;
 
-int main(int argc, char** argv) {
-  CLI::App app{"in-process rendezvous at scale"};
-  int nodes = 64;
-  app.add_option("--nodes", nodes, "agents")->check(CLI::Range(1, 100000));
-  CLI11_PARSE(app, argc, argv);
+namespace {
 
-  // Each node holds two connections (its operations, and its waits), and
-  // the store the other ends: four descriptors per node, in this process.
-  // Raise the soft limit as far as the hard one allows, and say so up
-  // front rather than let the store fail accept() thousands of times.
+std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// The soft descriptor limit, raised as far as the hard one allows.
+rlim_t raise_file_limit() {
   rlimit files{};
   ::getrlimit(RLIMIT_NOFILE, &files);
   files.rlim_cur = files.rlim_max;
   ::setrlimit(RLIMIT_NOFILE, &files);
-  const auto needed = 4 * static_cast<rlim_t>(nodes) + 64;
-  if (files.rlim_cur != RLIM_INFINITY && files.rlim_cur < needed) {
-    fmt::print(stderr,
-               "rendezvous_scale: {} nodes need about {} file descriptors in one process; the "
-               "limit here is {} (ulimit -Hn): at most {} nodes\n",
-               nodes, needed, files.rlim_cur, (files.rlim_cur - 64) / 4);
-    return 2;
-  }
+  return files.rlim_cur == RLIM_INFINITY ? rlim_t{1} << 30 : files.rlim_cur;
+}
 
-  boost::asio::io_context io;
-  std::vector<std::unique_ptr<dynamic_rendezvous>> agents;
-  std::uint16_t port = 0;
-  for (int i = 0; i < nodes; ++i) {
-    dynamic_rendezvous_options o;
-    o.run_id = "scale";
-    o.endpoint_host = "127.0.0.1";
-    o.endpoint_port = port;
-    o.host_store = i == 0;
-    o.min_nodes = o.max_nodes = nodes;
-    o.join_timeout = std::chrono::seconds(120);
-    o.close_timeout = std::chrono::seconds(120);
-    o.keep_alive_interval = std::chrono::hours(1);  // not part of the round
-    o.log = [](const std::string&) {};
-    agents.push_back(std::make_unique<dynamic_rendezvous>(io, o));
-    if (i == 0) port = agents[0]->store_port();
-  }
-  int completed = 0, failed = 0;
-  auto start = std::chrono::steady_clock::now();
-  std::chrono::steady_clock::time_point end;
+constexpr rlim_t spare_descriptors = 64;
+
+// One agent of an N-node round; the one with host_store hosts the store.
+std::unique_ptr<dynamic_rendezvous> make_agent(boost::asio::io_context& io, int nodes,
+                                               std::uint16_t port, bool host_store) {
+  dynamic_rendezvous_options o;
+  o.run_id = "scale";
+  o.endpoint_host = "127.0.0.1";
+  o.endpoint_port = port;
+  o.host_store = host_store;
+  o.min_nodes = o.max_nodes = nodes;
+  o.join_timeout = std::chrono::seconds(120);
+  o.close_timeout = std::chrono::seconds(120);
+  o.keep_alive_interval = std::chrono::hours(1);  // not part of the round
+  o.log = [](const std::string&) {};
+  return std::make_unique<dynamic_rendezvous>(io, o);
+}
+
+// Starts every agent's round; `on_all` runs (on the loop) once all have an
+// outcome, with the failure count. `finished` gets each node's time.
+void start_rounds(std::vector<std::unique_ptr<dynamic_rendezvous>>& agents,
+                  std::vector<std::int64_t>& finished, std::function<void(int failed)> on_all) {
+  auto failed = std::make_shared<int>(0);
   for (auto& a : agents) {
-    a->next_round([&](std::exception_ptr e, rendezvous_info) {
-      if (e) ++failed;
-      if (++completed == nodes) {
-        end = std::chrono::steady_clock::now();
-        for (auto& x : agents) x->shutdown();
-      }
+    a->next_round([&finished, failed, total = agents.size(), on_all](std::exception_ptr e,
+                                                                    rendezvous_info) {
+      if (e) ++*failed;
+      finished.push_back(now_ns());
+      if (finished.size() == total) on_all(*failed);
     });
   }
-  io.run();
-  auto stats = agents[0]->store_stats();
+}
+
+void print_result(int nodes, std::int64_t start, std::vector<std::int64_t> finished, int failed,
+                  const store_server_stats& stats) {
+  std::sort(finished.begin(), finished.end());
+  auto seconds = [&](double q) {
+    return static_cast<double>(finished[static_cast<std::size_t>(q * (finished.size() - 1))] -
+                               start) /
+           1e9;
+  };
   auto bytes = stats.bytes_received + stats.bytes_sent;
-  fmt::print("{{\"nodes\": {}, \"seconds\": {:.4f}, \"failed\": {}, \"store_requests\": {}, "
-             "\"requests_per_node\": {:.1f}, \"store_bytes\": {}, \"bytes_per_node\": {:.0f}}}\n",
-             nodes, std::chrono::duration<double>(end - start).count(), failed, stats.requests,
+  fmt::print("{{\"nodes\": {}, \"seconds\": {:.4f}, \"p50\": {:.4f}, \"p90\": {:.4f}, "
+             "\"failed\": {}, \"store_requests\": {}, \"requests_per_node\": {:.1f}, "
+             "\"store_bytes\": {}, \"bytes_per_node\": {:.0f}}}\n",
+             nodes, seconds(1.0), seconds(0.5), seconds(0.9), failed, stats.requests,
              static_cast<double>(stats.requests) / nodes, bytes,
              static_cast<double>(bytes) / nodes);
+}
+
+// Everything on one loop, in this process. The store's figures leave out
+// what the last nodes sent after their rank (the will, the WAIT on `over`)
+// if the store had not read it when the round ended.
+int run_in_process(int nodes) {
+  boost::asio::io_context io;
+  std::vector<std::unique_ptr<dynamic_rendezvous>> agents;
+  agents.push_back(make_agent(io, nodes, 0, true));
+  auto port = agents[0]->store_port();
+  for (int i = 1; i < nodes; ++i) agents.push_back(make_agent(io, nodes, port, false));
+  std::vector<std::int64_t> finished;
+  int failed = 0;
+  auto start = now_ns();
+  start_rounds(agents, finished, [&](int f) {
+    failed = f;
+    for (auto& a : agents) a->shutdown();
+  });
+  io.run();
+  print_result(nodes, start, finished, failed, agents[0]->store_stats());
   return failed == 0 ? 0 : 1;
+}
+
+// A client process: `count` agents of the round. Says "ready", starts on
+// "go", says "done <failed> <finish times>", and holds its connections
+// until "exit" (a node that leaves early would end the round for others).
+int run_client(int nodes, std::uint16_t port, int count) {
+  boost::asio::io_context io;
+  std::vector<std::unique_ptr<dynamic_rendezvous>> agents;
+  for (int i = 0; i < count; ++i) agents.push_back(make_agent(io, nodes, port, false));
+  std::cout << "ready" << std::endl;
+  std::string line;
+  if (!std::getline(std::cin, line) || line != "go") return 2;
+  std::vector<std::int64_t> finished;
+  int failed = 0;
+  start_rounds(agents, finished, [&](int f) {
+    failed = f;
+    io.stop();
+  });
+  io.run();
+  std::cout << "done " << failed;
+  for (auto t : finished) std::cout << ' ' << t;
+  std::cout << std::endl;
+  std::getline(std::cin, line);  // "exit", or the parent is gone
+  for (auto& a : agents) a->shutdown();
+  return 0;
+}
+
+struct client_process {
+  bp::opstream to;
+  bp::ipstream from;
+  bp::child process;
+};
+
+// The store's host here, the other nodes in `processes` client processes.
+int run_spread(int nodes, int processes, const std::string& self) {
+  boost::asio::io_context io;
+  auto host = make_agent(io, nodes, 0, true);
+  auto port = host->store_port();
+  std::vector<std::unique_ptr<client_process>> clients;
+  int others = nodes - 1;
+  for (int k = 0; k < processes; ++k) {
+    int count = others / processes + (k < others % processes ? 1 : 0);
+    auto c = std::make_unique<client_process>();
+    c->process = bp::child(self, "--nodes", std::to_string(nodes), "--store-port",
+                           std::to_string(port), "--count", std::to_string(count),
+                           bp::std_in < c->to, bp::std_out > c->from);
+    clients.push_back(std::move(c));
+  }
+  std::string line;
+  for (auto& c : clients) {
+    if (!std::getline(c->from, line) || line != "ready") {
+      fmt::print(stderr, "rendezvous_scale: a client process did not start\n");
+      return 2;
+    }
+  }
+  std::vector<std::int64_t> finished, host_finished;  // the latter written by the loop's thread
+  std::promise<int> host_done;
+  std::thread loop([&] { io.run(); });
+  auto start = now_ns();
+  for (auto& c : clients) c->to << "go" << std::endl;
+  std::vector<std::unique_ptr<dynamic_rendezvous>> hosted;
+  hosted.push_back(std::move(host));
+  boost::asio::post(io, [&] {
+    start_rounds(hosted, host_finished, [&](int f) { host_done.set_value(f); });
+  });
+  int failed = 0;
+  for (auto& c : clients) {
+    if (!std::getline(c->from, line)) {
+      fmt::print(stderr, "rendezvous_scale: a client process died\n");
+      return 2;
+    }
+    std::istringstream words(line);
+    std::string done;
+    int f = 0;
+    words >> done >> f;
+    failed += f;
+    for (std::int64_t t; words >> t;) finished.push_back(t);
+  }
+  failed += host_done.get_future().get();
+  finished.insert(finished.end(), host_finished.begin(), host_finished.end());
+  for (auto& c : clients) c->to << "exit" << std::endl;
+  for (auto& c : clients) c->process.wait();
+  boost::asio::post(io, [&] {
+    hosted[0]->shutdown();
+    io.stop();
+  });
+  loop.join();
+  print_result(nodes, start, finished, failed, hosted[0]->store_stats());
+  return failed == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"rendezvous at scale, without process start-up"};
+  int nodes = 64;
+  int processes = -1;
+  int store_port = 0, count = 0;
+  app.add_option("--nodes", nodes, "agents")->check(CLI::Range(1, 100000));
+  app.add_option("--client-processes", processes,
+                 "processes for the nodes other than the store's host (0: all in this one; "
+                 "default: 0 when the descriptor limit allows)")
+      ->check(CLI::Range(0, 64));
+  // A client process's own options (run_spread starts them).
+  app.add_option("--store-port", store_port)->group("");
+  app.add_option("--count", count)->group("");
+  CLI11_PARSE(app, argc, argv);
+
+  const auto limit = raise_file_limit();
+  if (store_port > 0) return run_client(nodes, static_cast<std::uint16_t>(store_port), count);
+
+  const auto in_one = 2 * static_cast<rlim_t>(nodes) + spare_descriptors;
+  const auto per_client = limit - spare_descriptors;
+  if (processes < 0) {
+    processes = in_one <= limit ? 0 : static_cast<int>((nodes - 1 + per_client - 1) / per_client);
+  }
+  const auto store_needs = processes == 0 ? in_one : nodes + spare_descriptors;
+  const auto client_needs =
+      processes == 0 ? 0 : (nodes - 1 + processes - 1) / processes + spare_descriptors;
+  if (store_needs > limit || static_cast<rlim_t>(client_needs) > limit) {
+    fmt::print(stderr,
+               "rendezvous_scale: {} nodes need about {} file descriptors in the store's process "
+               "and {} in each client process; the limit here is {} (ulimit -Hn): use more "
+               "--client-processes, or at most {} nodes\n",
+               nodes, store_needs, client_needs, limit, limit - spare_descriptors);
+    return 2;
+  }
+  if (processes == 0) return run_in_process(nodes);
+  return run_spread(nodes, processes, std::filesystem::read_symlink("/proc/self/exe").string());
 }

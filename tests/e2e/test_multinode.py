@@ -72,6 +72,9 @@ def train_on_two_hosts(args_for_host):
         procs = [hosts.start(i, args_for_host(i), e) for i in (1, 2)]
         for code, _, stderr in finish(procs):
             assert code == 0, stderr
+            # The last node's goodbye reached the store's host (a lost one
+            # costs the host close_timeout, and says so).
+            assert "not every node confirmed the end" not in stderr, stderr
 
 
 def test_dynamic_rendezvous_trains_across_two_hosts(tmp_path):

@@ -123,6 +123,77 @@ TEST_CASE("a 1.13 wait timeout closes the connection and fails what was queued")
   CHECK(queued_failed);
 }
 
+TEST_CASE("a watch lane's wait does not hold up the main lane, on one connection") {
+  one_loop loop;
+  auto c = loop.client();
+  auto watch = c->watch_lane();
+  watch->connect([](store_result r) { CHECK_FALSE(r.error); });
+  auto writer = loop.client();
+  std::vector<std::string> seen;
+  // A wait with nothing to end it but a key set after the main lane's
+  // work: were the main lane held behind it, the adds would complete
+  // only at its timeout, after the wait had failed.
+  watch->get("over", 5s, [&](store_result r) {
+    seen.push_back(r.error ? "over failed" : "over " + r.value);
+    // The client and the writer: two connections, not three.
+    seen.push_back(fmt::format("connections {}", loop.server.stats().connections_accepted));
+    c->close();
+    writer->close();
+    loop.server.stop();
+  });
+  c->add("hb", 1, [&](store_result r) { seen.push_back("add " + std::to_string(r.number)); });
+  c->add("hb", 1, [&](store_result r) {
+    seen.push_back("add " + std::to_string(r.number));
+    writer->set("over", "node 3 was lost", [](store_result) {});
+  });
+  loop.io.run();
+  CHECK(seen ==
+        std::vector<std::string>{"add 1", "add 2", "over node 3 was lost", "connections 2"});
+}
+
+TEST_CASE("a suspended wait keeps its deadline and times out once, naming its key") {
+  one_loop loop;
+  auto c = loop.client();
+  auto watch = c->watch_lane();
+  watch->connect([](store_result) {});
+  std::string message;
+  int beats = 0;
+  auto start = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::duration waited{};
+  watch->wait({"never"}, 300ms, [&](store_result r) {
+    waited = std::chrono::steady_clock::now() - start;
+    CHECK(holds<store_timeout>(r.error, &message));
+    c->close();
+    loop.server.stop();
+  });
+  // Main-lane work every 20 ms suspends and resumes the wait many times.
+  boost::asio::steady_timer beat(loop.io);
+  std::function<void()> next = [&] {
+    beat.expires_after(20ms);
+    beat.async_wait([&](const boost::system::error_code& ec) {
+      if (ec) return;
+      c->add("hb", 1, [&](store_result r) {
+        if (r.error) return;
+        ++beats;
+        next();
+      });
+    });
+  };
+  next();
+  loop.io.run();
+  CHECK_THAT(message, Catch::Contains("'never'"));
+  CHECK(waited >= 300ms);  // a suspension never restarts or shortens the clock
+  CHECK(beats >= 2);
+}
+
+TEST_CASE("a watch lane needs a 2.x server") {
+  boost::asio::io_context io;
+  tcp_store_client_options options;
+  options.dialect = wire::dialect::v1_13;
+  auto c = async_store_client::create(io, options);
+  CHECK_THROWS_WITH(c->watch_lane(), Catch::Contains("CANCEL_WAIT"));
+}
+
 TEST_CASE("losing the server fails a pending wait at once, not at its timeout") {
   one_loop loop;
   auto c = loop.client();
@@ -183,9 +254,10 @@ std::string failure_text(const std::exception_ptr& e) {
 }
 
 // One client with timeouts of at most `max_ms` runs `ops` random operations
-// against a server on the same loop, while a second client sets the keys
-// they wait for at random moments and, sometimes, the first is closed at a
-// random moment. Returns how many operations succeeded.
+// against a server on the same loop (on a 2.x server, each through the
+// client or its watch lane, at random), while a second client sets the
+// keys they wait for at random moments and, sometimes, the first is closed
+// at a random moment. Returns how many operations succeeded.
 int chaos_round(std::mt19937& rng, wire::dialect dialect, int max_ms, int ops) {
   boost::asio::io_context io;
   store_server server{io, {.host = "127.0.0.1"}};
@@ -195,11 +267,14 @@ int chaos_round(std::mt19937& rng, wire::dialect dialect, int max_ms, int ops) {
   o.connect_timeout = 10s;
   o.timeout = up_to(rng, max_ms);
   auto client = async_store_client::create(io, o);
+  const bool lanes = dialect == wire::dialect::v2;
+  auto lane = lanes ? client->watch_lane() : client;
   o.timeout = 10s;
   auto writer = async_store_client::create(io, o);
 
-  std::vector<int> calls(ops + 1, 0);  // [ops] is connect
-  int outstanding = ops + 1, succeeded = 0;
+  std::vector<int> calls(ops + 2, 0);  // [ops] and [ops + 1] are the connects
+  int adds_issued[2] = {0, 0};         // by the client, by its lane
+  int outstanding = ops + 2, succeeded = 0;
   std::vector<std::unique_ptr<boost::asio::steady_timer>> timers;
   auto finished = [&] {
     if (--outstanding > 0) return;
@@ -222,8 +297,14 @@ int chaos_round(std::mt19937& rng, wire::dialect dialect, int max_ms, int ops) {
   };
 
   client->connect(outcome(ops, [](const store_result&) {}));
+  if (lanes) {
+    lane->connect(outcome(ops + 1, [](const store_result&) {}));
+  } else {
+    outcome(ops + 1, [](const store_result&) {})({});
+  }
   writer->connect([](store_result) {});
   for (int i = 0; i < ops; ++i) {
+    auto& c = std::bernoulli_distribution(0.5)(rng) ? lane : client;
     auto key = fmt::format("k{}", i);
     auto value = fmt::format("value {}", i);
     // The key arrives around the deadline of whoever waits for it.
@@ -234,26 +315,32 @@ int chaos_round(std::mt19937& rng, wire::dialect dialect, int max_ms, int ops) {
     });
     switch (std::uniform_int_distribution<int>(0, dialect == wire::dialect::v2 ? 5 : 4)(rng)) {
       case 0:
-        client->get(key, up_to(rng, max_ms),
+        c->get(key, up_to(rng, max_ms),
                     outcome(i, [value](const store_result& r) { CHECK(r.value == value); }));
         break;
       case 1:
-        client->wait({key}, up_to(rng, max_ms), outcome(i, [](const store_result&) {}));
+        c->wait({key}, up_to(rng, max_ms), outcome(i, [](const store_result&) {}));
         break;
       case 2:
-        client->set(fmt::format("own{}", i), value, outcome(i, [](const store_result&) {}));
+        c->set(fmt::format("own{}", i), value, outcome(i, [](const store_result&) {}));
         break;
       case 3:
-        client->add("counter", 1, outcome(i, [i](const store_result& r) {
-          CHECK(r.number >= 1);
-          CHECK(r.number <= i + 1);
-        }));
+      {
+        // Lanes overtake each other: each counts its own adds, in order.
+        const bool on_lane = c != client;
+        auto bound = ++adds_issued[on_lane];
+        c->add(on_lane ? "lane counter" : "counter", 1,
+               outcome(i, [bound](const store_result& r) {
+                 CHECK(r.number >= 1);
+                 CHECK(r.number <= bound);
+               }));
+      }
         break;
       case 4:
-        client->check({key}, outcome(i, [](const store_result&) {}));
+        c->check({key}, outcome(i, [](const store_result&) {}));
         break;
       default:
-        client->multi_get({key, key}, up_to(rng, max_ms),
+        c->multi_get({key, key}, up_to(rng, max_ms),
                           outcome(i, [value](const store_result& r) {
                             CHECK(r.values == std::vector<std::string>{value, value});
                           }));
@@ -266,8 +353,8 @@ int chaos_round(std::mt19937& rng, wire::dialect dialect, int max_ms, int ops) {
     t->async_wait([&](const boost::system::error_code&) { client->close(); });
   }
   io.run();
-  for (int i = 0; i <= ops; ++i) {
-    INFO("operation " << i << " (" << (i == ops ? "connect" : "an operation") << ")");
+  for (int i = 0; i <= ops + 1; ++i) {
+    INFO("operation " << i << " (" << (i >= ops ? "connect" : "an operation") << ")");
     CHECK(calls[i] == 1);
   }
   return succeeded;

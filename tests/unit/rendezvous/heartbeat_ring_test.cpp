@@ -40,6 +40,7 @@ class counter_store final : public round_store {
   void wait(std::vector<std::string>, store_duration, store_callback) override {}
   void delete_key(std::string, store_callback) override {}
   void multi_get(std::vector<std::string>, store_duration, store_callback) override {}
+  void read_now(std::vector<std::string>, store_callback) override {}
   void set_will(std::string, std::string, std::string, store_callback) override {}
   void withdraw_will(std::string, store_callback) override {}
   void close() override {}
