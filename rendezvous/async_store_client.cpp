@@ -71,7 +71,7 @@ reply_reader wait_reader() {
     std::uint8_t reply = 0;
     if (!c.value(reply)) return false;
     if (reply != wire::wait_stop_waiting) {
-      r.error = std::make_exception_ptr(store_error("unexpected reply to WAIT"));
+      r.error = std::make_exception_ptr(store_error(fmt::format("unexpected reply {} to WAIT", reply)));
     }
     return true;
   };
@@ -490,6 +490,12 @@ class async_store_client::impl : public std::enable_shared_from_this<async_store
   // One read is always outstanding while connected, so a closed connection
   // is noticed when it happens, even with nothing in flight.
   void read_loop() {
+    // Consumed bytes are dropped here, where no read is outstanding: the
+    // read in progress writes at buffer_ + end_, so resetting end_ under it
+    // (as try_complete did when a write's completion consumed the last
+    // reply) made the next reply land after a stale byte, which was then
+    // read as the reply (a WAIT "answered" by an old WAIT_CANCELED).
+    if (begin_ == end_) begin_ = end_ = 0;
     // Start small (thousands of agents each hold clients) and double as
     // large replies need it.
     if (buffer_.size() - end_ < 1024) buffer_.resize(std::max<std::size_t>(4096, 2 * buffer_.size()));
@@ -548,7 +554,6 @@ class async_store_client::impl : public std::enable_shared_from_this<async_store
           store_error(fmt::format("the store at {} sent bytes nobody asked for", endpoint_text_))));
       return;
     }
-    if (begin_ == end_) begin_ = end_ = 0;
   }
 
   // --- failure ----------------------------------------------------------

@@ -83,7 +83,13 @@ void start_rounds(std::vector<std::unique_ptr<dynamic_rendezvous>>& agents,
   for (auto& a : agents) {
     a->next_round([&finished, failed, total = agents.size(), on_all](std::exception_ptr e,
                                                                     rendezvous_info) {
-      if (e) ++*failed;
+      if (e && ++*failed == 1) {
+        try {
+          std::rethrow_exception(e);
+        } catch (const std::exception& x) {
+          fmt::print(stderr, "rendezvous_scale: a node failed: {}\n", x.what());
+        }
+      }
       finished.push_back(now_ns());
       if (finished.size() == total) on_all(*failed);
     });

@@ -190,3 +190,33 @@ TEST_CASE("an allocation failure while answering fails that client only") {
   wire::put_i64(expected, 2);
   CHECK(good.read() == expected);
 }
+
+TEST_CASE("a large MULTI_SET right behind a CANCEL_WAIT, arriving in pieces, parses whole") {
+  logged_context ctx;
+  fake_connection c(ctx);
+  c.send(validate());
+  c.send(v2, {.kind = wire::op::wait, .keys = {"closed"}});
+  CHECK(c.read().empty());
+  wire::request set{.kind = wire::op::multi_set};
+  for (int i = 0; i < 1024; ++i) {
+    set.keys.push_back("r/0/assign/" + std::to_string(i));
+    set.values.push_back(std::string(140, 'a'));
+  }
+  set.keys.push_back("closed");
+  set.values.push_back("1024");
+  auto batch = wire::encode_request(v2, {.kind = wire::op::cancel_wait}) +
+               wire::encode_request(v2, set) +
+               wire::encode_request(v2, {.kind = wire::op::wait, .keys = {"closed"}});
+  // As the socket delivers it: a first piece, then 4 KiB at a time.
+  std::string_view rest = batch;
+  std::size_t piece = 1000;
+  while (!rest.empty()) {
+    auto n = std::min(piece, rest.size());
+    c.send(std::string(rest.substr(0, n)));
+    rest.remove_prefix(n);
+    piece = 4096;
+  }
+  CHECK(c.read() == std::string("\x01\x00", 2));  // WAIT_CANCELED, then STOP_WAITING
+  CHECK(ctx.table.find("closed") != nullptr);
+  CHECK(c.close_requests == 0);
+}
