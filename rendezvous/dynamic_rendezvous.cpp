@@ -248,14 +248,18 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
         if (r.error) return self->fail(r.error);
         if (!r.values.at(0).empty()) return self->report_job_failed();
         const auto& round = r.values.at(1);
-        if (round.empty()) return self->look_at_round(self->last_round_ + 1);
+        // Join at once, without asking first whether the round has closed:
+        // a node that arrives late learns it from its arrival index (past
+        // the count in `closed`) and goes on to the next round, so the
+        // common case costs one request and one round trip less.
+        if (round.empty()) return self->join(self->last_round_ + 1);
         std::int64_t newest = 0;
         auto [end, ec] = std::from_chars(round.data(), round.data() + round.size(), newest);
         if (ec != std::errc() || end != round.data() + round.size() || newest < 0) {
           return self->fail(error_of(
               fmt::format("the round counter of run {} is corrupt", self->options_.run_id)));
         }
-        self->look_at_round(std::max<std::int64_t>(newest, self->last_round_ + 1));
+        self->join(std::max<std::int64_t>(newest, self->last_round_ + 1));
       });
     });
   }
@@ -326,23 +330,6 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
 
   // A round that is already closed is running without us: ask to be let
   // in (when there is room) and join the next one.
-  void look_at_round(std::int64_t r) {
-    auto self = shared_from_this();
-    auto epoch = epoch_;
-    ops_->check({round_key(r, "closed")}, [self, r, epoch](store_result c) {
-      if (self->epoch_ != epoch) return;  // a stale round's reply
-      if (c.error) return self->fail(c.error);
-      if (!c.flag) return self->join(r);
-      self->ops_->read_now({self->round_key(r, "closed")}, [self, r, epoch](store_result n) {
-        if (self->epoch_ != epoch) return;  // a stale round's reply
-        if (n.error) return self->fail(n.error);
-        int members = 0;
-        if (!parse_count(n.values.at(0), members)) return self->fail_corrupt_count(r);
-        self->wait_for_next_round(r, members);
-      });
-    });
-  }
-
   void wait_for_next_round(std::int64_t r, int members) {
     auto self = shared_from_this();
     auto epoch = epoch_;

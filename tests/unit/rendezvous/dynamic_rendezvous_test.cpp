@@ -3,6 +3,7 @@
 // without the network namespaces (those are in tests/e2e).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <functional>
 #include <random>
@@ -11,6 +12,7 @@
 #include <optional>
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <fmt/format.h>
 
 #include "rendezvous/dynamic_rendezvous.h"
@@ -312,6 +314,57 @@ TEST_CASE("a node arriving at a running round below MAX is let in") {
   CHECK(second[0].info.group_rank == first[0].info.group_rank);
   CHECK(second[1].info.group_rank == first[1].info.group_rank);
   CHECK(second[2].info.group_rank == 2);
+}
+
+// A newcomer joins a round without asking first whether it has closed; at
+// a full round it must learn from its arrival index that it came late and
+// wait, not end the round or take a rank in it.
+TEST_CASE("a node arriving at a full round waits for the next one") {
+  cluster c;
+  c.add(2, 2);
+  c.add(2, 2);
+  std::vector<round_result> first(2);
+  round_result newcomer, node0_again;
+  std::vector<std::string> reasons(2);
+  int first_done = 0;
+  for (int i = 0; i < 2; ++i) {
+    join(*c.nodes[i], first[i], [&, i] {
+      c.nodes[i]->watch_round([&, i](std::string why) {
+        reasons[i] = why;
+        if (i == 0) join(*c.nodes[0], node0_again, [&] {
+          if (newcomer.done) c.shutdown_all();
+        });
+      });
+      if (++first_done < 2) return;
+      // Round 0 runs with its two nodes, the most it takes; a third arrives.
+      auto& third = c.add_with(2, 2, [&](dynamic_rendezvous_options& o) {
+        o.log = [&](const std::string& line) {
+          c.log.push_back(line);
+          // It waits; only then does node 1 die, and its last will end
+          // round 0, so node 0 and the newcomer meet in round 1.
+          if (line.find("is full") != std::string::npos) {
+            boost::asio::post(c.io, [&] { c.nodes[1]->shutdown(); });
+          }
+        };
+      });
+      join(third, newcomer, [&] {
+        if (node0_again.done) c.shutdown_all();
+      });
+    });
+  }
+  c.io.run();
+  CHECK(std::count_if(c.log.begin(), c.log.end(), [](const std::string& l) {
+          return l.find("round 0 is full (2 nodes); waiting for the next one") != std::string::npos;
+        }) == 1);
+  // Round 0 ended because node 1 died, not because of the newcomer.
+  CHECK_THAT(reasons[0], !Catch::Contains("waiting to join"));
+  REQUIRE_FALSE(newcomer.error);
+  REQUIRE_FALSE(node0_again.error);
+  CHECK(newcomer.info.round == 1);
+  CHECK(node0_again.info.round == 1);
+  CHECK(newcomer.info.group_world_size == 2);
+  CHECK(node0_again.info.group_rank == first[0].info.group_rank);
+  CHECK(newcomer.info.group_rank == 1 - first[0].info.group_rank);
 }
 
 TEST_CASE("the exit barrier releases every node when the last one finishes") {
