@@ -83,23 +83,6 @@ void add_unique(std::vector<host_entry>& hosts, std::set<std::string>& seen,
   }
 }
 
-// Splits on commas outside brackets ("a,b[1,2]:2,c").
-std::vector<std::string_view> split_entries(std::string_view text) {
-  std::vector<std::string_view> parts;
-  int depth = 0;
-  std::size_t start = 0;
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    if (text[i] == '[') ++depth;
-    if (text[i] == ']') --depth;
-    if (text[i] == ',' && depth == 0) {
-      parts.push_back(text.substr(start, i - start));
-      start = i + 1;
-    }
-  }
-  parts.push_back(text.substr(start));
-  return parts;
-}
-
 }  // namespace
 
 std::string host_entry::address() const {
@@ -114,7 +97,13 @@ std::vector<host_entry> parse_hosts_flag(std::string_view text) {
   }
   std::vector<host_entry> hosts;
   std::set<std::string> seen;
-  for (std::string_view entry : split_entries(text)) {
+  std::vector<std::string_view> entries;
+  try {
+    entries = split_hostlist(text);
+  } catch (const hostlist_error& e) {
+    throw usage_error(fmt::format("{}: {}", where, e.what()));
+  }
+  for (std::string_view entry : entries) {
     entry = trim(entry);
     if (entry.empty()) {
       throw usage_error(fmt::format("--hosts: '{}' has an empty entry; give host[:slots],...",

@@ -27,25 +27,6 @@ std::uint64_t number(std::string_view digits, std::string_view text) {
   return n;
 }
 
-// Splits on commas outside brackets.
-std::vector<std::string_view> split_top_level(std::string_view text) {
-  std::vector<std::string_view> parts;
-  int depth = 0;
-  std::size_t start = 0;
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    if (text[i] == '[') ++depth;
-    if (text[i] == ']') --depth;
-    if (depth < 0 || depth > 1) throw bad(text, "unbalanced brackets");
-    if (text[i] == ',' && depth == 0) {
-      parts.push_back(text.substr(start, i - start));
-      start = i + 1;
-    }
-  }
-  if (depth != 0) throw bad(text, "unbalanced brackets");
-  parts.push_back(text.substr(start));
-  return parts;
-}
-
 // "01-03,7" -> {"01","02","03","7"}: a range keeps its low bound's width.
 std::vector<std::string> expand_bracket(std::string_view inside, std::string_view text) {
   std::vector<std::string> values;
@@ -106,15 +87,33 @@ void expand_expression(std::string_view expr, std::string_view text,
 
 }  // namespace
 
+std::vector<std::string_view> split_hostlist(std::string_view text) {
+  std::vector<std::string_view> parts;
+  int depth = 0;
+  std::size_t start = 0;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '[') ++depth;
+    if (text[i] == ']') --depth;
+    if (depth < 0 || depth > 1) throw bad(text, "unbalanced brackets");
+    if (text[i] == ',' && depth == 0) {
+      parts.push_back(text.substr(start, i - start));
+      start = i + 1;
+    }
+  }
+  if (depth != 0) throw bad(text, "unbalanced brackets");
+  parts.push_back(text.substr(start));
+  return parts;
+}
+
 std::vector<std::string> expand_hostlist(std::string_view text) {
   std::vector<std::string> hosts;
   if (text.empty()) throw bad(text, "empty");
-  for (auto expr : split_top_level(text)) expand_expression(expr, text, hosts);
+  for (auto expr : split_hostlist(text)) expand_expression(expr, text, hosts);
   return hosts;
 }
 
 std::string first_host(std::string_view text) {
-  auto parts = split_top_level(text);
+  auto parts = split_hostlist(text);
   // Only the first expression, and only the first value of each bracket.
   std::string_view expr = parts.front();
   std::string host;

@@ -27,6 +27,11 @@ class hostlist_error : public std::invalid_argument {
 // million hosts.
 std::vector<std::string> expand_hostlist(std::string_view text);
 
+// The host list's expressions: `text` split on the commas outside
+// brackets ("a,b[1,2]:2,c" -> "a", "b[1,2]:2", "c"). Throws hostlist_error
+// on unbalanced or nested brackets.
+std::vector<std::string_view> split_hostlist(std::string_view text);
+
 // The first host of a host list, without expanding the rest.
 std::string first_host(std::string_view text);
 

@@ -85,6 +85,15 @@ std::optional<std::string> base64_decode(std::string_view text) {
   return out;
 }
 
+std::int64_t integer_of(const nlohmann::json& j) {
+  try {
+    if (j.is_string()) return std::stoll(j.get<std::string>());
+    if (j.is_number_integer()) return j.get<std::int64_t>();
+  } catch (const std::exception&) {
+  }
+  return 0;
+}
+
 std::shared_ptr<ssl::context> make_etcd_tls(const etcd_options& o) {
   if (!o.tls) return nullptr;
   auto ctx = std::make_shared<ssl::context>(ssl::context::tls_client);

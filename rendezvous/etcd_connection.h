@@ -84,4 +84,9 @@ std::string base64_encode(std::string_view bytes);
 // nullopt when `text` is not base64.
 std::optional<std::string> base64_decode(std::string_view text);
 
+// An int64 field of etcd's JSON (a string there, as proto3 JSON writes
+// 64-bit integers; a number from some proxies); 0 when absent or not a
+// number, as etcd omits fields that are 0.
+std::int64_t integer_of(const nlohmann::json& j);
+
 }  // namespace dtrun::rendezvous

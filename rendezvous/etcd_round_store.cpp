@@ -26,15 +26,6 @@ namespace {
 // etcd's default --max-txn-ops is 128; ranges go in batches below it.
 constexpr std::size_t txn_batch = 64;
 
-std::int64_t integer_of(const json& j) {
-  try {
-    if (j.is_string()) return std::stoll(j.get<std::string>());
-    if (j.is_number_integer()) return j.get<std::int64_t>();
-  } catch (const std::exception&) {
-  }
-  return 0;
-}
-
 // The first key after every key that starts with `prefix`.
 std::string prefix_end(std::string prefix) {
   while (!prefix.empty()) {

@@ -10,15 +10,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-std::int64_t integer_of(const json& j) {
-  try {
-    if (j.is_string()) return std::stoll(j.get<std::string>());
-    if (j.is_number_integer()) return j.get<std::int64_t>();
-  } catch (const std::exception&) {
-  }
-  return 0;
-}
-
 std::string decoded(const json& kv, const char* field) {
   auto it = kv.find(field);
   if (it == kv.end() || !it->is_string()) return {};

@@ -68,6 +68,9 @@ TEST_CASE("bad --hosts values are one line naming --hosts") {
   CHECK(error_of([] { parse_hosts_flag("a;reboot"); }).find("'a;reboot' is not a host name") !=
         std::string::npos);
   CHECK(error_of([] { parse_hosts_flag("n[1-"); }).rfind("--hosts: Slurm host list", 0) == 0);
+  // A comma inside an unclosed bracket: refused, not split into "n[1" and "2".
+  CHECK(error_of([] { parse_hosts_flag("n[1,2"); }) ==
+        "--hosts: Slurm host list 'n[1,2': unbalanced brackets");
   for (const char* text : {"", "a,,b", "a:0", "n[1-", "a,a"}) {
     INFO(text);
     CHECK(error_of([&] { parse_hosts_flag(text); }).find('\n') == std::string::npos);

@@ -51,6 +51,17 @@ TEST_CASE("malformed host lists are refused with the text in the message") {
   CHECK_THROWS_WITH(expand_hostlist("node[3-1]"), Catch::Contains("node[3-1]"));
 }
 
+TEST_CASE("a host list splits on the commas outside brackets") {
+  using parts = std::vector<std::string_view>;
+  CHECK(split_hostlist("a,b[1,2]:2,c") == parts{"a", "b[1,2]:2", "c"});
+  CHECK(split_hostlist("n[1-3]") == parts{"n[1-3]"});
+  CHECK(split_hostlist("a,") == parts{"a", ""});
+  for (const char* text : {"n[1", "n]1[", "n[[1]]"}) {
+    INFO(text);
+    CHECK_THROWS_AS(split_hostlist(text), hostlist_error);
+  }
+}
+
 TEST_CASE("Slurm task counts per node expand") {
   struct row {
     const char* text;
