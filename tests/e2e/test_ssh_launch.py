@@ -9,6 +9,7 @@ any host (the remote agents see their stdin close); an unreachable host is
 one clear error and stops the others; a failing worker on one host gives
 one summary naming host and rank, and its exit code."""
 
+import contextlib
 import os
 import re
 import select
@@ -49,6 +50,24 @@ def args(hosts, *flags):
     return [str(dh.DTRUN), *([] if given else [f"--hosts={hosts.hosts_flag()}"]),
             f"--ssh={hosts.ssh_flag()}", "--export=DTRUN_TEST_MARK,FAIL_HOST",
             f"--rdzv-conf={FAST_RDZV}", *flags]
+
+
+@contextlib.contextmanager
+def reaped(p, env):
+    """Whatever the body does or raises: the launcher, then every process of
+    the job on every host (marked with DTRUN_TEST_MARK), are killed on the
+    way out, so one failing test leaves nothing to the next."""
+    try:
+        yield p
+    finally:
+        p.kill()  # no-op once it has been waited for
+        dh.kill_marked(env["DTRUN_TEST_MARK"])
+
+
+def run_to_end(p, env, timeout):
+    """The launcher's exit code and output, then what of the job is left."""
+    code, out, err = communicate(p, timeout=timeout)
+    return code, out, err, dh.gone_within(env["DTRUN_TEST_MARK"])
 
 
 def communicate(proc, timeout=240):
@@ -230,15 +249,12 @@ def test_ctrl_c_stops_every_host(tmp_path):
     env = job_env()
     with ssh_hosts.SshHosts(2, tmp_path) as hosts:
         p, events, alive_fd = start_waiters(hosts, tmp_path, env, 2)
-        try:
+        with reaped(p, env):
             os.kill(p.pid, signal.SIGINT)
             got = events.lines(4, timeout=30)
             code, _, stderr = communicate(p, timeout=60)
             wait_for_eof(alive_fd, timeout=10)
             left = dh.gone_within(env["DTRUN_TEST_MARK"])
-        finally:
-            p.kill()
-            dh.kill_marked(env["DTRUN_TEST_MARK"])
     # Every worker on every host got the SIGINT itself (forwarded as is).
     assert sorted(line.split(" got ")[1] for line in got) == ["SIGINT"] * 4, got
     assert sorted(line.split(" ")[0] for line in got) == ["h1", "h1", "h2", "h2"], got
@@ -251,7 +267,7 @@ def test_sigkill_of_the_launcher_leaves_nothing_on_any_host(tmp_path):
     env = job_env()
     with ssh_hosts.SshHosts(3, tmp_path) as hosts:
         p, _, alive_fd = start_waiters(hosts, tmp_path, env, 3)
-        try:
+        with reaped(p, env):
             killed_at = time.monotonic()
             os.kill(p.pid, signal.SIGKILL)
             p.wait()
@@ -260,8 +276,6 @@ def test_sigkill_of_the_launcher_leaves_nothing_on_any_host(tmp_path):
             # The agents and the ssh clients too (bounded /proc scan).
             left = dh.gone_within(env["DTRUN_TEST_MARK"], timeout=CLEANUP_BOUND_S)
             all_gone = time.monotonic() - killed_at
-        finally:
-            dh.kill_marked(env["DTRUN_TEST_MARK"])
     print(f"after the SIGKILL of the launching dtrun: workers gone in {took:.3f} s, every "
           f"process of the job (agents, ssh clients) in {all_gone:.3f} s")
     assert left == [], left
@@ -289,16 +303,13 @@ def test_a_dropped_connection_stops_that_host_and_the_others(tmp_path):
     env = job_env()
     with ssh_hosts.SshHosts(3, tmp_path) as hosts:
         p, _, alive_fd = start_waiters(hosts, tmp_path, env, 3)
-        try:
+        with reaped(p, env):
             # The connection to host 2 goes (its ssh client dies): its agent
             # sees its stdin close, the launcher sees the host end.
             os.kill(ssh_client_of(p.pid, hosts.addr(2)), signal.SIGKILL)
             took = wait_for_eof(alive_fd, timeout=CLEANUP_BOUND_S)
             code, _, stderr = communicate(p, timeout=60)
             left = dh.gone_within(env["DTRUN_TEST_MARK"])
-        finally:
-            p.kill()
-            dh.kill_marked(env["DTRUN_TEST_MARK"])
     print(f"every worker gone {took:.3f} s after the connection to host 2 dropped")
     errors = [line for line in stderr.splitlines() if line.startswith("dtrun: error:")]
     assert errors == ["dtrun: error: host 10.77.0.2: its ssh was killed by SIGKILL; its agent "
@@ -314,12 +325,8 @@ def test_an_unreachable_host_is_one_clear_error_and_stops_the_others(tmp_path):
     # Host 3 exists but runs no sshd: the connection is refused.
     with ssh_hosts.SshHosts(3, tmp_path, sshd_on=[1, 2]) as hosts:
         p = hosts.start_launcher(args(hosts, "--python", dh.PYTHON, str(script)), env, tmp_path)
-        try:
-            code, stdout, stderr = communicate(p, timeout=120)
-            left = dh.gone_within(env["DTRUN_TEST_MARK"])
-        finally:
-            p.kill()
-            dh.kill_marked(env["DTRUN_TEST_MARK"])
+        with reaped(p, env):
+            code, stdout, stderr, left = run_to_end(p, env, timeout=120)
     assert code == 255, stderr
     errors = [line for line in stderr.splitlines() if line.startswith("dtrun: error:")]
     assert errors == [
@@ -347,12 +354,8 @@ def test_a_failing_worker_gives_one_summary_naming_host_and_rank(tmp_path):
     with ssh_hosts.SshHosts(3, tmp_path) as hosts:
         p = hosts.start_launcher(args(hosts, "--nproc-per-node=2", "--python", dh.PYTHON,
                                       str(script)), env, tmp_path)
-        try:
-            code, _, stderr = communicate(p, timeout=120)
-            left = dh.gone_within(env["DTRUN_TEST_MARK"])
-        finally:
-            p.kill()
-            dh.kill_marked(env["DTRUN_TEST_MARK"])
+        with reaped(p, env):
+            code, _, stderr, left = run_to_end(p, env, timeout=120)
     assert code == 7, stderr
     block = summary(stderr)  # exactly one, though every host printed one
     m = re.fullmatch(r"h2 \(node rank (\d)\)", field(block, "host"))
@@ -372,12 +375,8 @@ def test_a_missing_remote_dtrun_is_one_line_naming_host_and_path(tmp_path):
     with ssh_hosts.SshHosts(2, tmp_path) as hosts:
         p = hosts.start_launcher(args(hosts, "--remote-dtrun=/nonexistent/dtrun", "--no-python",
                                       "true"), env, tmp_path)
-        try:
-            code, _, stderr = communicate(p, timeout=120)
-            left = dh.gone_within(env["DTRUN_TEST_MARK"])
-        finally:
-            p.kill()
-            dh.kill_marked(env["DTRUN_TEST_MARK"])
+        with reaped(p, env):
+            code, _, stderr, left = run_to_end(p, env, timeout=120)
     assert code == 127, stderr
     errors = [line for line in stderr.splitlines() if line.startswith("dtrun: error:")]
     # Both hosts fail the same way; the first to end is named.
