@@ -758,8 +758,11 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
       if (n.number >= self->members_) {
         self->ops_->set(self->round_key(r, "all_done"), "1", [](store_result) {});
       }
-      // The barrier waits on a connection of its own: behind a long WAIT on
-      // ops_, our heartbeats would stall and the ring would declare us lost.
+      // The barrier waits on a connection of its own: the watch lane of
+      // ours holds the WAIT on `over` (a node lost now must still end the
+      // barrier), and a WAIT returns when all its keys exist, not any, so
+      // one WAIT cannot watch both. It costs the store a second descriptor
+      // per node, but only at the end.
       self->barrier_ = self->make_client(self->options_.close_timeout);
       self->barrier_->connect([](store_result) {});
       self->barrier_->wait({self->round_key(r, "all_done")}, self->options_.exit_barrier_timeout,
