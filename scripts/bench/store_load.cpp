@@ -46,6 +46,7 @@
 #include <nlohmann/json.hpp>
 
 #include "rendezvous/wire_codec.h"
+#include "scripts/bench/store_bench.h"
 
 namespace {
 
@@ -304,14 +305,6 @@ class load_connection : public std::enable_shared_from_this<load_connection> {
   bool finished_ = false;
 };
 
-void raise_open_file_limit() {
-  rlimit limit{};
-  if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
-    limit.rlim_cur = limit.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &limit);
-  }
-}
-
 // With --sync: tells the driver (on stdout) that the load is about to
 // start or has just finished, and waits for its go-ahead (a line on
 // stdin), so it can sample the server's CPU time exactly around the load,
@@ -329,12 +322,6 @@ double cpu_seconds() {
   getrusage(RUSAGE_SELF, &usage);
   auto seconds = [](const timeval& tv) { return static_cast<double>(tv.tv_sec) + tv.tv_usec / 1e6; };
   return seconds(usage.ru_utime) + seconds(usage.ru_stime);
-}
-
-std::uint64_t percentile(std::vector<std::uint32_t>& sorted, double p) {
-  if (sorted.empty()) return 0;
-  auto i = static_cast<std::size_t>(p * static_cast<double>(sorted.size() - 1) + 0.5);
-  return sorted[std::min(i, sorted.size() - 1)];
 }
 
 // After an ADD run: the shared counter must equal the ADDs done.
@@ -417,8 +404,8 @@ nlohmann::json run_load(run_state& state) {
       {"ops", state.ops_in_window},
       {"ops_total", state.ops_total},
       {"ops_per_s", elapsed > 0 ? static_cast<double>(state.ops_in_window) / elapsed : 0.0},
-      {"p50_us", static_cast<double>(percentile(state.latencies_ns, 0.50)) / 1000.0},
-      {"p99_us", static_cast<double>(percentile(state.latencies_ns, 0.99)) / 1000.0},
+      {"p50_us", static_cast<double>(dtrun::bench::percentile(state.latencies_ns, 0.50)) / 1000.0},
+      {"p99_us", static_cast<double>(dtrun::bench::percentile(state.latencies_ns, 0.99)) / 1000.0},
       {"cpu_s", load_cpu_s},
       {"background_idle", background.size()},
   };
@@ -501,10 +488,7 @@ int main(int argc, char** argv) {
   CLI::App app{"store_load: TCPStore load generator"};
   options opts;
   std::string dialect = "v1.13";
-  app.add_option("--dialect", dialect, "wire dialect: v1.13 (torch 1.13's server) or v2 "
-                 "(torch 2.x's; dtrun-store speaks both)")
-      ->check(CLI::IsMember({"v1.13", "v2"}))
-      ->capture_default_str();
+  dtrun::bench::add_dialect_option(app, dialect);
   app.add_option("--host", opts.host)->capture_default_str();
   app.add_option("--port", opts.port)->required();
   app.add_option("--connections", opts.connections, "concurrent client connections")
@@ -526,14 +510,10 @@ int main(int argc, char** argv) {
   app.add_option("--timeout", opts.timeout_s, "seconds before giving up on stragglers")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
-  if (dialect == "v2") {
-    cmd = commands_of(wire::dialect::v2);
-    validate_bytes = wire::encode_request(wire::dialect::v2,
-                                          wire::request{wire::op::validate, {}, {}, {},
-                                                        wire::validation_magic});
-  }
+  cmd = commands_of(dtrun::bench::dialect_of(dialect));
+  validate_bytes = dtrun::bench::validate_bytes(dtrun::bench::dialect_of(dialect));
 
-  raise_open_file_limit();
+  dtrun::bench::raise_open_file_limit();
   // One thread: no locking in Asio's scheduler and reactor.
   asio::io_context io(BOOST_ASIO_CONCURRENCY_HINT_UNSAFE);
   run_state state(io, opts);

@@ -154,6 +154,8 @@ def build_rows(samples: list[dict]) -> list[Row]:
             target = None
             if metric == "setget_ops_per_s" and c == 1024:
                 target = Target(">= 2x torch's at 1,024 connections", min_advantage=2)
+            if metric == "setget_p99_us" and c == 1024:
+                target = Target("no worse than torch's at 1,024 connections", max_ratio=1)
             rows.append(Row("store", f"{label} @ {c:,} conns", unit, lower,
                             p("store", metric, dt, connections=c, idle=0), "torch TCPStore",
                             p("store", metric, "torch", connections=c, idle=0), target))
@@ -173,6 +175,25 @@ def build_rows(samples: list[dict]) -> list[Row]:
                         p("store", "idle_answered", dt, idle=idle), "torch TCPStore",
                         p("store", "idle_answered", "torch", idle=idle),
                         Target(f"all {idle:,} answered", min_value=idle)))
+    # 5b. store barrier: N ranks' init_process_group + barrier (largest N)
+    ns = cells(samples, "store-barrier", "wall_s", "ranks")
+    if ns:
+        n = max(ns)
+        b = "store-barrier"
+        rows.append(Row("store barrier", f"{n:,}-rank init + barrier, wall; vs torch 2.6", "s",
+                        True, p(b, "wall_s", dt, ranks=n), "torch 2.6 TCPStore (classic)",
+                        p(b, "wall_s", "torch-2.6", ranks=n),
+                        Target(">= 2x faster than torch 2.x's at 16,000 ranks", min_advantage=2,
+                               only_nodes=16000), nodes=n))
+        rows.append(Row("store barrier", f"{n:,}-rank init + barrier, wall (1.13 clients); "
+                        "vs torch 1.13", "s", True, p(b, "wall_s", "dtrun-1.13", ranks=n),
+                        "torch 1.13 TCPStore", p(b, "wall_s", "torch", ranks=n)))
+        rows.append(Row("store barrier", f"{n:,}-rank p99 go -> master's address; vs torch 2.6",
+                        "ms", True, p(b, "p99_ms", dt, ranks=n), "torch 2.6 TCPStore (classic)",
+                        p(b, "p99_ms", "torch-2.6", ranks=n)))
+        rows.append(Row("store barrier", f"{n:,}-rank server CPU; vs torch 2.6", "s", True,
+                        p(b, "server_cpu_s", dt, ranks=n), "torch 2.6 TCPStore (classic)",
+                        p(b, "server_cpu_s", "torch-2.6", ranks=n)))
     # 6. rendezvous
     ns = cells(samples, "rendezvous", "inprocess_seconds", "nodes")
     if ns:

@@ -85,7 +85,7 @@ def test_quick_suite_writes_every_benchmarks_row_and_the_plot(tmp_path):
     # Every benchmark ran (node loss may only be skipped where namespaces cannot be made).
     status = {row["benchmark"]: row["status"] for row in table(md, "Benchmarks run")}
     no_netns = netns_hosts.unavailable_reason()
-    expected = {"launch", "store", "rendezvous", "realjob", "nodeloss"}
+    expected = {"launch", "store", "store-barrier", "rendezvous", "realjob", "nodeloss"}
     assert set(status) == expected, status
     for name, text in status.items():
         if name == "nodeloss" and no_netns:
@@ -113,6 +113,10 @@ def test_quick_suite_writes_every_benchmarks_row_and_the_plot(tmp_path):
               ("store", "set+get p50 latency @ 8 conns", True),
               ("store", "set+get p99 latency @ 8 conns", True),
               ("store", "200 idle connections held", True),
+              # torch 1.13's server is always there; 2.6's only where its rootfs is.
+              ("store barrier", "256-rank init + barrier, wall (1.13 clients)", True),
+              ("store barrier", "256-rank init + barrier, wall; vs torch 2.6", False),
+              ("store barrier", "256-rank p99", False),
               ("rendezvous", "in-process round, N = 4", False),
               ("rendezvous", "store requests per node, N = 4", False),
               ("rendezvous", "4 real agents: last start -> all ranked", False)]
@@ -137,10 +141,20 @@ def test_quick_suite_writes_every_benchmarks_row_and_the_plot(tmp_path):
     idle = find(rows, "store", "200 idle connections held")
     assert number(idle["dtrun median"]) == 200 and number(idle["anchor median"]) == 200, idle
 
+    # Store barrier: every dtrun-store cell is a number, not "timeout" or
+    # "errors: ..." (the benchmark also exits 1 on any dtrun-store error,
+    # which the "ok" status above rules out).
+    barrier = table(md, "Details: store-barrier")
+    assert [row["N"] for row in barrier] == ["64", "256"], barrier
+    for row in barrier:
+        for column in ("dtrun-store wall s", "dtrun p99 ms", "dtrun-store, 1.13 clients: wall s"):
+            assert number(row[column]) > 0, (column, row)
+        assert number(row["torch 1.13 wall s"]) > 0, row
+
     # The raw repetitions are there, one JSON object per line.
     raw = [json.loads(line) for line in (out / "raw.jsonl").read_text().splitlines()]
-    assert {s["bench"] for s in raw} >= {"launch", "restart", "rss", "store", "rendezvous",
-                                         "realjob"}
+    assert {s["bench"] for s in raw} >= {"launch", "restart", "rss", "store", "store-barrier",
+                                         "rendezvous", "realjob"}
     assert all(s["values"] for s in raw)
 
     png = (out / "bench-results.png").read_bytes()
