@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstring>
 #include <deque>
 #include <optional>
 #include <random>
@@ -23,70 +22,6 @@ using asio::ip::tcp;
 using wire::op;
 
 namespace {
-
-// Reads reply fields from the front of the unread bytes. Each read returns
-// false when the bytes are not all there yet; the caller then retries the
-// whole reply once more bytes arrive (replies are small, except values).
-class reply_cursor {
- public:
-  explicit reply_cursor(std::span<const std::uint8_t> in) : in_(in) {}
-  std::size_t consumed() const { return pos_; }
-
-  template <typename T>
-  bool value(T& out) {
-    if (in_.size() - pos_ < sizeof(T)) return false;
-    std::memcpy(&out, in_.data() + pos_, sizeof(T));
-    pos_ += sizeof(T);
-    return true;
-  }
-
-  bool bytes(std::string& out, std::uint64_t cap) {
-    std::uint64_t len = 0;
-    if (in_.size() - pos_ < sizeof len) return false;
-    std::memcpy(&len, in_.data() + pos_, sizeof len);
-    if (len > cap) throw store_error(fmt::format("the store sent a value of {} bytes", len));
-    if (in_.size() - pos_ - sizeof len < len) return false;
-    pos_ += sizeof len;
-    out.assign(reinterpret_cast<const char*>(in_.data() + pos_), len);
-    pos_ += len;
-    return true;
-  }
-
- private:
-  std::span<const std::uint8_t> in_;
-  std::size_t pos_ = 0;
-};
-
-// Fills `result` from a complete reply and returns true, or false when
-// more bytes are needed.
-using reply_reader = std::function<bool(reply_cursor&, store_result&)>;
-
-reply_reader no_reply() {
-  return [](reply_cursor&, store_result&) { return true; };
-}
-
-// WAIT's one reply, STOP_WAITING, once every key exists.
-reply_reader wait_reader() {
-  return [](reply_cursor& c, store_result& r) {
-    std::uint8_t reply = 0;
-    if (!c.value(reply)) return false;
-    if (reply != wire::wait_stop_waiting) {
-      r.error = std::make_exception_ptr(store_error(fmt::format("unexpected reply {} to WAIT", reply)));
-    }
-    return true;
-  };
-}
-
-// MULTI_GET's reply: `n` values, each at most `cap` bytes.
-reply_reader values_reader(std::size_t n, std::uint64_t cap) {
-  return [n, cap](reply_cursor& c, store_result& r) {
-    r.values.assign(n, {});
-    for (auto& v : r.values) {
-      if (!c.bytes(v, cap)) return false;
-    }
-    return true;
-  };
-}
 
 // The two lanes of one connection (async_store_client::watch_lane).
 constexpr int main_queue = 0;
@@ -116,16 +51,22 @@ class async_store_client::impl : public std::enable_shared_from_this<async_store
  public:
   struct operation {
     std::string request;
-    reply_reader read;
+    // The op whose reply is awaited (wire::parse_reply): the request's, or
+    // CANCEL_WAIT once a WAIT is being cancelled (on timeout, or to
+    // suspend it), or VALIDATE (no reply) for a 1.13 hello.
+    op answered = op::set;
+    std::size_t keys = 0;      // the request's number of keys (MULTI_GET's values)
+    std::uint32_t nonce = 0;   // the hello's PING nonce, to be echoed
     store_callback done;
     std::optional<store_duration> wait_timeout;  // set for WAIT
     std::vector<std::string> wait_keys;          // for the timeout message
     std::optional<store_clock::time_point> deadline;  // a WAIT's, set when first sent
-    bool cancelling = false;  // CANCEL_WAIT sent: on timeout, or to suspend it
     bool suspending = false;  // the cancel suspends it (the watch lane gives way)
     bool alone = false;       // sent in a batch of its own (the hello)
     int lane = 0;             // main_queue or watch_queue
     std::uint64_t id = 0;
+
+    bool cancelling() const { return answered == op::cancel_wait; }
   };
 
   impl(asio::io_context& io, tcp_store_client_options options)
@@ -237,17 +178,10 @@ class async_store_client::impl : public std::enable_shared_from_this<async_store
       hello.request = wire::encode_request(options_.dialect,
                                            {.kind = op::validate, .nonce = wire::validation_magic}) +
                       wire::encode_request(options_.dialect, {.kind = op::ping, .nonce = nonce});
-      hello.read = [nonce](reply_cursor& c, store_result& r) {
-        std::uint32_t echoed = 0;
-        if (!c.value(echoed)) return false;
-        if (echoed != nonce) {
-          r.error = std::make_exception_ptr(
-              store_connection_error("the server did not echo the ping; is it a TCPStore?"));
-        }
-        return true;
-      };
+      hello.answered = op::ping;
+      hello.nonce = nonce;
     } else {
-      hello.read = no_reply();
+      hello.answered = op::validate;  // nothing is sent, nothing awaited
     }
     hello.done = [this](store_result r) {
       hello_answered_ = true;  // a lane connecting later gets the same answer
@@ -262,18 +196,25 @@ class async_store_client::impl : public std::enable_shared_from_this<async_store
 
   // --- queueing ---------------------------------------------------------
 
-  void enqueue(int lane, std::string request, reply_reader read, store_callback done) {
-    enqueue(lane, operation{.request = std::move(request), .read = std::move(read),
-                            .done = std::move(done)});
+  // The operation for request `r`, awaiting r's reply. Throws store_error
+  // (before anything is queued) when the dialect lacks r.kind.
+  operation make_operation(const wire::request& r, store_callback done) const {
+    operation o;
+    o.request = encode(r);
+    o.answered = r.kind;
+    o.keys = r.keys.size();
+    o.done = std::move(done);
+    return o;
+  }
+
+  void enqueue(int lane, const wire::request& r, store_callback done) {
+    enqueue(lane, make_operation(r, std::move(done)));
   }
 
   // A continuation (the GET after a get's WAIT) goes first in its lane, so
   // that the lane's operations complete in the order they were called.
-  void enqueue_next(int lane, std::string request, reply_reader read, store_callback done) {
-    enqueue(lane,
-            operation{.request = std::move(request), .read = std::move(read),
-                      .done = std::move(done)},
-            true);
+  void enqueue_next(int lane, const wire::request& r, store_callback done) {
+    enqueue(lane, make_operation(r, std::move(done)), true);
   }
 
   void enqueue(int lane, operation o, bool first = false) {
@@ -293,11 +234,17 @@ class async_store_client::impl : public std::enable_shared_from_this<async_store
     pump();
   }
 
-  std::string encode(const wire::request& r) const {
-    if (!wire::byte_for(options_.dialect, r.kind)) {
+  // Refuses, with store_error, an op the dialect lacks (1.13: MULTI_GET,
+  // CANCEL_WAIT...), before anything is queued.
+  void require(op o) const {
+    if (!wire::byte_for(options_.dialect, o)) {
       throw store_error(fmt::format("{} is not supported by a PyTorch 1.13 store server",
-                                    wire::op_name(r.kind)));
+                                    wire::op_name(o)));
     }
+  }
+
+  std::string encode(const wire::request& r) const {
+    require(r.kind);
     return wire::encode_request(options_.dialect, r);
   }
 
@@ -370,41 +317,23 @@ class async_store_client::impl : public std::enable_shared_from_this<async_store
       return;
     }
     auto& h = head();
-    if (!h.wait_timeout || h.cancelling) return;
+    if (!h.wait_timeout || h.cancelling()) return;
+    cancel_head_wait(true);
+  }
+
+  // Asks the server to drop the head's WAIT (sent, the only operation in
+  // flight, so no write is in progress and batch_ is free): on its
+  // timeout, or to `suspend` it, in which case the main lane's work goes
+  // in the same write. The server answers WAIT_CANCELED, after a
+  // STOP_WAITING when the keys arrived in the meantime (try_complete).
+  void cancel_head_wait(bool suspend) {
     disarm_timer();
-    h.cancelling = true;
-    h.suspending = true;
-    h.read = cancel_reader();
-    batch_ = encode({.kind = op::cancel_wait});
-    take_batch(lanes_[main_queue]);  // after h: `h` stays valid (deque)
-    send_for_head(batch_, h.id, "cancelling a wait");
-  }
-
-  // A cancelled WAIT's replies: WAIT_CANCELED, after a STOP_WAITING when
-  // the keys arrived in the meantime; result.flag says the wait was
-  // cancelled before its keys came.
-  static reply_reader cancel_reader() {
-    return [](reply_cursor& c, store_result& r) {
-      std::uint8_t first = 0, second = 0;
-      if (!c.value(first)) return false;
-      if (first == wire::wait_stop_waiting) {
-        if (!c.value(second)) return false;
-        return true;  // the keys arrived just in time: a success
-      }
-      r.flag = true;
-      return true;
-    };
-  }
-
-  // Asks the server to drop the head's WAIT. It answers WAIT_CANCELED, after
-  // a STOP_WAITING when the keys arrived in the meantime; result.flag says
-  // the wait was cancelled before its keys came.
-  void send_cancel_for_head() {
     auto& h = head();
-    h.read = cancel_reader();
-    // The wait's replies are read only after the cancel is written.
-    cancel_request_ = encode({.kind = op::cancel_wait});
-    send_for_head(cancel_request_, h.id, "cancelling a wait");
+    h.answered = op::cancel_wait;
+    h.suspending = suspend;
+    batch_ = encode({.kind = op::cancel_wait});
+    if (suspend) take_batch(lanes_[main_queue]);  // after h: `h` stays valid (deque)
+    send_for_head(batch_, h.id, "cancelling a wait");
   }
 
   // The oldest operation in flight: the next reply is its.
@@ -437,7 +366,7 @@ class async_store_client::impl : public std::enable_shared_from_this<async_store
   // CANCEL_WAIT: a stale first expiry cannot act on the second arming.
   void arm_timer() {
     auto& h = head();
-    if (h.wait_timeout && !h.cancelling) {
+    if (h.wait_timeout && !h.cancelling()) {
       timer_.expires_at(*h.deadline);  // what is left, after a suspension
     } else {
       timer_.expires_after(bounded(options_.timeout));
@@ -458,9 +387,8 @@ class async_store_client::impl : public std::enable_shared_from_this<async_store
     if (closed_ || !sent_ || !head_is(id)) return;
     disarm_timer();  // this arming is used up
     auto& h = head();
-    if (h.wait_timeout && !h.cancelling && options_.dialect == wire::dialect::v2) {
-      h.cancelling = true;
-      send_cancel_for_head();
+    if (h.wait_timeout && !h.cancelling() && options_.dialect == wire::dialect::v2) {
+      cancel_head_wait(false);
       return;
     }
     if (h.wait_timeout && !h.suspending) {
@@ -477,6 +405,45 @@ class async_store_client::impl : public std::enable_shared_from_this<async_store
     }
     close_with(std::make_exception_ptr(store_timeout(fmt::format(
         "the store at {} did not answer within {} ms", endpoint_text_, options_.timeout.count()))));
+  }
+
+  // What a complete reply means to the operation's caller.
+  static store_result to_result(const operation& o, wire::reply r) {
+    store_result result;
+    switch (o.answered) {
+      case op::ping:  // the hello
+        if (r.nonce != o.nonce) {
+          result.error = std::make_exception_ptr(
+              store_connection_error("the server did not echo the ping; is it a TCPStore?"));
+        }
+        break;
+      case op::wait:
+        if (r.byte != wire::wait_stop_waiting) {
+          result.error = std::make_exception_ptr(
+              store_error(fmt::format("unexpected reply {} to WAIT", r.byte)));
+        }
+        break;
+      case op::check:
+        result.flag = r.byte == wire::check_ready;
+        break;
+      case op::delete_key:
+        result.flag = r.number == 1;
+        break;
+      case op::add:
+      case op::num_keys:
+        result.number = r.number;
+        break;
+      case op::get:
+      case op::compare_set:
+        result.value = std::move(r.value);
+        break;
+      case op::multi_get:
+        result.values = std::move(r.values);
+        break;
+      default:  // no reply (SET, MULTI_SET, a 1.13 hello), or not used here
+        break;
+    }
+    return result;
   }
 
   std::exception_ptr wait_timeout_error(const operation& o) const {
@@ -513,28 +480,31 @@ class async_store_client::impl : public std::enable_shared_from_this<async_store
   void try_complete() {
     while (sent_ && !flight_.empty() && !closed_) {
       auto& h = head();
-      reply_cursor cursor(std::span(buffer_.data() + begin_, end_ - begin_));
-      store_result result;
-      bool complete = false;
-      try {
-        complete = h.read(cursor, result);
-      } catch (const store_error& e) {
-        close_with(std::make_exception_ptr(e));
+      // Parsed again from its first byte on every read; a value is copied
+      // only once it has all arrived, so a large one costs no more.
+      auto parsed = wire::parse_reply(
+          h.answered, std::span<const std::uint8_t>(buffer_.data() + begin_, end_ - begin_),
+          h.keys, options_.max_value_bytes);
+      if (parsed.status == wire::parse_status::need_more) break;
+      if (parsed.status == wire::parse_status::bad) {
+        close_with(std::make_exception_ptr(store_error(
+            fmt::format("the store at {} sent a bad {}", endpoint_text_, parsed.error))));
         return;
       }
-      if (!complete) break;
-      begin_ += cursor.consumed();
+      begin_ += parsed.consumed;
       disarm_timer();
-      if (h.cancelling) {
-        bool cancelled = result.flag;
-        result.flag = false;
+      store_result result;
+      if (h.cancelling()) {
+        // Cancelled before its keys came, or (STOP_WAITING first) they came
+        // just in time: a success.
+        const bool cancelled = !parsed.rep.stop_waiting_first;
         // A deadline that passed while suspended is a timeout: under steady
         // main-lane traffic the timer never gets to say so.
         if (cancelled && h.suspending && store_clock::now() < *h.deadline) {
           // Suspended, not over: back to being an unsent WAIT, first in
           // its lane (what is in flight behind it is the main lane's).
-          h.cancelling = h.suspending = false;
-          h.read = wait_reader();
+          h.answered = op::wait;
+          h.suspending = false;
           lanes_[watch_queue].push_front(std::move(h));
           flight_.pop_front();
           if (!flight_.empty()) arm_timer();
@@ -542,6 +512,8 @@ class async_store_client::impl : public std::enable_shared_from_this<async_store
           continue;
         }
         if (cancelled) result.error = wait_timeout_error(h);
+      } else {
+        result = to_result(h, std::move(parsed.rep));
       }
       auto done = std::move(h.done);
       flight_.pop_front();
@@ -605,7 +577,6 @@ class async_store_client::impl : public std::enable_shared_from_this<async_store
   static constexpr std::size_t max_batch = 64;
   std::vector<std::uint8_t> buffer_;
   std::size_t begin_ = 0, end_ = 0;
-  std::string cancel_request_;
   bool connected_ = false, sent_ = false, closed_ = false;
   bool connect_started_ = false;
   bool hello_answered_ = false;
@@ -655,43 +626,31 @@ void async_store_client::connect(store_callback done) {
 }
 
 void async_store_client::set(std::string key, std::string value, store_callback done) {
-  impl_->enqueue(lane_, impl_->encode({.kind = op::set, .keys = {impl_->key(key)}, .values = {std::move(value)}}),
-                 no_reply(), std::move(done));
+  impl_->enqueue(lane_, {.kind = op::set, .keys = {impl_->key(key)}, .values = {std::move(value)}},
+                 std::move(done));
 }
 
 void async_store_client::add(std::string key, std::int64_t delta, store_callback done) {
-  impl_->enqueue(lane_, impl_->encode({.kind = op::add, .keys = {impl_->key(key)}, .number = delta}),
-                 [](reply_cursor& c, store_result& r) { return c.value(r.number); },
+  impl_->enqueue(lane_, {.kind = op::add, .keys = {impl_->key(key)}, .number = delta},
                  std::move(done));
 }
 
 void async_store_client::compare_set(std::string key, std::string expected, std::string desired,
                                      store_callback done) {
-  auto cap = impl_->options_.max_value_bytes;
-  impl_->enqueue(lane_, impl_->encode({.kind = op::compare_set,
-                                .keys = {impl_->key(key)},
-                                .values = {std::move(expected), std::move(desired)}}),
-                 [cap](reply_cursor& c, store_result& r) { return c.bytes(r.value, cap); },
+  impl_->enqueue(lane_,
+                 {.kind = op::compare_set,
+                  .keys = {impl_->key(key)},
+                  .values = {std::move(expected), std::move(desired)}},
                  std::move(done));
 }
 
 void async_store_client::check(std::vector<std::string> keys, store_callback done) {
-  impl_->enqueue(lane_, impl_->encode({.kind = op::check, .keys = impl_->keys(std::move(keys))}),
-                 [](reply_cursor& c, store_result& r) {
-                   std::uint8_t reply = 0;
-                   if (!c.value(reply)) return false;
-                   r.flag = reply == wire::check_ready;
-                   return true;
-                 },
-                 std::move(done));
+  impl_->enqueue(lane_, {.kind = op::check, .keys = impl_->keys(std::move(keys))}, std::move(done));
 }
 
 void async_store_client::wait(std::vector<std::string> keys, store_duration timeout,
                               store_callback done) {
-  impl::operation o;
-  o.request = impl_->encode({.kind = op::wait, .keys = impl_->keys(keys)});
-  o.read = wait_reader();
-  o.done = std::move(done);
+  auto o = impl_->make_operation({.kind = op::wait, .keys = impl_->keys(keys)}, std::move(done));
   o.wait_timeout = timeout;
   o.wait_keys = std::move(keys);
   impl_->enqueue(lane_, std::move(o));
@@ -702,58 +661,34 @@ void async_store_client::get(std::string key, store_duration timeout, store_call
   auto self = shared_from_this();
   wait({key}, timeout, [self, key, done = std::move(done)](store_result waited) mutable {
     if (waited.error) return done(std::move(waited));
-    auto cap = self->impl_->options_.max_value_bytes;
-    self->impl_->enqueue_next(
-        self->lane_,
-        self->impl_->encode({.kind = op::get, .keys = {self->impl_->key(key)}}),
-        [cap](reply_cursor& c, store_result& r) { return c.bytes(r.value, cap); },
-        std::move(done));
+    self->impl_->enqueue_next(self->lane_, {.kind = op::get, .keys = {self->impl_->key(key)}},
+                              std::move(done));
   });
 }
 
 void async_store_client::delete_key(std::string key, store_callback done) {
-  impl_->enqueue(lane_, impl_->encode({.kind = op::delete_key, .keys = {impl_->key(key)}}),
-                 [](reply_cursor& c, store_result& r) {
-                   std::int64_t n = 0;
-                   if (!c.value(n)) return false;
-                   r.flag = n == 1;
-                   return true;
-                 },
-                 std::move(done));
+  impl_->enqueue(lane_, {.kind = op::delete_key, .keys = {impl_->key(key)}}, std::move(done));
 }
 
 void async_store_client::num_keys(store_callback done) {
-  impl_->enqueue(lane_, impl_->encode({.kind = op::num_keys}),
-                 [](reply_cursor& c, store_result& r) { return c.value(r.number); },
-                 std::move(done));
+  impl_->enqueue(lane_, {.kind = op::num_keys}, std::move(done));
 }
 
 void async_store_client::multi_get(std::vector<std::string> keys, store_duration timeout,
                                    store_callback done) {
-  if (impl_->options_.dialect == wire::dialect::v1_13) {
-    throw store_error("MULTI_GET is not supported by a PyTorch 1.13 store server");
-  }
+  // Refused now, not when the WAIT before it is answered.
+  impl_->require(op::multi_get);
   auto self = shared_from_this();
   wait(keys, timeout, [self, keys, done = std::move(done)](store_result waited) mutable {
     if (waited.error) return done(std::move(waited));
-    auto cap = self->impl_->options_.max_value_bytes;
-    auto n = keys.size();
     self->impl_->enqueue_next(
-        self->lane_,
-        self->impl_->encode({.kind = op::multi_get, .keys = self->impl_->keys(std::move(keys))}),
-        values_reader(n, cap),
+        self->lane_, {.kind = op::multi_get, .keys = self->impl_->keys(std::move(keys))},
         std::move(done));
   });
 }
 
 void async_store_client::read_now(std::vector<std::string> keys, store_callback done) {
-  if (impl_->options_.dialect == wire::dialect::v1_13) {
-    throw store_error("MULTI_GET is not supported by a PyTorch 1.13 store server");
-  }
-  auto cap = impl_->options_.max_value_bytes;
-  auto n = keys.size();
-  impl_->enqueue(lane_, impl_->encode({.kind = op::multi_get, .keys = impl_->keys(std::move(keys))}),
-                 values_reader(n, cap),
+  impl_->enqueue(lane_, {.kind = op::multi_get, .keys = impl_->keys(std::move(keys))},
                  std::move(done));
 }
 
@@ -762,9 +697,11 @@ void async_store_client::multi_set(std::vector<std::string> keys, std::vector<st
   if (keys.size() != values.size()) {
     throw store_error("multi_set: the number of keys and values differ");
   }
-  impl_->enqueue(lane_, impl_->encode({.kind = op::multi_set, .keys = impl_->keys(std::move(keys)),
-                                .values = std::move(values)}),
-                 no_reply(), std::move(done));
+  impl_->enqueue(lane_,
+                 {.kind = op::multi_set,
+                  .keys = impl_->keys(std::move(keys)),
+                  .values = std::move(values)},
+                 std::move(done));
 }
 
 void async_store_client::set_will(std::string will, std::string target, std::string value,

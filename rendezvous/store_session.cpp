@@ -21,7 +21,11 @@ constexpr std::size_t read_chunk_bytes = 64 * 1024;
 // byte and three lengths), which carries a key and two values.
 constexpr std::size_t reply_framing_bytes = 64;
 
-std::size_t bytes_field(std::size_t n) { return 8 + n; }
+std::string byte_reply(std::uint8_t byte) {
+  std::string out;
+  wire::put_byte_reply(out, byte);
+  return out;
+}
 
 }  // namespace
 
@@ -188,7 +192,7 @@ void store_session::handle(wire::request& r) {
       expect_validate_ = false;
       return;
     case op::ping:
-      wire::put_u32(out, r.nonce);
+      wire::put_nonce_reply(out, r.nonce);
       break;
     case op::set:
       remember_will(r.keys[0], r.values[0]);
@@ -196,14 +200,14 @@ void store_session::handle(wire::request& r) {
       return;
     case op::compare_set: {
       auto result = table.compare_set(r.keys[0], r.values[0], r.values[1]);
-      if (!reply_fits(bytes_field(result.size()), "COMPARE_SET")) return;
-      wire::put_bytes(out, result);
+      if (!reply_fits(wire::value_bytes(result.size()), "COMPARE_SET")) return;
+      wire::put_value_reply(out, result);
       break;
     }
     case op::get:
       if (auto* v = table.find(r.keys[0])) {
-        if (!reply_fits(bytes_field(v->size()), "GET")) return;
-        wire::put_bytes(out, *v);
+        if (!reply_fits(wire::value_bytes(v->size()), "GET")) return;
+        wire::put_value_reply(out, *v);
       } else if (*dialect_ == wire::dialect::v1_13) {
         // A 1.13 client WAITs before every GET, so a missing key means it
         // is out of step: a wait it timed out on was answered late, and it
@@ -217,7 +221,7 @@ void store_session::handle(wire::request& r) {
       } else {
         // 2.x clients cancel timed-out waits; a key deleted between WAIT
         // and GET reads empty, as on PyTorch's libuv server.
-        wire::put_bytes(out, {});
+        wire::put_value_reply(out, {});
       }
       break;
     case op::add: {
@@ -228,20 +232,20 @@ void store_session::handle(wire::request& r) {
                          printable(r.keys[0])));
         return;
       }
-      wire::put_i64(out, *sum);
+      wire::put_number_reply(out, *sum);
       break;
     }
     case op::check:
-      wire::put_u8(out, table.check(r.keys) ? wire::check_ready : wire::check_not_ready);
+      wire::put_byte_reply(out, table.check(r.keys) ? wire::check_ready : wire::check_not_ready);
       break;
     case op::wait:
       start_wait(r.keys);
       return;
     case op::num_keys:
-      wire::put_i64(out, table.size());
+      wire::put_number_reply(out, table.size());
       break;
     case op::delete_key:
-      wire::put_i64(out, table.erase(r.keys[0]) ? 1 : 0);
+      wire::put_number_reply(out, table.erase(r.keys[0]) ? 1 : 0);
       break;
     case op::watch_key:
       start_watch(r.keys[0]);
@@ -270,11 +274,11 @@ void store_session::handle(wire::request& r) {
       for (const auto& k : r.keys) {
         auto* v = table.find(k);
         values.push_back(v ? std::string_view(*v) : std::string_view());
-        total += bytes_field(values.back().size());
+        total += wire::value_bytes(values.back().size());
       }
       if (!reply_fits(total, "MULTI_GET")) return;
       out.reserve(total);
-      for (auto v : values) wire::put_bytes(out, v);
+      wire::put_values_reply(out, values);
       break;
     }
     case op::multi_set:
@@ -287,27 +291,25 @@ void store_session::handle(wire::request& r) {
       table.cancel(waits_);
       waits_.clear();
       waits_kept_ = 0;
-      wire::put_u8(out, wire::wait_canceled);
+      wire::put_cancel_reply(out);
       break;
     case op::queue_push:
       table.queue_push(r.keys[0], std::move(r.values[0]));
       return;
     case op::queue_pop: {
       auto [length, value] = table.queue_pop(r.keys[0]);
-      wire::put_i64(out, length);
-      if (value) wire::put_bytes(out, *value);
+      wire::put_queue_item_reply(out, length, value);
       break;
     }
     case op::queue_len:
-      wire::put_i64(out, table.queue_len(r.keys[0]));
+      wire::put_number_reply(out, table.queue_len(r.keys[0]));
       break;
     case op::list_keys: {
       auto keys = table.list_keys();
-      std::size_t total = 8;
-      for (const auto& k : keys) total += bytes_field(k.size());
+      std::size_t total = wire::number_bytes;
+      for (const auto& k : keys) total += wire::value_bytes(k.size());
       if (!reply_fits(total, "LIST_KEYS")) return;
-      wire::put_i64(out, static_cast<std::int64_t>(keys.size()));
-      for (const auto& k : keys) wire::put_bytes(out, k);
+      wire::put_counted_values_reply(out, keys);
       break;
     }
   }
@@ -342,7 +344,7 @@ void store_session::start_wait(const std::vector<std::string>& keys) {
   // `this` stays valid for the callback: close() cancels every wait.
   auto handle = ctx_.table.wait(keys, [this] { on_wait_ready(); });
   if (!handle) {
-    reply(std::string(1, static_cast<char>(wire::wait_stop_waiting)));
+    reply(byte_reply(wire::wait_stop_waiting));
     return;
   }
   // Finished waits are dropped here, once the list has doubled since the
@@ -358,7 +360,7 @@ void store_session::start_wait(const std::vector<std::string>& keys) {
 void store_session::on_wait_ready() {
   if (!event_fits(1)) return;
   try {
-    reply(std::string(1, static_cast<char>(wire::wait_stop_waiting)));
+    reply(byte_reply(wire::wait_stop_waiting));
   } catch (const std::bad_alloc&) {
     fail("out of memory while answering its WAIT");
   }
@@ -370,14 +372,13 @@ void store_session::start_watch(const std::string& key) {
   watch_ids_.push_back(ctx_.table.watch(
       key, [this](std::uint8_t event, const std::string& k, std::string_view old_value,
                   std::string_view new_value) { on_watch_event(event, k, old_value, new_value); }));
-  reply(std::string(1, static_cast<char>(wire::watch_callback_registered)));
+  reply(byte_reply(wire::watch_callback_registered));
 }
 
 void store_session::on_watch_event(std::uint8_t event, const std::string& key,
                                    std::string_view old_value, std::string_view new_value) {
   if (closing_) return;
-  std::size_t size = 1 + bytes_field(key.size()) + bytes_field(old_value.size()) +
-                     bytes_field(new_value.size());
+  std::size_t size = wire::watch_event_bytes(key.size(), old_value.size(), new_value.size());
   if (size > ctx_.limits.reply_cap()) {
     fail(fmt::format("a watch event of {} bytes for key '{}' exceeds the reply limit of {} "
                      "bytes",
@@ -388,10 +389,7 @@ void store_session::on_watch_event(std::uint8_t event, const std::string& key,
   try {
     std::string out;
     out.reserve(size);
-    wire::put_u8(out, event);
-    wire::put_bytes(out, key);
-    wire::put_bytes(out, old_value);
-    wire::put_bytes(out, new_value);
+    wire::put_watch_event(out, event, key, old_value, new_value);
     reply(std::move(out));
   } catch (const std::bad_alloc&) {
     fail("out of memory while sending it a watch event");

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <random>
+#include <span>
 
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
@@ -134,7 +135,7 @@ class tcp_store_client::impl {
     try {
       open_socket(deadline);
       send(wire::encode_request(wire::dialect::v1_13, {.kind = op::num_keys}), deadline);
-      read_value<std::int64_t>(deadline);
+      read_reply(op::num_keys, deadline);
     } catch (const store_connection_error&) {
       return false;
     }
@@ -174,7 +175,7 @@ class tcp_store_client::impl {
   bool ping_until(store_clock::time_point deadline) {
     auto nonce = wire::handshake_nonce(static_cast<std::uint32_t>(::getpid()));
     send(wire::encode_request(wire::dialect::v2, {.kind = op::ping, .nonce = nonce}), deadline);
-    return read_value<std::uint32_t>(deadline) == nonce;
+    return read_reply(op::ping, deadline).nonce == nonce;
   }
 
   // --- requests ---------------------------------------------------------
@@ -212,7 +213,7 @@ class tcp_store_client::impl {
       // A one-byte reply cannot be half-read, so a timeout leaves the
       // connection in a known state.
       keep_connection_on_timeout_ = true;
-      reply = read_value<std::uint8_t>(deadline);
+      reply = read_reply(op::wait, deadline).byte;
       keep_connection_on_timeout_ = false;
     } catch (const store_timeout&) {
       keep_connection_on_timeout_ = false;
@@ -236,9 +237,8 @@ class tcp_store_client::impl {
       return;
     }
     send(encode({.kind = op::cancel_wait}), reply_deadline());
-    auto reply = read_value<std::uint8_t>(reply_deadline());
-    if (reply == wire::wait_stop_waiting) reply = read_value<std::uint8_t>(reply_deadline());
-    if (reply != wire::wait_canceled) close();
+    // WAIT_CANCELED, after the wait's STOP_WAITING if its keys came first.
+    if (read_reply(op::cancel_wait, reply_deadline()).byte != wire::wait_canceled) close();
   }
 
   // --- I/O primitives ---------------------------------------------------
@@ -306,27 +306,28 @@ class tcp_store_client::impl {
     }
   }
 
-  template <typename T>
-  T read_value(store_clock::time_point deadline) {
-    fill(sizeof(T), deadline);
-    T v;
-    std::memcpy(&v, read_buffer_.data() + read_pos_, sizeof(T));
-    read_pos_ += sizeof(T);
-    return v;
-  }
-
-  std::string read_bytes(store_clock::time_point deadline) {
-    auto len = read_value<std::uint64_t>(deadline);
-    if (len > options_.max_value_bytes) {
-      close();
-      throw store_error(fmt::format("the store at {} sent a value of {} bytes, over the limit "
-                                    "of {}",
-                                    endpoint_text_, len, options_.max_value_bytes));
+  // Reads the reply to `answered` (wire::parse_reply; `keys`: the
+  // request's, for MULTI_GET), waiting for as many bytes as it still needs
+  // in one go. A reply it cannot read (a value over max_value_bytes) closes
+  // the connection: the next bytes would not be a reply's start.
+  wire::reply read_reply(op answered, store_clock::time_point deadline, std::size_t keys = 0) {
+    while (true) {
+      std::span<const std::uint8_t> unread(read_buffer_.data() + read_pos_,
+                                           read_end_ - read_pos_);
+      auto parsed = wire::parse_reply(answered, unread, keys, options_.max_value_bytes);
+      switch (parsed.status) {
+        case wire::parse_status::complete:
+          read_pos_ += parsed.consumed;
+          return std::move(parsed.rep);
+        case wire::parse_status::bad:
+          close();
+          throw store_error(fmt::format("the store at {} sent a bad {}", endpoint_text_,
+                                        parsed.error));
+        case wire::parse_status::need_more:
+          fill(parsed.bytes_wanted, deadline);
+          break;
+      }
     }
-    fill(len, deadline);
-    std::string out(reinterpret_cast<const char*>(read_buffer_.data() + read_pos_), len);
-    read_pos_ += len;
-    return out;
   }
 
   tcp_store_client_options options_;
@@ -361,12 +362,12 @@ void tcp_store_client::set(std::string_view key, std::string_view value) {
 std::string tcp_store_client::get(std::string_view key) {
   impl_->wait({std::string(key)}, timeout());
   impl_->request({.kind = op::get, .keys = {impl_->key(key)}});
-  return impl_->read_bytes(impl_->reply_deadline());
+  return impl_->read_reply(op::get, impl_->reply_deadline()).value;
 }
 
 std::int64_t tcp_store_client::add(std::string_view key, std::int64_t delta) {
   impl_->request({.kind = op::add, .keys = {impl_->key(key)}, .number = delta});
-  return impl_->read_value<std::int64_t>(impl_->reply_deadline());
+  return impl_->read_reply(op::add, impl_->reply_deadline()).number;
 }
 
 std::string tcp_store_client::compare_set(std::string_view key, std::string_view expected,
@@ -374,12 +375,12 @@ std::string tcp_store_client::compare_set(std::string_view key, std::string_view
   impl_->request({.kind = op::compare_set,
                   .keys = {impl_->key(key)},
                   .values = {std::string(expected), std::string(desired)}});
-  return impl_->read_bytes(impl_->reply_deadline());
+  return impl_->read_reply(op::compare_set, impl_->reply_deadline()).value;
 }
 
 bool tcp_store_client::check(const std::vector<std::string>& keys) {
   impl_->request({.kind = op::check, .keys = impl_->keys(keys)});
-  return impl_->read_value<std::uint8_t>(impl_->reply_deadline()) == wire::check_ready;
+  return impl_->read_reply(op::check, impl_->reply_deadline()).byte == wire::check_ready;
 }
 
 void tcp_store_client::wait(const std::vector<std::string>& keys, store_duration timeout) {
@@ -388,12 +389,12 @@ void tcp_store_client::wait(const std::vector<std::string>& keys, store_duration
 
 bool tcp_store_client::delete_key(std::string_view key) {
   impl_->request({.kind = op::delete_key, .keys = {impl_->key(key)}});
-  return impl_->read_value<std::int64_t>(impl_->reply_deadline()) == 1;
+  return impl_->read_reply(op::delete_key, impl_->reply_deadline()).number == 1;
 }
 
 std::int64_t tcp_store_client::num_keys() {
   impl_->request({.kind = op::num_keys});
-  return impl_->read_value<std::int64_t>(impl_->reply_deadline());
+  return impl_->read_reply(op::num_keys, impl_->reply_deadline()).number;
 }
 
 void tcp_store_client::append(std::string_view key, std::string_view value) {
@@ -402,20 +403,18 @@ void tcp_store_client::append(std::string_view key, std::string_view value) {
 
 std::vector<std::string> tcp_store_client::multi_get(const std::vector<std::string>& keys) {
   impl_->wait(keys, timeout());
-  std::vector<std::string> values;
-  values.reserve(keys.size());
   if (impl_->dialect_ == wire::dialect::v1_13) {
     // 1.13 has no MULTI_GET; one GET per key gives the same answer.
+    std::vector<std::string> values;
+    values.reserve(keys.size());
     for (const auto& k : keys) {
       impl_->request({.kind = op::get, .keys = {impl_->key(k)}});
-      values.push_back(impl_->read_bytes(impl_->reply_deadline()));
+      values.push_back(impl_->read_reply(op::get, impl_->reply_deadline()).value);
     }
     return values;
   }
   impl_->request({.kind = op::multi_get, .keys = impl_->keys(keys)});
-  auto deadline = impl_->reply_deadline();
-  for (std::size_t i = 0; i < keys.size(); ++i) values.push_back(impl_->read_bytes(deadline));
-  return values;
+  return impl_->read_reply(op::multi_get, impl_->reply_deadline(), keys.size()).values;
 }
 
 void tcp_store_client::multi_set(const std::vector<std::string>& keys,

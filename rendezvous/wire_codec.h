@@ -6,6 +6,11 @@
 // and raw bytes. There is no frame length, so the parser walks the fields
 // and answers complete / need more / bad.
 //
+// A reply has no command byte and no frame length either: its shape
+// follows from the op it answers (reply_shape_of), and parse_reply walks it
+// the same way. Every op's reply bytes, both ways, are defined here and
+// listed in docs/store.md ("Replies").
+//
 // Two dialects share the server. PyTorch 2.x opens every connection with
 // VALIDATE (00 CE F7 85 3C) and numbers commands from VALIDATE=0; Debian's
 // torch 1.13 sends no handshake and numbers them from SET=0.
@@ -148,5 +153,97 @@ void put_bytes(std::string& out, std::string_view bytes);  // u64 length + bytes
 // The full request for `req` in `d`. Throws std::invalid_argument when `d`
 // has no byte for req.kind.
 std::string encode_request(dialect d, const request& req);
+
+// --- replies -------------------------------------------------------------
+
+// What the server sends back for one request, by the op it answers. The
+// same in both dialects (an op's byte differs, its reply does not).
+enum class reply_shape : std::uint8_t {
+  none,            // VALIDATE, SET, APPEND, MULTI_SET, QUEUE_PUSH
+  byte,            // CHECK (check_*), WAIT (wait_stop_waiting), WATCH_KEY
+                   // (watch_callback_registered; the events that follow
+                   // are not replies and are not parsed here)
+  cancel,          // CANCEL_WAIT: wait_canceled, after a wait_stop_waiting
+                   // when the cancelled WAIT's keys came first
+  number,          // ADD (the sum), GETNUMKEYS, DELETE_KEY (keys erased),
+                   // QUEUE_LEN: i64
+  nonce,           // PING: the u32 nonce echoed
+  value,           // GET, COMPARE_SET: one value (u64 length + bytes)
+  values,          // MULTI_GET: one value per key of the request
+  counted_values,  // LIST_KEYS: i64 count, then that many values
+  queue_item,      // QUEUE_POP: i64 queue length before the pop, then the
+                   // popped value when that length is above 0
+};
+
+reply_shape reply_shape_of(op answered);
+
+// One decoded reply. Which fields are set depends on the shape:
+//   byte: byte
+//   cancel: byte (the last one), stop_waiting_first
+//   number: number
+//   nonce: nonce
+//   value: value
+//   values, counted_values: values (number = the count for counted_values)
+//   queue_item: number = the length before the pop; value when it was > 0
+struct reply {
+  op kind = op::ping;  // the op answered
+  std::uint8_t byte = 0;
+  // CANCEL_WAIT only: the WAIT it cancels was answered (wait_stop_waiting)
+  // before the cancel reached the server, so it had not timed out after all.
+  bool stop_waiting_first = false;
+  std::int64_t number = 0;
+  std::uint32_t nonce = 0;
+  std::string value;
+  std::vector<std::string> values;
+};
+
+struct reply_parse_result {
+  parse_status status = parse_status::need_more;
+  std::size_t consumed = 0;      // bytes of `input` the reply used (complete only)
+  std::size_t bytes_wanted = 0;  // need_more: as for parse_result
+  reply rep;
+  std::string error;  // bad: what was wrong, e.g. "GET reply: value of ..."
+};
+
+// Parses the reply to `answered` from the front of `input` (bytes that
+// follow it are left alone: `consumed` stops at its end). `keys` is the
+// request's number of keys, which MULTI_GET's reply has as many values
+// as; other ops ignore it. A value longer than `max_value_bytes` is bad
+// as soon as its length has arrived, as is a negative count or queue
+// length. Nothing is allocated until the whole reply is there, and never
+// by a length from the wire; need_more keeps no state, so a caller parses
+// the reply again, from its first byte, once bytes_wanted have arrived.
+// A reply of shape none is complete at once with consumed 0.
+reply_parse_result parse_reply(op answered, std::span<const std::uint8_t> input,
+                               std::size_t keys, std::uint64_t max_value_bytes);
+
+// Encoding of the server's replies, one function per shape; all append to
+// `out`. The op each serves is listed at reply_shape.
+void put_byte_reply(std::string& out, std::uint8_t byte);
+// CANCEL_WAIT's own reply (the STOP_WAITING before it, if any, is the
+// cancelled WAIT's, written with put_byte_reply when its keys came).
+void put_cancel_reply(std::string& out);
+void put_number_reply(std::string& out, std::int64_t number);
+void put_nonce_reply(std::string& out, std::uint32_t nonce);
+void put_value_reply(std::string& out, std::string_view value);
+void put_values_reply(std::string& out, std::span<const std::string_view> values);
+void put_counted_values_reply(std::string& out, std::span<const std::string> values);
+// `value` is the popped item, which the caller passes exactly when
+// `length` (the queue's before the pop) is above 0: parse_reply reads a
+// value after a positive length only.
+void put_queue_item_reply(std::string& out, std::int64_t length,
+                          std::optional<std::string_view> value);
+// A 1.13 watch event (not a reply: sent whenever a watched key changes):
+// u8 event (watch_key_*), then key, old value and new value as values.
+void put_watch_event(std::string& out, std::uint8_t event, std::string_view key,
+                     std::string_view old_value, std::string_view new_value);
+
+// Sizes, for checking a reply against a cap before building it.
+inline constexpr std::size_t number_bytes = 8;
+constexpr std::size_t value_bytes(std::size_t length) { return 8 + length; }
+constexpr std::size_t watch_event_bytes(std::size_t key, std::size_t old_value,
+                                        std::size_t new_value) {
+  return 1 + value_bytes(key) + value_bytes(old_value) + value_bytes(new_value);
+}
 
 }  // namespace dtrun::rendezvous::wire

@@ -1,7 +1,9 @@
 // Byte-level vectors for the TCPStore codec. The 1.13 bytes are what
-// Debian's torch 1.13 client sends (see docs/tcpstore-protocol.md, verified
-// on the wire); the 2.x bytes follow PyTorch's current sources.
+// Debian's torch 1.13 client sends (see docs/store.md, verified on the
+// wire); the 2.x bytes follow PyTorch's current sources. Replies: the table
+// in docs/store.md, "Replies".
 #include <cstring>
+#include <limits>
 
 #include <catch2/catch.hpp>
 
@@ -227,4 +229,262 @@ TEST_CASE("a resumed check still rejects an item over the caps") {
   REQUIRE(r.status == parse_status::bad);
   CHECK(r.error == "MULTI_SET: key of 8 bytes exceeds the limit of 4");
   CHECK(progress.position == 0);
+}
+
+// --- replies ---------------------------------------------------------------
+
+namespace {
+
+constexpr std::uint64_t no_cap = std::numeric_limits<std::uint64_t>::max();
+
+std::vector<std::uint8_t> i64(std::int64_t v) {
+  std::string out;
+  put_i64(out, v);
+  return bytes(out);
+}
+
+struct reply_case {
+  const char* name;
+  op answered;
+  std::size_t keys;
+  std::string encoded;  // as the server's encoders write it
+  reply expected;       // kind is filled in by the test
+};
+
+std::vector<reply_case> reply_cases() {
+  std::vector<reply_case> cases;
+  auto add = [&](const char* name, op answered, std::size_t keys, auto encode, reply expected) {
+    std::string out;
+    encode(out);
+    cases.push_back({name, answered, keys, std::move(out), std::move(expected)});
+  };
+  add("SET: nothing", op::set, 1, [](std::string&) {}, {});
+  add("CHECK: not ready", op::check, 2,
+      [](std::string& o) { put_byte_reply(o, check_not_ready); }, {.byte = check_not_ready});
+  add("WAIT: stop waiting", op::wait, 1,
+      [](std::string& o) { put_byte_reply(o, wait_stop_waiting); }, {.byte = wait_stop_waiting});
+  add("WATCH_KEY: registered", op::watch_key, 1,
+      [](std::string& o) { put_byte_reply(o, watch_callback_registered); },
+      {.byte = watch_callback_registered});
+  add("CANCEL_WAIT alone", op::cancel_wait, 0, [](std::string& o) { put_cancel_reply(o); },
+      {.byte = wait_canceled});
+  add("CANCEL_WAIT after the wait's STOP_WAITING", op::cancel_wait, 0,
+      [](std::string& o) {
+        put_byte_reply(o, wait_stop_waiting);
+        put_cancel_reply(o);
+      },
+      {.byte = wait_canceled, .stop_waiting_first = true});
+  add("ADD: a negative sum", op::add, 1, [](std::string& o) { put_number_reply(o, -42); },
+      {.number = -42});
+  add("DELETE_KEY", op::delete_key, 1, [](std::string& o) { put_number_reply(o, 1); },
+      {.number = 1});
+  add("PING", op::ping, 0, [](std::string& o) { put_nonce_reply(o, 0xDEADBEEF); },
+      {.nonce = 0xDEADBEEF});
+  add("GET: binary value", op::get, 1,
+      [](std::string& o) { put_value_reply(o, std::string("\0\1\xff", 3)); },
+      {.value = std::string("\0\1\xff", 3)});
+  add("COMPARE_SET: empty value", op::compare_set, 1,
+      [](std::string& o) { put_value_reply(o, ""); }, {});
+  add("MULTI_GET: three values", op::multi_get, 3,
+      [](std::string& o) {
+        std::vector<std::string_view> v{"a", "", "ccc"};
+        put_values_reply(o, v);
+      },
+      {.values = {"a", "", "ccc"}});
+  add("LIST_KEYS: two keys", op::list_keys, 0,
+      [](std::string& o) {
+        std::vector<std::string> v{"x", "yy"};
+        put_counted_values_reply(o, v);
+      },
+      {.number = 2, .values = {"x", "yy"}});
+  add("QUEUE_POP: an item", op::queue_pop, 1,
+      [](std::string& o) { put_queue_item_reply(o, 3, "job"); }, {.number = 3, .value = "job"});
+  add("QUEUE_POP: empty", op::queue_pop, 1,
+      [](std::string& o) { put_queue_item_reply(o, 0, std::nullopt); }, {});
+  return cases;
+}
+
+void check_reply(const reply& got, const reply& expected) {
+  CHECK(got.kind == expected.kind);
+  CHECK(got.byte == expected.byte);
+  CHECK(got.stop_waiting_first == expected.stop_waiting_first);
+  CHECK(got.number == expected.number);
+  CHECK(got.nonce == expected.nonce);
+  CHECK(got.value == expected.value);
+  CHECK(got.values == expected.values);
+}
+
+}  // namespace
+
+TEST_CASE("each op's reply has the shape PyTorch's servers write") {
+  CHECK(reply_shape_of(op::set) == reply_shape::none);
+  CHECK(reply_shape_of(op::multi_set) == reply_shape::none);
+  CHECK(reply_shape_of(op::validate) == reply_shape::none);
+  CHECK(reply_shape_of(op::check) == reply_shape::byte);
+  CHECK(reply_shape_of(op::wait) == reply_shape::byte);
+  CHECK(reply_shape_of(op::cancel_wait) == reply_shape::cancel);
+  CHECK(reply_shape_of(op::add) == reply_shape::number);
+  CHECK(reply_shape_of(op::num_keys) == reply_shape::number);
+  CHECK(reply_shape_of(op::queue_len) == reply_shape::number);
+  CHECK(reply_shape_of(op::ping) == reply_shape::nonce);
+  CHECK(reply_shape_of(op::compare_set) == reply_shape::value);
+  CHECK(reply_shape_of(op::multi_get) == reply_shape::values);
+  CHECK(reply_shape_of(op::list_keys) == reply_shape::counted_values);
+  CHECK(reply_shape_of(op::queue_pop) == reply_shape::queue_item);
+}
+
+TEST_CASE("the reply encoders write the documented bytes") {
+  std::string out;
+  SECTION("PING echoes the nonce little-endian") {
+    put_nonce_reply(out, 0x01020304);
+    CHECK(bytes(out) == bytes({4, 3, 2, 1}));
+  }
+  SECTION("QUEUE_POP: the length before the pop, then the value") {
+    put_queue_item_reply(out, 2, "first");
+    CHECK(bytes(out) == cat(i64(2), str("first")));
+  }
+  SECTION("an empty QUEUE_POP is the length alone") {
+    put_queue_item_reply(out, 0, std::nullopt);
+    CHECK(bytes(out) == i64(0));
+  }
+  SECTION("LIST_KEYS: an i64 count, then the keys") {
+    std::vector<std::string> keys{"/k", "/m"};
+    put_counted_values_reply(out, keys);
+    CHECK(bytes(out) == cat(cat(i64(2), str("/k")), str("/m")));
+  }
+  SECTION("MULTI_GET: the values, no count") {
+    std::vector<std::string_view> values{"v", ""};
+    put_values_reply(out, values);
+    CHECK(bytes(out) == cat(str("v"), str("")));
+  }
+  SECTION("CANCEL_WAIT") {
+    put_cancel_reply(out);
+    CHECK(bytes(out) == bytes({1}));
+  }
+  SECTION("a watch event, and the sizes reply caps are checked with") {
+    put_watch_event(out, watch_key_updated, "key", "old", "newer");
+    CHECK(bytes(out) == cat(cat(cat(bytes({0}), str("key")), str("old")), str("newer")));
+    CHECK(out.size() == watch_event_bytes(3, 3, 5));
+    CHECK(value_bytes(5) == str("12345").size());
+  }
+}
+
+TEST_CASE("every reply parses complete only once its last byte has arrived") {
+  for (auto& c : reply_cases()) {
+    CAPTURE(c.name);
+    c.expected.kind = c.answered;
+    auto encoded = bytes(c.encoded);
+    auto whole = parse_reply(c.answered, encoded, c.keys, no_cap);
+    REQUIRE(whole.status == parse_status::complete);
+    CHECK(whole.consumed == encoded.size());
+    check_reply(whole.rep, c.expected);
+    // Byte by byte, as a reader sees it: need_more, asking for more than
+    // it has and no more than the reply, until the last byte.
+    for (std::size_t cut = 0; cut < encoded.size(); ++cut) {
+      CAPTURE(cut);
+      auto partial = parse_reply(c.answered, std::span(encoded.data(), cut), c.keys, no_cap);
+      REQUIRE(partial.status == parse_status::need_more);
+      CHECK(partial.bytes_wanted > cut);
+      CHECK(partial.bytes_wanted <= encoded.size());
+      CHECK(partial.rep.values.empty());
+      CHECK(partial.rep.value.empty());
+    }
+  }
+}
+
+TEST_CASE("two replies back to back: consumed stops at the end of the first") {
+  SECTION("two GETs") {
+    auto both = cat(str("first"), str("second"));
+    auto r = parse_reply(op::get, both, 1, no_cap);
+    REQUIRE(r.status == parse_status::complete);
+    CHECK(r.consumed == 8 + 5);
+    CHECK(r.rep.value == "first");
+    auto rest = parse_reply(op::get, std::span(both).subspan(r.consumed), 1, no_cap);
+    REQUIRE(rest.status == parse_status::complete);
+    CHECK(rest.rep.value == "second");
+  }
+  SECTION("a MULTI_GET of two keys leaves the third value alone") {
+    auto three = cat(cat(str("a"), str("b")), str("c"));
+    auto r = parse_reply(op::multi_get, three, 2, no_cap);
+    REQUIRE(r.status == parse_status::complete);
+    CHECK(r.consumed == 2 * 9);
+    CHECK(r.rep.values == std::vector<std::string>{"a", "b"});
+  }
+  SECTION("WAIT_CANCELED, then an ADD whose first byte is 0") {
+    auto both = cat(bytes({wait_canceled}), i64(256));
+    auto r = parse_reply(op::cancel_wait, both, 0, no_cap);
+    REQUIRE(r.status == parse_status::complete);
+    CHECK(r.consumed == 1);
+    CHECK_FALSE(r.rep.stop_waiting_first);
+    auto add = parse_reply(op::add, std::span(both).subspan(1), 1, no_cap);
+    REQUIRE(add.status == parse_status::complete);
+    CHECK(add.rep.number == 256);
+  }
+  SECTION("a reply of no bytes consumes none") {
+    auto r = parse_reply(op::set, i64(7), 1, no_cap);
+    REQUIRE(r.status == parse_status::complete);
+    CHECK(r.consumed == 0);
+  }
+}
+
+TEST_CASE("a MULTI_GET of no keys is complete with no bytes") {
+  auto r = parse_reply(op::multi_get, bytes({}), 0, no_cap);
+  REQUIRE(r.status == parse_status::complete);
+  CHECK(r.consumed == 0);
+  CHECK(r.rep.values.empty());
+  auto followed = parse_reply(op::multi_get, str("next"), 0, no_cap);
+  REQUIRE(followed.status == parse_status::complete);
+  CHECK(followed.consumed == 0);
+  CHECK(followed.rep.values.empty());
+}
+
+TEST_CASE("a reply value over the cap is bad as soon as its length arrives") {
+  SECTION("GET") {
+    auto r = parse_reply(op::get, i64(11), 1, 10);  // the length alone, no payload yet
+    REQUIRE(r.status == parse_status::bad);
+    CHECK(r.error == "GET reply: value of 11 bytes exceeds the limit of 10");
+  }
+  SECTION("at the cap is fine") {
+    auto r = parse_reply(op::get, str("0123456789"), 1, 10);
+    REQUIRE(r.status == parse_status::complete);
+    CHECK(r.rep.value == "0123456789");
+  }
+  SECTION("the second value of a MULTI_GET") {
+    auto r = parse_reply(op::multi_get, cat(str("ok"), i64(1000)), 3, 10);
+    REQUIRE(r.status == parse_status::bad);
+    CHECK_THAT(r.error, Catch::Contains("MULTI_GET reply: value of 1000 bytes"));
+  }
+  SECTION("a QUEUE_POP item") {
+    auto r = parse_reply(op::queue_pop, cat(i64(1), i64(11)), 1, 10);
+    REQUIRE(r.status == parse_status::bad);
+    CHECK_THAT(r.error, Catch::Contains("QUEUE_POP reply: value of 11 bytes"));
+  }
+  SECTION("a length of 2^64-1") {
+    auto r = parse_reply(op::compare_set, bytes({255, 255, 255, 255, 255, 255, 255, 255}), 1,
+                         limits{}.max_value_bytes);
+    REQUIRE(r.status == parse_status::bad);
+  }
+  SECTION("a negative count or queue length") {
+    auto list = parse_reply(op::list_keys, i64(-1), 0, 10);
+    REQUIRE(list.status == parse_status::bad);
+    CHECK(list.error == "LIST_KEYS reply: negative count -1");
+    CHECK(parse_reply(op::queue_pop, i64(-5), 1, 10).status == parse_status::bad);
+  }
+}
+
+TEST_CASE("a huge announced length is waited for, never allocated") {
+  // Under an (absurd) cap, a 4 EiB value is merely incomplete: nothing is
+  // sized by it, and bytes_wanted says exactly where the reply would end.
+  const std::uint64_t huge = std::uint64_t{1} << 62;
+  auto r = parse_reply(op::get, cat(i64(static_cast<std::int64_t>(huge)), bytes({'x'})), 1, no_cap);
+  REQUIRE(r.status == parse_status::need_more);
+  CHECK(r.bytes_wanted == 8 + huge);
+  // A LIST_KEYS announcing 2^62 keys reserves nothing either.
+  auto list = parse_reply(op::list_keys, cat(i64(static_cast<std::int64_t>(huge)), str("k")), 0,
+                          no_cap);
+  REQUIRE(list.status == parse_status::need_more);
+  CHECK(list.bytes_wanted == 8 + 9 + 8);
+  // A length that would wrap the position around is bad, not "wanted".
+  auto wrap = parse_reply(op::get, bytes({255, 255, 255, 255, 255, 255, 255, 255}), 1, no_cap);
+  CHECK(wrap.status == parse_status::bad);
 }
