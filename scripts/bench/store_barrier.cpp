@@ -39,6 +39,7 @@
 #include <array>
 #include <cstdint>
 #include <cstring>
+#include <span>
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -204,43 +205,42 @@ class rank_client : public std::enable_shared_from_this<rank_client> {
         });
   }
 
-  // Reply bytes the current step needs, given what has arrived.
-  std::size_t reply_size() const {
+  // The op whose reply the current step awaits.
+  op answered() const {
     switch (expect_) {
       case step::connect:
-      case step::ping: return 4;
+      case step::ping: return op::ping;
       case step::init:
-      case step::add: return 8;
+      case step::add: return op::add;
       case step::wait_last:
-      case step::wait_master: return 1;
-      case step::get_master: {
-        if (have_ < 8) return 8;
-        std::uint64_t len = 0;
-        std::memcpy(&len, buffer_.data(), 8);
-        return 8 + len;
-      }
+      case step::wait_master: return op::wait;
+      case step::get_master: return op::get;
     }
-    return 1;
+    return op::ping;
   }
 
   void on_bytes() {
-    const std::size_t need = reply_size();
-    if (need > buffer_.size()) return fail(fmt::format("{} reply of {} bytes", step_name(), need));
-    if (have_ < need) return read();
+    // The reply's bytes as the codec defines them (wire::parse_reply).
+    auto parsed = wire::parse_reply(answered(), std::span<const std::uint8_t>(buffer_.data(), have_),
+                                    1, buffer_.size() - 8);
+    if (parsed.status == wire::parse_status::bad) {
+      return fail(fmt::format("{} reply: {}", step_name(), parsed.error));
+    }
+    if (parsed.status == wire::parse_status::need_more) return read();
     // One request in flight: anything beyond its reply is a protocol error.
-    if (have_ > need) return fail(fmt::format("{} more bytes than the {} reply", have_ - need,
-                                              step_name()));
+    if (have_ > parsed.consumed) {
+      return fail(fmt::format("{} more bytes than the {} reply", have_ - parsed.consumed,
+                              step_name()));
+    }
+    const auto& reply = parsed.rep;
     switch (expect_) {
       case step::connect:
       case step::ping: {
-        std::uint32_t echo = 0;
-        std::memcpy(&echo, buffer_.data(), 4);
-        if (echo != state_.ping_nonce) return fail("the PING after VALIDATE was not echoed");
+        if (reply.nonce != state_.ping_nonce) return fail("the PING after VALIDATE was not echoed");
         return send_init();
       }
       case step::init: {
-        std::int64_t arrived = 0;
-        std::memcpy(&arrived, buffer_.data(), 8);
+        const std::int64_t arrived = reply.number;
         if (arrived < 1 || arrived > state_.opts.world) {
           return fail(fmt::format("ADD(init) returned {} in a world of {} (a key prefix reused?)",
                                   arrived, state_.opts.world));
@@ -248,8 +248,7 @@ class rank_client : public std::enable_shared_from_this<rank_client> {
         return step_done();
       }
       case step::add: {
-        std::int64_t arrived = 0;
-        std::memcpy(&arrived, buffer_.data(), 8);
+        const std::int64_t arrived = reply.number;
         if (arrived < 1 || arrived > state_.opts.world) {
           return fail(fmt::format("ADD returned {} in a world of {} (a key prefix reused?)",
                                   arrived, state_.opts.world));
@@ -263,8 +262,8 @@ class rank_client : public std::enable_shared_from_this<rank_client> {
       }
       case step::wait_last:
       case step::wait_master:
-        if (buffer_[0] != wire::wait_stop_waiting) {
-          return fail(fmt::format("{} replied {}", step_name(), int(buffer_[0])));
+        if (reply.byte != wire::wait_stop_waiting) {
+          return fail(fmt::format("{} replied {}", step_name(), int(reply.byte)));
         }
         if (expect_ == step::wait_master) {
           return send(state_.encode({.kind = op::get, .keys = {state_.key("addr/0")}}),
@@ -275,10 +274,9 @@ class rank_client : public std::enable_shared_from_this<rank_client> {
                     step::wait_master);
       case step::get_master: {
         const auto master = address_of(0);
-        if (need != 8 + master.size() ||
-            std::memcmp(buffer_.data() + 8, master.data(), master.size()) != 0) {
+        if (reply.value != master) {
           return fail(fmt::format("GET addr/0 returned {} bytes, not rank 0's address",
-                                  need - 8));
+                                  reply.value.size()));
         }
         const auto now = monotonic_ns();
         state_.latencies_us.push_back(static_cast<std::uint32_t>((now - state_.go_ns) / 1000));

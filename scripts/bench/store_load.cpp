@@ -28,6 +28,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <span>
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -232,40 +233,35 @@ class load_connection : public std::enable_shared_from_this<load_connection> {
         });
   }
 
-  // How many reply bytes the current step needs, given what arrived.
-  std::size_t reply_size() const {
-    switch (expect_) {
-      case step::wait_reply: return 1;
-      case step::add_reply: return 8;
-      case step::get_reply: {
-        if (have_ < 8) return 8;
-        std::uint64_t len = 0;
-        std::memcpy(&len, buffer_.data(), 8);
-        return 8 + len;
-      }
-    }
-    return 1;
-  }
-
   void on_bytes() {
-    const std::size_t need = reply_size();
-    if (need > buffer_.size()) return fail(fmt::format("reply of {} bytes is too large", need));
-    if (have_ < need) return read();
-    if (have_ > need) return fail("more reply bytes than requested");
+    // The reply's bytes as the codec defines them (wire::parse_reply).
+    auto parsed = wire::parse_reply(answered(), std::span<const std::uint8_t>(buffer_.data(), have_),
+                                    1, buffer_.size() - 8);
+    if (parsed.status == wire::parse_status::bad) return fail(parsed.error);
+    if (parsed.status == wire::parse_status::need_more) return read();
+    if (have_ > parsed.consumed) return fail("more reply bytes than requested");
     switch (expect_) {
       case step::wait_reply:
-        if (buffer_[0] != 0) return fail(fmt::format("WAIT replied {}", int(buffer_[0])));
+        if (parsed.rep.byte != wire::wait_stop_waiting) {
+          return fail(fmt::format("WAIT replied {}", int(parsed.rep.byte)));
+        }
         return request(get_, step::get_reply);
       case step::get_reply:
-        if (std::memcmp(buffer_.data() + 8, value_.data(), value_.size()) != 0 ||
-            need != 8 + value_.size()) {
-          return fail("GET returned a different value");
-        }
+        if (parsed.rep.value != value_) return fail("GET returned a different value");
         return op_done();
       case step::add_reply:
         ++state_.adds;
         return op_done();
     }
+  }
+
+  wire::op answered() const {
+    switch (expect_) {
+      case step::wait_reply: return wire::op::wait;
+      case step::get_reply: return wire::op::get;
+      case step::add_reply: return wire::op::add;
+    }
+    return wire::op::wait;
   }
 
   void op_done() {
