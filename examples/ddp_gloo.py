@@ -47,6 +47,10 @@ def parse_args():
     p.add_argument("--progress", default="",
                    help="rank 0 appends 'epoch N round R' here after each checkpoint "
                         "(a file or a FIFO a test reads)")
+    p.add_argument("--hold", default="",
+                   help="rank 0 stops after epoch 0 until it can read a line from this FIFO "
+                        "(a --resume'd restart starts past it): a test that adds a node needs "
+                        "the job still running when the node arrives, however slow the machine")
     p.add_argument("--crash-at-step", type=int, default=-1)
     p.add_argument("--crash-rank", type=int, default=1)
     args = p.parse_args()
@@ -110,6 +114,11 @@ def main() -> int:
         if rank == 0 and args.progress:
             with open(args.progress, "a") as f:
                 f.write(f"epoch {epoch} round {restart_count} world {world}\n")
+        if rank == 0 and args.hold and epoch == 0:
+            # Blocks until a writer opens it, or the agent stops us for a
+            # restart (which resumes after epoch 0, so it never holds again).
+            with open(args.hold) as f:
+                f.readline()
         # Nobody runs ahead of the checkpoint it might resume from.
         dist.barrier()
 

@@ -162,9 +162,15 @@ def test_node_added_mid_training_joins_the_group(tmp_path):
     with netns_hosts.Hosts(3) as hosts:
         e = env()
         fifo = dh.Fifo(tmp_path)
+        # Rank 0 holds the first attempt after epoch 0 (the others wait in
+        # its barrier) until the round ends, which only the new node's
+        # arrival does: the two cannot finish before it comes, however
+        # slowly it starts (under ASan on a loaded machine they did).
+        hold = tmp_path / "hold"
+        os.mkfifo(hold)
         args = dynamic_args("2:3", *train_args(
             tmp_path, "--resume", "--epochs", "6", "--step-sleep", "0.05",
-            "--progress", str(fifo.path)))
+            "--progress", str(fifo.path), "--hold", str(hold)))
         procs = [hosts.start(i, args, e) for i in (1, 2)]
         fifo.lines(1, timeout=120)  # two nodes are training
         procs.append(hosts.start(3, args, e))
