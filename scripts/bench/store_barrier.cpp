@@ -239,20 +239,12 @@ class rank_client : public std::enable_shared_from_this<rank_client> {
         if (reply.nonce != state_.ping_nonce) return fail("the PING after VALIDATE was not echoed");
         return send_init();
       }
-      case step::init: {
-        const std::int64_t arrived = reply.number;
-        if (arrived < 1 || arrived > state_.opts.world) {
-          return fail(fmt::format("ADD(init) returned {} in a world of {} (a key prefix reused?)",
-                                  arrived, state_.opts.world));
-        }
+      case step::init:
+        if (!counts_a_rank(reply.number, "ADD(init)")) return;
         return step_done();
-      }
       case step::add: {
         const std::int64_t arrived = reply.number;
-        if (arrived < 1 || arrived > state_.opts.world) {
-          return fail(fmt::format("ADD returned {} in a world of {} (a key prefix reused?)",
-                                  arrived, state_.opts.world));
-        }
+        if (!counts_a_rank(arrived, "ADD")) return;
         const auto wait_last = state_.encode({.kind = op::wait, .keys = {state_.key("last")}});
         if (arrived < state_.opts.world) return send(wait_last, step::wait_last);
         // The last to arrive releases everyone, itself included.
@@ -284,6 +276,15 @@ class rank_client : public std::enable_shared_from_this<rank_client> {
         return step_done();
       }
     }
+  }
+
+  // An ADD that counts ranks answers 1..world; anything else means another
+  // run's keys (a reused prefix). Fails the rank and returns false then.
+  bool counts_a_rank(std::int64_t arrived, const char* what) {
+    if (arrived >= 1 && arrived <= state_.opts.world) return true;
+    fail(fmt::format("{} returned {} in a world of {} (a key prefix reused?)", what, arrived,
+                     state_.opts.world));
+    return false;
   }
 
   void step_done() {
