@@ -357,6 +357,8 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
       if (a.error) return self->fail(a.error);
       int index = static_cast<int>(a.number);
       self->arrival_ = index;
+      // Beat from now on, before anyone knows our rank (heartbeat_ring.h).
+      self->ring_->start(self->ops_, self->heartbeat_key(r, index));
       int worker_store_port = 0;
       try {
         worker_store_port = self->open_worker_store(r);
@@ -507,6 +509,11 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
       return fail(error_of(fmt::format("this node's rank assignment in round {} is corrupt: {}",
                                        r, e.what())));
     }
+    if (mine.successor_arrival > members) {
+      return fail(error_of(fmt::format(
+          "this node's rank assignment in round {} is corrupt: its ring successor arrived "
+          "{}-th of {}", r, mine.successor_arrival, members)));
+    }
     info.round = r;
     info.group_rank = mine.group_rank;
     info.group_world_size = members;
@@ -562,7 +569,7 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
                    fmt::format("node {} ({}) was lost", group_rank_, advertised_addr_),
                    [](store_result) {});
     watch_over(r);
-    start_heartbeats(r);
+    watch_successor(r, mine.successor_arrival);
     if (auto done = std::exchange(done_, nullptr)) done(nullptr, std::move(info));
   }
 
@@ -618,18 +625,25 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
     });
   }
 
-  // The heartbeat ring (heartbeat_ring.h) of round r.
-  void start_heartbeats(std::int64_t r) {
+  // A member's heartbeat counter in round r, by its arrival index.
+  std::string heartbeat_key(std::int64_t r, int arrival) const {
+    return round_key(r, fmt::format("hb/{}", arrival));
+  }
+
+  // The heartbeat ring (heartbeat_ring.h) of round r: read the counter of
+  // the node one group rank up, which arrived `successor_arrival`-th (0:
+  // not known, an older closer; a round of one has no one to watch).
+  void watch_successor(std::int64_t r, int successor_arrival) {
+    if (members_ <= 1 || successor_arrival == 0) return;
     std::weak_ptr<impl> weak = shared_from_this();
-    ring_->start(
-        ops_, [prefix = round_key(r, "hb/")](int rank) { return prefix + std::to_string(rank); },
-        group_rank_, members_, [weak, r](int lost) {
-          auto self = weak.lock();
-          if (!self || self->round_ != r || self->round_over_) return;
-          self->ops_->set(self->round_key(r, "over"),
-                          fmt::format("node {} stopped sending heartbeats", lost),
-                          [](store_result) {});
-        });
+    ring_->watch(heartbeat_key(r, successor_arrival), (group_rank_ + 1) % members_,
+                 [weak, r](int lost) {
+                   auto self = weak.lock();
+                   if (!self || self->round_ != r || self->round_over_) return;
+                   self->ops_->set(self->round_key(r, "over"),
+                                   fmt::format("node {} stopped sending heartbeats", lost),
+                                   [](store_result) {});
+                 });
   }
 
   // Why a WAIT on `over` failed, for the log: the etcd backend says why

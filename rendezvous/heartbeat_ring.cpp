@@ -7,18 +7,23 @@ namespace dtrun::rendezvous {
 heartbeat_ring::heartbeat_ring(boost::asio::io_context& io, settings s)
     : timer_(io), settings_(s) {}
 
-void heartbeat_ring::start(std::shared_ptr<round_store> store,
-                           std::function<std::string(int)> counter_key, int rank, int members,
-                           std::function<void(int)> on_lost) {
+void heartbeat_ring::start(std::shared_ptr<round_store> store, std::string own_counter) {
   stop();
   store_ = std::move(store);
-  counter_key_ = std::move(counter_key);
+  own_counter_ = std::move(own_counter);
+  successor_counter_.clear();
+  on_lost_ = nullptr;
+  schedule(run_);
+}
+
+void heartbeat_ring::watch(std::string successor_counter, int successor,
+                           std::function<void(int)> on_lost) {
+  successor_counter_ = std::move(successor_counter);
+  successor_ = successor;
   on_lost_ = std::move(on_lost);
-  rank_ = rank;
-  members_ = members;
   last_seen_ = -1;
   misses_ = 0;
-  schedule(run_);
+  ++watched_;
 }
 
 void heartbeat_ring::stop() {
@@ -43,20 +48,21 @@ void heartbeat_ring::schedule(std::uint64_t run) {
 
 void heartbeat_ring::beat(std::uint64_t run) {
   auto self = shared_from_this();
-  store_->add(counter_key_(rank_), 1, [self, run](store_result h) {
+  store_->add(own_counter_, 1, [self, run](store_result h) {
     if (h.error || run != self->run_) return;
     self->schedule(run);
   });
-  if (members_ <= 1) return;
-  int next = (rank_ + 1) % members_;
-  store_->add(counter_key_(next), 0, [self, run, next](store_result h) {
-    if (h.error || run != self->run_) return;
+  if (successor_counter_.empty()) return;
+  store_->add(successor_counter_, 0, [self, run, watched = watched_](store_result h) {
+    if (h.error || run != self->run_ || watched != self->watched_) return;
     if (h.number != self->last_seen_) {
       self->misses_ = 0;
       self->last_seen_ = h.number;
       return;
     }
-    if (++self->misses_ == self->settings_.max_attempt && self->on_lost_) self->on_lost_(next);
+    if (++self->misses_ == self->settings_.max_attempt && self->on_lost_) {
+      self->on_lost_(self->successor_);
+    }
   });
 }
 

@@ -100,6 +100,8 @@ std::vector<rank_assignment> make_assignments(const std::vector<node_descriptor>
     out[i].group_rank = ranks[i];
     out[i].first_rank = first[static_cast<std::size_t>(ranks[i])];
     out[i].nproc = nodes[i].nproc;
+    auto successor = static_cast<std::size_t>(ranks[i] + 1) % n;
+    out[i].successor_arrival = static_cast<int>(at_rank[successor]) + 1;
   }
   return out;
 }
@@ -107,7 +109,7 @@ std::vector<rank_assignment> make_assignments(const std::vector<node_descriptor>
 std::string to_text(const rank_assignment& a) {
   json j{{"rank", a.group_rank}, {"first", a.first_rank}, {"nproc", a.nproc},
          {"world", a.world_size}, {"rank0_addr", a.rank0_addr}, {"rank0_port", a.rank0_port},
-         {"worker_port", a.worker_port}};
+         {"worker_port", a.worker_port}, {"next", a.successor_arrival}};
   // Absent: the endpoint host's store.
   if (!a.worker_addr.empty()) j["worker_addr"] = a.worker_addr;
   return compact(j);
@@ -124,6 +126,7 @@ rank_assignment assignment_from_text(const std::string& text) {
   j.at("rank0_port").get_to(a.rank0_port);
   j.at("worker_port").get_to(a.worker_port);
   a.worker_addr = j.value("worker_addr", std::string());
+  a.successor_arrival = j.value("next", 0);
   // Workers get these as RANK/WORLD_SIZE: nonsense must not reach them.
   if (a.group_rank < 0 || a.nproc < 1 || a.world_size < a.nproc || a.first_rank < 0 ||
       a.first_rank > a.world_size - a.nproc) {
@@ -132,6 +135,7 @@ rank_assignment assignment_from_text(const std::string& text) {
   if (a.worker_port < 0 || a.worker_port > 65535 || a.rank0_port < 0 || a.rank0_port > 65535) {
     throw std::out_of_range("port");
   }
+  if (a.successor_arrival < 0) throw std::out_of_range("next");
   return a;
 }
 

@@ -52,6 +52,10 @@ struct rank_assignment {
   int rank0_port = 0;  // rank 0's reserved port (worker_store=rank0)
   int worker_port = 0;  // 0: no fresh store; the endpoint's store serves
   std::string worker_addr;  // "": the endpoint host
+  // The arrival index (1-based) of the node one group rank up, mod the
+  // round's size: its heartbeat counter is the one this node reads. 0:
+  // not known (a closer of an older dtrun wrote the assignment).
+  int successor_arrival = 0;
 };
 
 // The closer's work: one assignment per node, in arrival order (entry i

@@ -61,14 +61,16 @@ TEST_CASE("a successor that never beats is declared lost once, after max_attempt
   auto ring = std::make_shared<heartbeat_ring>(
       io, heartbeat_ring::settings{.interval = std::chrono::milliseconds(0), .max_attempt = 3});
   std::vector<int> lost;
-  ring->start(store, hb, 0, 2, [&](int successor) {
+  ring->start(store, hb(1));
+  ring->watch(hb(2), 7, [&](int successor) {
     lost.push_back(successor);
     ring->stop();
   });
   io.run();  // ends once the ring stopped: nothing else is pending
-  CHECK(lost == std::vector<int>{1});
+  CHECK(lost == std::vector<int>{7});
   // The first read sets the baseline, then three misses.
-  CHECK(store->adds_of(hb(0)) >= 4);
+  CHECK(store->adds_of(hb(1)) >= 4);
+  CHECK(store->adds_of(hb(2)) == 0);
 }
 
 TEST_CASE("members that beat are never declared lost, and a stopped ring does nothing more") {
@@ -77,15 +79,59 @@ TEST_CASE("members that beat are never declared lost, and a stopped ring does no
   heartbeat_ring::settings fast{.interval = std::chrono::milliseconds(0), .max_attempt = 2};
   std::vector<std::shared_ptr<heartbeat_ring>> rings;
   int lost = 0;
-  for (int rank = 0; rank < 3; ++rank) {
+  for (int arrival = 1; arrival <= 3; ++arrival) {
     rings.push_back(std::make_shared<heartbeat_ring>(io, fast));
-    rings.back()->start(store, hb, rank, 3, [&](int) { ++lost; });
+    rings.back()->start(store, hb(arrival));
+    rings.back()->watch(hb(arrival % 3 + 1), arrival % 3, [&](int) { ++lost; });
   }
-  // Run until rank 0 has beaten 50 times, then stop everyone.
-  while (store->adds_of(hb(0)) < 50) io.run_one();
+  // Run until the first has beaten 50 times, then stop everyone.
+  while (store->adds_of(hb(1)) < 50) io.run_one();
   for (auto& r : rings) r->stop();
-  auto beats = store->counters[hb(0)];
+  auto beats = store->counters[hb(1)];
   io.run();
   CHECK(lost == 0);
-  CHECK(store->counters[hb(0)] == beats);
+  CHECK(store->counters[hb(1)] == beats);
+}
+
+TEST_CASE("a node beats from its start, so one that learns its rank last is not lost") {
+  // The predecessor learns its rank and watches at once; the successor,
+  // started at the same time, has not learnt its rank after many more
+  // intervals than max_attempt, yet it is beating, so it is not lost.
+  asio::io_context io;
+  auto store = std::make_shared<counter_store>(io);
+  heartbeat_ring::settings fast{.interval = std::chrono::milliseconds(0), .max_attempt = 2};
+  auto first = std::make_shared<heartbeat_ring>(io, fast);
+  auto late = std::make_shared<heartbeat_ring>(io, fast);
+  int lost = 0;
+  first->start(store, hb(1));
+  late->start(store, hb(2));
+  first->watch(hb(2), 1, [&](int) { ++lost; });
+  while (store->adds_of(hb(1)) < 20) io.run_one();
+  CHECK(lost == 0);
+  // Now it stops beating (hung): it is declared lost.
+  late->stop();
+  while (lost == 0 && store->adds_of(hb(1)) < 40) io.run_one();
+  first->stop();
+  CHECK(lost == 1);
+}
+
+TEST_CASE("a new watch starts counting misses afresh") {
+  asio::io_context io;
+  auto store = std::make_shared<counter_store>(io);
+  heartbeat_ring::settings fast{.interval = std::chrono::milliseconds(0), .max_attempt = 3};
+  auto ring = std::make_shared<heartbeat_ring>(io, fast);
+  std::vector<int> lost;
+  ring->start(store, hb(1));
+  ring->watch(hb(2), 1, [&](int s) { lost.push_back(s); });
+  // Two misses of hb/2 (a baseline, then two reads that did not move) ...
+  while (store->adds_of(hb(1)) < 3) io.run_one();
+  // ... then a restart of the ring for a new round with a new successor.
+  ring->start(store, hb(5));
+  ring->watch(hb(6), 4, [&](int s) {
+    lost.push_back(s);
+    ring->stop();
+  });
+  io.run();
+  CHECK(lost == std::vector<int>{4});
+  CHECK(store->adds_of(hb(5)) >= 4);
 }

@@ -53,7 +53,14 @@ TEST_CASE("each node's assignment: its rank, its first global rank, the world") 
     CHECK(a.worker_port == 6000);  // the one node that opened a store
     CHECK(a.worker_addr.empty());  // reached at the endpoint host
   }
+  // The ring successor (group rank + 1, wrapping) by arrival index:
+  // rank 0 (arrived 2nd) reads rank 1's (1st), rank 1 rank 2's (3rd),
+  // rank 2 rank 0's.
+  CHECK(all[1].successor_arrival == 1);
+  CHECK(all[0].successor_arrival == 3);
+  CHECK(all[2].successor_arrival == 2);
   auto back = assignment_from_text(to_text(all[2]));
+  CHECK(back.successor_arrival == 2);
   CHECK(back.group_rank == 2);
   CHECK(back.first_rank == 6);
   CHECK(back.nproc == 3);
@@ -87,6 +94,8 @@ TEST_CASE("a corrupt or impossible assignment is an error, not a crash") {
   const std::string ok =
       R"({"rank":1,"first":4,"nproc":2,"world":9,"rank0_addr":"a","rank0_port":0,"worker_port":1})";
   CHECK(assignment_from_text(ok).first_rank == 4);
+  // An older closer wrote no ring successor: not known, not an error.
+  CHECK(assignment_from_text(ok).successor_arrival == 0);
   auto with = [&](const std::string& from, const std::string& to) {
     auto text = ok;
     text.replace(text.find(from), from.size(), to);
@@ -97,4 +106,6 @@ TEST_CASE("a corrupt or impossible assignment is an error, not a crash") {
   CHECK_THROWS(assignment_from_text(with("\"rank\":1", "\"rank\":-1")));
   CHECK_THROWS(assignment_from_text(with("\"world\":9", "\"world\":-2147483648")));
   CHECK_THROWS(assignment_from_text(with("\"worker_port\":1", "\"worker_port\":70000")));
+  CHECK_THROWS(assignment_from_text(with("\"worker_port\":1", "\"worker_port\":1,\"next\":-3")));
+  CHECK_THROWS(assignment_from_text(with("\"worker_port\":1", "\"worker_port\":1,\"next\":\"x\"")));
 }
