@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from pathlib import Path
 
 # Hosts torch's server; prints its port, serves until stdin closes. Raises
 # its own descriptor limit: a server holding N connections needs N + ~50.
@@ -73,6 +74,25 @@ class Server:
             self.kill()
             raise RuntimeError(f"{name} did not print its port: {self.stderr_tail()}")
         self.port = int(line)
+
+    def cpu_seconds(self) -> float:
+        """CPU time (all threads) of every process in the server's session
+        so far: the server and, for torch 2.6, the rootfs wrapper and the
+        Python inside it (the server itself is not the process we started)."""
+        total = 0
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            try:
+                # Fields after the command name: state ppid pgrp session ...
+                stat = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+                if int(stat[3]) != self.proc.pid:
+                    continue
+                for task in (proc / "task").iterdir():
+                    total += int((task / "schedstat").read_text().split()[0])
+            except (OSError, ValueError, IndexError):
+                pass  # a process or thread that just exited
+        return total / 1e9
 
     def stderr_tail(self, chars: int = 300) -> str:
         self.stderr.seek(0)
