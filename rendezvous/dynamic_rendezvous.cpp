@@ -29,6 +29,10 @@ namespace asio = boost::asio;
 
 namespace {
 
+// `r/<r>/over` when the round ended because every node finished: the exit
+// barrier's release. No failure reason reads like it (they name a node).
+constexpr std::string_view every_node_finished = "every node finished";
+
 std::set<std::string> local_interface_addresses() {
   std::set<std::string> out;
   ifaddrs* list = nullptr;
@@ -105,7 +109,8 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
             io, heartbeat_ring::settings{.interval = options_.keep_alive_interval,
                                          .max_attempt = options_.keep_alive_max_attempt})),
         deadline_timer_(io),
-        warning_timer_(io) {
+        warning_timer_(io),
+        barrier_timer_(io) {
     if (!options_.log) {
       options_.log = [](const std::string& line) { fmt::print(stderr, "dtrun: {}\n", line); };
     }
@@ -151,7 +156,12 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
     o.host = server_ ? std::string("127.0.0.1") : options_.endpoint_host;
     o.port = server_ ? server_->port() : options_.endpoint_port;
     o.connect_timeout = connect_timeout;
-    o.timeout = options_.close_timeout;
+    // The host's requests go to the store in this very process: they can
+    // be slow (its loop serving thousands of nodes on a busy machine) but
+    // not lost, and a timeout would end the job for every node because this
+    // one was busy (seen with 1,024 agents on 2 cores). Other nodes give up
+    // on a store that does not answer within close_timeout.
+    o.timeout = server_ ? no_timeout : options_.close_timeout;
     return async_store_client::create(io_, o);
   }
 
@@ -168,7 +178,6 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   void reconnect(std::function<void(std::exception_ptr)> then) {
     if (ops_) ops_->close();
     if (waits_) waits_->close();
-    if (barrier_) barrier_->close();
     ops_ = make_client(options_.join_timeout);
     waits_ = make_waits_client(ops_);
     auto pending = std::make_shared<int>(2);
@@ -340,9 +349,15 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
       return join(r + 1);
     }
     options_.log(fmt::format("round {} is full ({} nodes); waiting for the next one", r, members));
-    waits_->wait({round_key(r, "over")}, options_.join_timeout, [self, r, epoch](store_result w) {
+    waits_->get(round_key(r, "over"), options_.join_timeout, [self, r, epoch](store_result w) {
       if (self->epoch_ != epoch) return;  // a stale round's reply
       if (w.error) return self->fail(w.error);
+      if (w.value == every_node_finished) {
+        return self->fail(error_of(fmt::format(
+            "the job finished (round {}) before this node could join; start it with the "
+            "job's next run",
+            r)));
+      }
       self->join(r + 1);
     });
   }
@@ -611,6 +626,10 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
       // Once every node is done the host leaves and its store with it: a
       // lost connection then is the end of the job, not of the round.
       if (o.error && self->all_done_) return;
+      // The exit barrier's release (finish): the round ended well.
+      if (!o.error && o.value == every_node_finished && self->finish_done_) {
+        return self->leave(r, true);
+      }
       self->round_over_ = true;
       self->ring_->stop();
       std::string reason = o.error ? self->lost_store_reason(o.error) : o.value;
@@ -758,42 +777,36 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
     ops_->check({key("failed")}, [done](store_result) { done(); });
   }
 
-  // Exit barrier: count ourselves done; the last node releases everyone.
+  // Exit barrier: count ourselves done; the last node releases everyone
+  // by ending the round with `every_node_finished`. The WAIT on `over`
+  // that every node holds anyway (watch_over) is the barrier: a node lost
+  // meanwhile ends it too, with its own reason, and a node needs no second
+  // connection (10,000 nodes finishing together would otherwise open
+  // 10,000 at once).
   void finish(std::function<void(std::exception_ptr)> done) {
     finish_done_ = std::move(done);
     // Heartbeats go on: a node waiting here is alive, and its ring
     // predecessor, maybe still training, must not declare it lost.
     auto self = shared_from_this();
     auto r = round_;
+    barrier_timer_.expires_after(bounded(options_.exit_barrier_timeout));
+    barrier_timer_.async_wait([self, r, armed = ++barrier_armed_](
+                                  const boost::system::error_code& ec) {
+      if (ec || armed != self->barrier_armed_) return;
+      self->options_.log(fmt::format(
+          "exit barrier: not every node finished within {} s; leaving anyway",
+          self->options_.exit_barrier_timeout.count() / 1000));
+      self->leave(r, false);
+    });
     // Leaving on purpose is not a loss: withdraw the will first.
     ops_->withdraw_will(will_key(), [](store_result) {});
     ops_->add(round_key(r, "done"), 1, [self, r](store_result n) {
       if (n.error) return self->finish_with(n.error);
-      if (n.number >= self->members_) {
-        self->ops_->set(self->round_key(r, "all_done"), "1", [](store_result) {});
-      }
-      // The barrier waits on a connection of its own: the watch lane of
-      // ours holds the WAIT on `over` (a node lost now must still end the
-      // barrier), and a WAIT returns when all its keys exist, not any, so
-      // one WAIT cannot watch both. It costs the store a second descriptor
-      // per node, but only at the end.
-      self->barrier_ = self->make_client(self->options_.close_timeout);
-      self->barrier_->connect([](store_result) {});
-      self->barrier_->wait({self->round_key(r, "all_done")}, self->options_.exit_barrier_timeout,
-                           [self, r](store_result w) {
-                             try {
-                               if (w.error) std::rethrow_exception(w.error);
-                             } catch (const store_timeout&) {
-                               self->options_.log(fmt::format(
-                                   "exit barrier: not every node finished within {} s; leaving "
-                                   "anyway",
-                                   self->options_.exit_barrier_timeout.count() / 1000));
-                             } catch (const std::exception& e) {
-                               self->options_.log(
-                                   fmt::format("exit barrier: {}; leaving", e.what()));
-                             }
-                             self->leave(r, w.error == nullptr);
-                           });
+      if (n.number < self->members_) return;
+      // Only if no one ended the round first: a node lost just now must
+      // not be covered up.
+      self->ops_->compare_set(self->round_key(r, "over"), "", std::string(every_node_finished),
+                              [](store_result) {});
     });
   }
 
@@ -802,6 +815,7 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   // connection closed before it read all_done would think the round had
   // ended badly and try to rejoin a store that is gone.
   void leave(std::int64_t r, bool everyone_done) {
+    cancel(barrier_timer_, barrier_armed_);
     all_done_ = everyone_done;
     ring_->stop();
     if (!everyone_done) return finish_with(nullptr);
@@ -816,7 +830,8 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
         return self->release_job([self] { self->finish_with(nullptr); });
       }
       if (!self->server_ || last) return self->finish_with(nullptr);
-      self->barrier_->wait({self->round_key(r, "all_left")}, self->options_.close_timeout,
+      // The watch lane is free: its WAIT on `over` has returned.
+      self->waits_->wait({self->round_key(r, "all_left")}, self->options_.close_timeout,
                            [self](store_result w) {
                              // Said, so that a lost goodbye (a bug: the last
                              // node sends it before it exits) is seen.
@@ -859,10 +874,10 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
     ring_->stop();
     cancel(deadline_timer_, deadline_armed_);
     cancel(warning_timer_, warning_armed_);
+    cancel(barrier_timer_, barrier_armed_);
     round_over_ = true;
     if (ops_) ops_->close();
     if (waits_) waits_->close();
-    if (barrier_) barrier_->close();
     if (worker_server_) worker_server_->stop();
     if (server_) server_->stop();
   }
@@ -872,9 +887,9 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   std::unique_ptr<store_server> server_;
   // This round's store for the workers (open_worker_store), when we host.
   std::unique_ptr<store_server> worker_server_;
-  std::shared_ptr<round_store> ops_, waits_, barrier_;
+  std::shared_ptr<round_store> ops_, waits_;
   std::shared_ptr<heartbeat_ring> ring_;
-  asio::steady_timer deadline_timer_, warning_timer_;
+  asio::steady_timer deadline_timer_, warning_timer_, barrier_timer_;
   completion done_;
   std::function<void(std::string)> on_over_;
   std::function<void(std::exception_ptr)> finish_done_;
@@ -885,8 +900,8 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   bool round_over_ = false;
   bool all_done_ = false;  // the exit barrier released every node
   std::uint64_t epoch_ = 0;  // next_round() calls so far
-  // Generations of the two timers: bumped by every arm and cancel.
-  std::uint64_t deadline_armed_ = 0, warning_armed_ = 0;
+  // Generations of the timers: bumped by every arm and cancel.
+  std::uint64_t deadline_armed_ = 0, warning_armed_ = 0, barrier_armed_ = 0;
 };
 
 dynamic_rendezvous::dynamic_rendezvous(asio::io_context& io, dynamic_rendezvous_options options)

@@ -6,15 +6,21 @@ usage error, where the launcher refuses the value); never a crash.
 operation's timeout, queued just as its reply was read, acted on whatever
 operation came next, or on an empty queue.
 
-The endpoint is 127.0.0.1:0: 127.0.0.1 names this machine, so the node
-hosts the store itself, on a port the kernel picks. No fixed or probed
-port, so no race with other tests. The refused-connection case needs a port
+The join tests' endpoint is 127.0.0.1:0: 127.0.0.1 names this machine, so
+the node hosts the store itself, on a port the kernel picks. The close
+timeout tests need a store in another process (the host's requests to its
+own store never time out: they can be slow, not lost), so they start
+`dtrun-store serve` on port 0, which prints the port it got, and give each
+run its own rendezvous id. No fixed or probed port, so no race with other
+tests. The refused-connection case needs a port
 nobody listens on; it binds port 0, closes it and passes that port, and its
 assertions hold even if another process takes the port meanwhile."""
 
 import os
 import socket
+import subprocess
 import sys
+import uuid
 
 import pytest
 
@@ -28,9 +34,28 @@ RUNS = 30
 CRASH_CODES = {128 + 11, 128 + 6, 128 + 7}
 
 
-def run_node(conf: str, endpoint: str = "127.0.0.1:0"):
-    return dh.run(["--nnodes=1:2", "--rdzv-id=z", f"--rdzv-endpoint={endpoint}",
+def run_node(conf: str, endpoint: str = "127.0.0.1:0", run_id: str = "z"):
+    return dh.run(["--nnodes=1:2", f"--rdzv-id={run_id}", f"--rdzv-endpoint={endpoint}",
                    f"--rdzv-conf={conf}", "--no-python", "true"], timeout=120)
+
+
+@pytest.fixture(scope="module")
+def store_endpoint():
+    """host:port of a dtrun-store in a process of its own, for this module."""
+    store = subprocess.Popen([str(dh.BUILD_DIR / "launcher" / "dtrun-store"), "serve",
+                              "--host", "127.0.0.1", "--port", "0"],
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        port = int(store.stdout.readline())
+        yield f"127.0.0.1:{port}"
+    finally:
+        store.kill()
+        store.wait()
+
+
+def run_node_on(endpoint: str, conf: str):
+    """A node that is not the store's host, in a rendezvous of its own."""
+    return run_node(f"{conf},is_host=0", endpoint, run_id=uuid.uuid4().hex)
 
 
 def check_clean_end(r, failure_words: tuple[str, ...]) -> str:
@@ -52,11 +77,12 @@ def check_clean_end(r, failure_words: tuple[str, ...]) -> str:
 
 
 @pytest.mark.parametrize("close_timeout", ["0", "0.001", "0.002"])
-def test_tiny_close_timeouts_end_cleanly_every_time(close_timeout):
+def test_tiny_close_timeouts_end_cleanly_every_time(store_endpoint, close_timeout):
     # last_call_timeout is short too, so a run whose requests beat the
     # timeout completes at once instead of waiting 30 s for a second node.
     conf = f"close_timeout={close_timeout},last_call_timeout=0.001"
-    outcomes = [check_clean_end(run_node(conf), ("did not answer", "timed out", "closed"))
+    outcomes = [check_clean_end(run_node_on(store_endpoint, conf),
+                                ("did not answer", "timed out", "closed"))
                 for _ in range(RUNS)]
     print(close_timeout, {o: outcomes.count(o) for o in set(outcomes)})
 

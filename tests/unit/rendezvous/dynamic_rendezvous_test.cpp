@@ -387,6 +387,95 @@ TEST_CASE("the exit barrier releases every node when the last one finishes") {
   CHECK(finished == 3);
 }
 
+TEST_CASE("a node lost during the exit barrier ends it with the loss, not a release") {
+  cluster c;
+  for (int i = 0; i < 3; ++i) c.add(3, 3);
+  std::vector<round_result> results(3);
+  std::vector<std::string> errors;
+  int joined = 0;
+  for (int i = 0; i < 3; ++i) {
+    join(*c.nodes[i], results[i], [&] {
+      if (++joined < 3) return;
+      // Nodes 0 and 1 finish; node 2 dies before it does.
+      for (int n = 0; n < 2; ++n) {
+        c.nodes[n]->finish([&](std::exception_ptr e) {
+          errors.push_back(e ? message_of(e) : "released");
+          if (errors.size() == 2) c.shutdown_all();
+        });
+      }
+      boost::asio::post(c.io, [&] { c.nodes[2]->shutdown(); });
+    });
+  }
+  c.io.run();
+  REQUIRE(errors.size() == 2);
+  for (const auto& e : errors) {
+    CHECK_THAT(e, Catch::Contains("ended before every node finished") &&
+                      Catch::Contains("was lost"));
+  }
+}
+
+TEST_CASE("the exit barrier lets a node go alone after exit_barrier_timeout") {
+  cluster c;
+  c.add_with(2, 2, [](dynamic_rendezvous_options& o) { o.exit_barrier_timeout = 200ms; });
+  c.add(2, 2);
+  std::vector<round_result> results(2);
+  std::optional<std::string> outcome;
+  int joined = 0;
+  for (int i = 0; i < 2; ++i) {
+    join(*c.nodes[i], results[i], [&] {
+      if (++joined < 2) return;
+      // Node 1 is still training.
+      c.nodes[0]->finish([&](std::exception_ptr e) {
+        outcome = e ? message_of(e) : "";
+        c.shutdown_all();
+      });
+    });
+  }
+  c.io.run();
+  REQUIRE(outcome);
+  CHECK(outcome->empty());
+  CHECK(std::count_if(c.log.begin(), c.log.end(), [](const std::string& l) {
+          return l.find("exit barrier: not every node finished within") != std::string::npos;
+        }) == 1);
+}
+
+TEST_CASE("a node waiting for the next round of a job that finishes is told so") {
+  cluster c;
+  c.add(2, 2);
+  c.add(2, 2);
+  std::vector<round_result> first(2);
+  round_result newcomer;
+  int joined = 0, released = 0;
+  auto end_when_all_told = [&] {
+    if (released == 2 && newcomer.done) c.shutdown_all();
+  };
+  for (int i = 0; i < 2; ++i) {
+    join(*c.nodes[i], first[i], [&] {
+      if (++joined < 2) return;
+      // The job runs with its two nodes, the most it takes; a third
+      // arrives and waits; then both finish.
+      auto& third = c.add_with(2, 2, [&](dynamic_rendezvous_options& o) {
+        o.log = [&](const std::string& line) {
+          if (line.find("is full") == std::string::npos) return;
+          for (int n = 0; n < 2; ++n) {
+            c.nodes[n]->finish([&](std::exception_ptr e) {
+              CHECK_FALSE(e);
+              ++released;
+              end_when_all_told();
+            });
+          }
+        };
+      });
+      join(third, newcomer, end_when_all_told);
+    });
+  }
+  c.io.run();
+  CHECK(released == 2);
+  REQUIRE(newcomer.error);
+  CHECK_THAT(message_of(newcomer.error), Catch::Contains("the job finished (round 0) before this "
+                                                         "node could join"));
+}
+
 TEST_CASE("nobody hosting the store is reported clearly, then times out") {
   boost::asio::io_context io;
   std::uint16_t port;
