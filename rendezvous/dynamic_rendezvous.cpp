@@ -812,7 +812,7 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
 
   // After the barrier: every node says it saw the end before the host,
   // whose exit takes the store away, may go. Without this, a node whose
-  // connection closed before it read all_done would think the round had
+  // connection closed before it read the release would think the round had
   // ended badly and try to rejoin a store that is gone.
   void leave(std::int64_t r, bool everyone_done) {
     cancel(barrier_timer_, barrier_armed_);
