@@ -244,6 +244,9 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
     all_done_ = false;
     ring_->stop();
     cancel(deadline_timer_, deadline_armed_);
+    // An exit barrier of the last round that a failure ended: its timeout
+    // must not fire in this round (it would stop our heartbeats).
+    cancel(barrier_timer_, barrier_armed_);
     auto self = shared_from_this();
     reconnect([self, epoch = epoch_](std::exception_ptr error) {
       if (error) return self->fail(error);
@@ -632,6 +635,7 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
       }
       self->round_over_ = true;
       self->ring_->stop();
+      self->cancel(self->barrier_timer_, self->barrier_armed_);
       std::string reason = o.error ? self->lost_store_reason(o.error) : o.value;
       if (auto cb = std::exchange(self->on_over_, nullptr)) {
         cb(reason);
@@ -790,9 +794,11 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
     auto self = shared_from_this();
     auto r = round_;
     barrier_timer_.expires_after(bounded(options_.exit_barrier_timeout));
-    barrier_timer_.async_wait([self, r, armed = ++barrier_armed_](
+    barrier_timer_.async_wait([self, r, epoch = epoch_, armed = ++barrier_armed_](
                                   const boost::system::error_code& ec) {
-      if (ec || armed != self->barrier_armed_) return;
+      if (ec || armed != self->barrier_armed_ || self->epoch_ != epoch || self->round_ != r) {
+        return;
+      }
       self->options_.log(fmt::format(
           "exit barrier: not every node finished within {} s; leaving anyway",
           self->options_.exit_barrier_timeout.count() / 1000));

@@ -13,6 +13,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <fmt/format.h>
 
 #include "rendezvous/dynamic_rendezvous.h"
@@ -437,6 +438,66 @@ TEST_CASE("the exit barrier lets a node go alone after exit_barrier_timeout") {
   CHECK(std::count_if(c.log.begin(), c.log.end(), [](const std::string& l) {
           return l.find("exit barrier: not every node finished within") != std::string::npos;
         }) == 1);
+}
+
+// A failure elsewhere ends node 0's exit barrier and both nodes rejoin.
+// The barrier's timeout belongs to that barrier: armed in round 0, it must
+// not fire in round 1, where it stopped node 0's heartbeats (its ring
+// predecessor then declared it lost) and could have let it leave alone.
+TEST_CASE("an exit barrier that a failure ended does not time out in the next round") {
+  cluster c;
+  c.add_with(2, 2, [](dynamic_rendezvous_options& o) {
+    o.exit_barrier_timeout = 300ms;
+    o.keep_alive_interval = 50ms;
+  });
+  c.add_with(2, 2, [](dynamic_rendezvous_options& o) {
+    o.exit_barrier_timeout = 3s;  // bounds the test if round 1 goes wrong
+    o.keep_alive_interval = 50ms;
+  });
+  std::vector<round_result> first(2), second(2);
+  std::vector<std::string> round1_over, released;
+  std::optional<std::string> barrier0;
+  int first_done = 0, second_done = 0;
+  boost::asio::steady_timer later(c.io);
+  auto start_second = [&](int i) {
+    join(*c.nodes[i], second[i], [&, i] {
+      REQUIRE_FALSE(second[i].error);
+      c.nodes[i]->watch_round([&](std::string why) { round1_over.push_back(why); });
+      if (++second_done < 2) return;
+      // Round 1 runs well past node 0's round-0 barrier timeout, then both
+      // nodes finish.
+      later.expires_after(1s);
+      later.async_wait([&](const boost::system::error_code&) {
+        for (int n = 0; n < 2; ++n) {
+          c.nodes[n]->finish([&](std::exception_ptr e) {
+            released.push_back(e ? message_of(e) : "");
+            if (released.size() == 2) c.shutdown_all();
+          });
+        }
+      });
+    });
+  };
+  for (int i = 0; i < 2; ++i) {
+    join(*c.nodes[i], first[i], [&, i] {
+      REQUIRE_FALSE(first[i].error);
+      if (i == 0) c.nodes[0]->watch_round([&](std::string) { start_second(0); });
+      if (++first_done < 2) return;
+      // Node 0's workers succeed; node 1's fail.
+      c.nodes[0]->finish([&](std::exception_ptr e) { barrier0 = e ? message_of(e) : ""; });
+      c.nodes[1]->report_failure("worker exited with 1", [&](std::exception_ptr e, int) {
+        REQUIRE_FALSE(e);
+        start_second(1);
+      });
+    });
+  }
+  c.io.run();
+  REQUIRE(barrier0);
+  CHECK_THAT(*barrier0, Catch::Contains("ended before every node finished"));
+  CHECK(std::count_if(c.log.begin(), c.log.end(), [](const std::string& l) {
+          return l.find("exit barrier: not every node finished") != std::string::npos;
+        }) == 0);
+  CHECK(round1_over.empty());
+  CHECK(released == std::vector<std::string>{"", ""});
 }
 
 TEST_CASE("a node waiting for the next round of a job that finishes is told so") {
