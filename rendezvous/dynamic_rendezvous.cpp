@@ -348,21 +348,32 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
     if (members < options_.max_nodes) {
       options_.log(fmt::format("round {} is running with {} of at most {} nodes; asking to join",
                                r, members, options_.max_nodes));
-      ops_->set(round_key(r, "over"), "a node is waiting to join", [](store_result) {});
-      return join(r + 1);
+      // Only if the round is still running: a SET would overwrite the exit
+      // barrier's release (every node would then read "a node is waiting
+      // to join" and restart a finished job) or another node's reason.
+      ops_->compare_set(round_key(r, "over"), "", "a node is waiting to join",
+                        [self, r, epoch](store_result o) {
+                          if (self->epoch_ != epoch) return;  // a stale round's reply
+                          if (o.error) return self->fail(o.error);
+                          if (o.value == every_node_finished) return self->fail_job_finished(r);
+                          self->join(r + 1);
+                        });
+      return;
     }
     options_.log(fmt::format("round {} is full ({} nodes); waiting for the next one", r, members));
     waits_->get(round_key(r, "over"), options_.join_timeout, [self, r, epoch](store_result w) {
       if (self->epoch_ != epoch) return;  // a stale round's reply
       if (w.error) return self->fail(w.error);
-      if (w.value == every_node_finished) {
-        return self->fail(error_of(fmt::format(
-            "the job finished (round {}) before this node could join; start it with the "
-            "job's next run",
-            r)));
-      }
+      if (w.value == every_node_finished) return self->fail_job_finished(r);
       self->join(r + 1);
     });
+  }
+
+  void fail_job_finished(std::int64_t r) {
+    fail(error_of(fmt::format(
+        "the job finished (round {}) before this node could join; start it with the job's "
+        "next run",
+        r)));
   }
 
   void join(std::int64_t r) {
@@ -663,9 +674,12 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
                  [weak, r](int lost) {
                    auto self = weak.lock();
                    if (!self || self->round_ != r || self->round_over_) return;
-                   self->ops_->set(self->round_key(r, "over"),
-                                   fmt::format("node {} stopped sending heartbeats", lost),
-                                   [](store_result) {});
+                   // From empty only: once every node finished, a successor
+                   // that stopped beating because it left is not lost, and
+                   // the release must not be overwritten.
+                   self->ops_->compare_set(self->round_key(r, "over"), "",
+                                           fmt::format("node {} stopped sending heartbeats", lost),
+                                           [](store_result) {});
                  });
   }
 

@@ -537,6 +537,41 @@ TEST_CASE("a node waiting for the next round of a job that finishes is told so")
                                                          "node could join"));
 }
 
+// Below MAX a latecomer asks to be let in by ending the round; once every
+// node finished, that must neither overwrite the release in `over` nor
+// leave the latecomer waiting join_timeout for a round nobody will join.
+TEST_CASE("a node arriving below MAX after every node finished is told the job finished") {
+  cluster c;
+  c.add(2, 3);
+  c.add(2, 3);
+  std::vector<round_result> first(2);
+  round_result newcomer;
+  int joined = 0, released = 0;
+  for (int i = 0; i < 2; ++i) {
+    join(*c.nodes[i], first[i], [&] {
+      if (++joined < 2) return;
+      for (int n = 0; n < 2; ++n) {
+        c.nodes[n]->finish([&](std::exception_ptr e) {
+          CHECK_FALSE(e);
+          if (++released < 2) return;
+          // The job is over (the host's store is still up); a third node
+          // arrives, with room for it below MAX.
+          auto& third = c.add_with(2, 3, [](dynamic_rendezvous_options& o) {
+            o.join_timeout = 3s;  // bounds the test when it waits wrongly
+          });
+          join(third, newcomer, [&] { c.shutdown_all(); });
+        });
+      }
+    });
+  }
+  c.io.run();
+  CHECK(released == 2);
+  REQUIRE(newcomer.done);
+  REQUIRE(newcomer.error);
+  CHECK_THAT(message_of(newcomer.error),
+             Catch::Contains("the job finished (round 0) before this node could join"));
+}
+
 TEST_CASE("nobody hosting the store is reported clearly, then times out") {
   boost::asio::io_context io;
   std::uint16_t port;
