@@ -447,7 +447,7 @@ class async_store_client::impl : public std::enable_shared_from_this<async_store
   }
 
   std::exception_ptr wait_timeout_error(const operation& o) const {
-    return std::make_exception_ptr(store_timeout(
+    return std::make_exception_ptr(store_wait_timeout(
         fmt::format("timed out after {} ms waiting for key(s) {} in the store at {}",
                     o.wait_timeout->count(), describe(o.wait_keys), endpoint_text_)));
   }

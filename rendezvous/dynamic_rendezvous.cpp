@@ -489,10 +489,11 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
     waits_->wait({round_key(r, "closed")}, options_.join_timeout, [self, r, epoch](store_result c) {
       if (self->epoch_ != epoch) return;  // a stale round's reply
       if (c.error) {
-        // Only a timeout means the nodes did not come; a lost store says so.
+        // Only the WAIT's own deadline means the nodes did not come; a store
+        // that stopped answering (close_timeout) or was lost says so.
         try {
           std::rethrow_exception(c.error);
-        } catch (const store_timeout&) {
+        } catch (const store_wait_timeout&) {
           return self->fail(error_of(fmt::format(
               "round {} did not gather {} node(s) within the join timeout ({} s); start the "
               "missing nodes or lower --nnodes",

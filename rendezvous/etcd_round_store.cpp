@@ -595,7 +595,7 @@ class etcd_round_store final : public round_store,
       if (ec) return;
       std::vector<std::string> names(waiting->begin(), waiting->end());
       store_result r;
-      r.error = std::make_exception_ptr(store_timeout(fmt::format(
+      r.error = std::make_exception_ptr(store_wait_timeout(fmt::format(
           "waited {} s for {} in etcd; it was never set", timeout.count() / 1000.0,
           fmt::join(names, ", "))));
       end(std::move(r));

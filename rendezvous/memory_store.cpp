@@ -108,7 +108,7 @@ bool memory_store::has_all(const std::vector<std::string>& keys) const {
 void memory_store::wait_locked(std::unique_lock<std::mutex>& lock,
                                const std::vector<std::string>& keys, store_duration timeout) {
   if (!changed_.wait_for(lock, timeout, [&] { return has_all(keys); })) {
-    throw store_timeout(fmt::format("timed out after {} ms waiting for key(s) {}",
+    throw store_wait_timeout(fmt::format("timed out after {} ms waiting for key(s) {}",
                                     timeout.count(), describe(keys)));
   }
 }

@@ -38,6 +38,14 @@ class store_timeout : public store_error {
   using store_error::store_error;
 };
 
+// A WAIT's own deadline passed: its keys did not appear in time (the
+// store answered everything else). Not a store that stopped answering,
+// which is a plain store_timeout: a rendezvous reports the two differently.
+class store_wait_timeout : public store_timeout {
+ public:
+  using store_timeout::store_timeout;
+};
+
 // The connection to a store server could not be made or was lost.
 class store_connection_error : public store_error {
  public:

@@ -218,9 +218,9 @@ class tcp_store_client::impl {
     } catch (const store_timeout&) {
       keep_connection_on_timeout_ = false;
       abandon_wait();
-      throw store_timeout(fmt::format("timed out after {} ms waiting for key(s) {} in the store "
-                                      "at {}",
-                                      timeout.count(), describe(user_keys), endpoint_text_));
+      throw store_wait_timeout(fmt::format(
+          "timed out after {} ms waiting for key(s) {} in the store at {}", timeout.count(),
+          describe(user_keys), endpoint_text_));
     }
     if (reply != wire::wait_stop_waiting) {
       close();
