@@ -351,13 +351,12 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
       // Only if the round is still running: a SET would overwrite the exit
       // barrier's release (every node would then read "a node is waiting
       // to join" and restart a finished job) or another node's reason.
-      ops_->compare_set(round_key(r, "over"), "", "a node is waiting to join",
-                        [self, r, epoch](store_result o) {
-                          if (self->epoch_ != epoch) return;  // a stale round's reply
-                          if (o.error) return self->fail(o.error);
-                          if (o.value == every_node_finished) return self->fail_job_finished(r);
-                          self->join(r + 1);
-                        });
+      end_round_first(r, "a node is waiting to join", [self, r, epoch](store_result o) {
+        if (self->epoch_ != epoch) return;  // a stale round's reply
+        if (o.error) return self->fail(o.error);
+        if (o.value == every_node_finished) return self->fail_job_finished(r);
+        self->join(r + 1);
+      });
       return;
     }
     options_.log(fmt::format("round {} is full ({} nodes); waiting for the next one", r, members));
@@ -367,6 +366,14 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
       if (w.value == every_node_finished) return self->fail_job_finished(r);
       self->join(r + 1);
     });
+  }
+
+  // Ends round r with `reason` unless someone ended it first: the first
+  // reason in `over` wins, so neither the exit barrier's release nor a
+  // reported loss can be overwritten. `done` gets what `over` holds after.
+  void end_round_first(std::int64_t r, std::string reason,
+                       store_callback done = [](store_result) {}) {
+    ops_->compare_set(round_key(r, "over"), "", std::move(reason), std::move(done));
   }
 
   void fail_job_finished(std::int64_t r) {
@@ -678,9 +685,8 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
                    // From empty only: once every node finished, a successor
                    // that stopped beating because it left is not lost, and
                    // the release must not be overwritten.
-                   self->ops_->compare_set(self->round_key(r, "over"), "",
-                                           fmt::format("node {} stopped sending heartbeats", lost),
-                                           [](store_result) {});
+                   self->end_round_first(
+                       r, fmt::format("node {} stopped sending heartbeats", lost));
                  });
   }
 
@@ -826,8 +832,7 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
       if (n.number < self->members_) return;
       // Only if no one ended the round first: a node lost just now must
       // not be covered up.
-      self->ops_->compare_set(self->round_key(r, "over"), "", std::string(every_node_finished),
-                              [](store_result) {});
+      self->end_round_first(r, std::string(every_node_finished));
     });
   }
 
