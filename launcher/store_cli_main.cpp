@@ -49,6 +49,10 @@ constexpr int exit_store_error = 5;
 // server buffers a whole request (up to 4 values) in memory.
 constexpr std::int64_t max_value_bytes_limit = std::int64_t{1} << 30;
 
+// More I/O threads than this only add context switches on any machine
+// that exists today.
+constexpr std::int64_t max_serve_threads = 1024;
+
 // Waits and connections: positive (a 0 wait would fail at once) and at
 // most 10 years.
 constexpr dtrun::launcher::duration_limits client_duration_limits{false,
@@ -74,11 +78,12 @@ struct client_flags {
 };
 
 int serve(const std::string& host, std::uint16_t port, std::uint64_t max_value_bytes,
-          store_access_options access) {
+          unsigned threads, store_access_options access) {
   boost::asio::io_context io;
   store_server_options options;
   options.host = host;
   options.port = port;
+  options.threads = threads;
   if (auto why = same_user_rule_unavailable(access); !why.empty()) throw store_error(why);
   options.admit = make_admit(std::move(access));
   options.limits.max_value_bytes = max_value_bytes;
@@ -168,6 +173,7 @@ int main(int argc, char** argv) {
   std::string host = "127.0.0.1";
   std::uint16_t port = 0;
   std::uint64_t max_value_bytes = wire::limits{}.max_value_bytes;
+  unsigned threads = 1;
   auto* serve_cmd = app.add_subcommand("serve", "run a store server until SIGINT/SIGTERM");
   serve_cmd->add_option("--host", host, "address to listen on ('' for all interfaces)")
       ->capture_default_str();
@@ -176,6 +182,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   serve_cmd->add_option("--max-value-bytes", max_value_bytes, "largest value a client may set")
       ->check(dtrun::launcher::whole_number("--max-value-bytes", 1, max_value_bytes_limit))
+      ->capture_default_str();
+  serve_cmd->add_option("--threads", threads,
+                        "threads serving connections; more than 1 uses more cores for "
+                        "thousands of clients (docs/store.md)")
+      ->check(dtrun::launcher::whole_number("--threads", 1, max_serve_threads))
       ->capture_default_str();
   store_access_options access{.same_user_opt_out = "leaving out --same-user",
                               .networks_option = "--allow-networks"};
@@ -229,7 +240,7 @@ int main(int argc, char** argv) {
       } catch (const std::invalid_argument& e) {
         return usage(fmt::format("--allow-networks: {}", e.what()));
       }
-      return serve(host, port, max_value_bytes, std::move(access));
+      return serve(host, port, max_value_bytes, threads, std::move(access));
     }
   } catch (const std::exception& e) {  // cannot listen: port in use, bad host
     return fail(exit_store_error, e);

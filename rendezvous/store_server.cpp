@@ -4,10 +4,13 @@
 #include <netinet/tcp.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <mutex>
+#include <vector>
 #include <unordered_set>
 
 #include <boost/asio/ip/tcp.hpp>
@@ -93,55 +96,88 @@ class store_server::impl : public std::enable_shared_from_this<store_server::imp
 
   void log(const std::string& line) const { options_.log(line); }
 
+  bool threaded() const { return loops_ != nullptr; }
+  // Held around every use of what the connections share: ctx_ (the key
+  // table, the stats), sessions_, and every store_session, since a write
+  // on one connection wakes waiters on others. With one thread there is
+  // nobody to exclude, and the lock is not taken: a wake-up then writes to
+  // the woken connection at once, from inside the writer's request.
+  std::unique_lock<std::mutex> lock_state() {
+    return threaded() ? std::unique_lock<std::mutex>(state_mutex_)
+                      : std::unique_lock<std::mutex>();
+  }
+  // An accepted connection, moved to the next thread's loop when there are
+  // threads. (Accepting straight onto those loops would leave the
+  // caller's io_context holding sockets of theirs in pending accepts,
+  // destroyed after the loops are.)
+  tcp::socket onto_its_loop(tcp::socket socket);
+
   asio::io_context& io_;
   store_server_options options_;
   tcp::acceptor acceptor_;
   asio::steady_timer retry_timer_;
+  loop_threads* loops_ = nullptr;  // owned by store_server; null: one thread
+  std::mutex state_mutex_;
   store_context ctx_;
   std::unordered_set<std::shared_ptr<class session>> sessions_;
   bool stopped_ = false;
 };
 
 // One client connection's I/O: reads into the store_session's buffer,
-// writes what it queues. All state lives on the event loop thread.
+// writes what it queues. Its I/O state (reading_, writing_, closed_,
+// in_flight_) belongs to its loop's one thread; the store_session is used
+// under the server's lock (lock_state).
 class session : public std::enable_shared_from_this<session>, private session_host {
  public:
   session(tcp::socket socket, store_server::impl& server)
       : socket_(std::move(socket)),
         server_(server),
+        loop_(static_cast<asio::io_context&>(
+            asio::query(socket_.get_executor(), asio::execution::context))),
         core_(server.ctx_, *this, endpoint_text(socket_)) {}
 
+  // On the connection's loop.
   void start() {
     enable_keepalive(socket_);
     read_more();
   }
 
+  // On the connection's loop.
   void close() {
     if (closed_) return;
     closed_ = true;
-    core_.close();
+    {
+      auto lock = server_.lock_state();
+      core_.close();
+      --server_.ctx_.stats.connections_open;
+      server_.sessions_.erase(shared_from_this());
+    }
     boost::system::error_code ignored;
     socket_.shutdown(tcp::socket::shutdown_both, ignored);
     socket_.close(ignored);
-    --server_.ctx_.stats.connections_open;
-    server_.sessions_.erase(shared_from_this());
   }
+
+  asio::io_context& loop() { return loop_; }
 
  private:
   // (async_wait, then a non-blocking read, would save the EAGAIN of
   // async_read_some's first try but costs an epoll_ctl per wait in Asio's
   // reactor: measured no better.)
   void read_more() {
-    if (closed_ || reading_ || !core_.wants_input()) return;  // resumed by on_written
+    if (closed_ || reading_) return;
     std::span<std::uint8_t> space;
-    try {
-      space = core_.read_space();
-    } catch (const std::bad_alloc&) {
-      core_.fail("out of memory for its request buffer");
-      return;
-    } catch (const std::length_error&) {
-      core_.fail("out of memory for its request buffer");
-      return;
+    {
+      auto lock = server_.lock_state();
+      if (!core_.wants_input()) return;  // resumed by the write's completion
+      try {
+        space = core_.read_space();
+      } catch (const std::bad_alloc&) {
+        core_.fail("out of memory for its request buffer");
+        return;
+      } catch (const std::length_error&) {
+        core_.fail("out of memory for its request buffer");
+        return;
+      }
     }
     reading_ = true;
     socket_.async_read_some(
@@ -154,43 +190,68 @@ class session : public std::enable_shared_from_this<session>, private session_ho
             self->close();
             return;
           }
-          self->server_.ctx_.stats.bytes_received += n;
-          self->core_.received(n);
+          {
+            auto lock = self->server_.lock_state();
+            self->server_.ctx_.stats.bytes_received += n;
+            self->core_.received(n);
+          }
           self->read_more();
         });
   }
 
-  void output_ready() override { flush(); }
+  // Called under the server's lock, maybe from another connection's
+  // thread: with threads, the write is started on this connection's own
+  // loop (a post from that loop's thread is a cheap local queue push).
+  void output_ready() override {
+    if (server_.threaded()) {
+      asio::post(loop_, [self = shared_from_this()] { self->flush(); });
+    } else {
+      flush();
+    }
+  }
 
   void close_soon() override {
     // Not now: this may run inside another session's key_table update.
-    asio::post(server_.io_, [self = shared_from_this()] { self->close(); });
+    asio::post(loop_, [self = shared_from_this()] { self->close(); });
   }
 
+  // On the connection's loop (with one thread, maybe from inside another
+  // session's request: the lock is not taken then).
   void flush() {
-    if (writing_ || closed_ || !core_.has_output()) return;
+    if (writing_ || closed_) return;
+    {
+      auto lock = server_.lock_state();
+      if (!core_.has_output()) return;
+      in_flight_ = core_.take_output();
+    }
     writing_ = true;
-    in_flight_ = core_.take_output();
     asio::async_write(socket_, asio::buffer(in_flight_),
                       [self = shared_from_this()](const boost::system::error_code& ec,
-                                                  std::size_t) {
-                        self->writing_ = false;
-                        if (!ec) self->server_.ctx_.stats.bytes_sent += self->in_flight_.size();
-                        // Free it: a large reply must not stay allocated.
-                        self->in_flight_ = std::string();
-                        if (self->closed_) return;
-                        if (ec) {
-                          self->close();
-                          return;
-                        }
-                        self->core_.output_sent();
-                        self->flush();
-                        self->read_more();
-                      });
+                                                  std::size_t) { self->on_written(ec); });
+  }
+
+  void on_written(const boost::system::error_code& ec) {
+    writing_ = false;
+    auto sent = in_flight_.size();
+    // Free it: a large reply must not stay allocated.
+    in_flight_ = std::string();
+    if (closed_) return;
+    if (ec) {
+      close();
+      return;
+    }
+    {
+      auto lock = server_.lock_state();
+      server_.ctx_.stats.bytes_sent += sent;
+      core_.output_sent();
+    }
+    flush();
+    read_more();
   }
 
   tcp::socket socket_;
   store_server::impl& server_;
+  asio::io_context& loop_;
   store_session core_;
   bool reading_ = false, writing_ = false, closed_ = false;
   std::string in_flight_;
@@ -280,10 +341,13 @@ void store_server::impl::accept_backlog() {
 }
 
 void store_server::impl::admit(tcp::socket socket) {
-  ++ctx_.stats.connections_accepted;
   if (options_.admit) {
     if (auto refusal = options_.admit(socket.native_handle()); !refusal.empty()) {
-      ++ctx_.stats.connections_refused;
+      {
+        auto lock = lock_state();
+        ++ctx_.stats.connections_accepted;
+        ++ctx_.stats.connections_refused;
+      }
       log(fmt::format("refused connection from {}: {}", printable(endpoint_text(socket)),
                       printable(refusal)));
       boost::system::error_code ignored;
@@ -292,15 +356,41 @@ void store_server::impl::admit(tcp::socket socket) {
     }
   }
   try {
-    auto s = std::make_shared<session>(std::move(socket), *this);
-    sessions_.insert(s);
-    ++ctx_.stats.connections_open;
-    s->start();
+    auto s = std::make_shared<session>(onto_its_loop(std::move(socket)), *this);
+    {
+      auto lock = lock_state();
+      ++ctx_.stats.connections_accepted;
+      sessions_.insert(s);
+      ++ctx_.stats.connections_open;
+    }
+    if (threaded()) {
+      asio::post(s->loop(), [s] { s->start(); });
+    } else {
+      s->start();
+    }
   } catch (const std::bad_alloc&) {
     // `socket` was moved into a session that no longer exists, or is
     // still ours: either way it closes with this scope.
     log("out of memory accepting a connection; it was closed");
+  } catch (const boost::system::system_error& e) {
+    // Moving it to a thread's loop failed (the client reset it at once,
+    // or the kernel is out of memory for the loop's registration).
+    log(fmt::format("could not serve a new connection: {}; it was closed", e.what()));
   }
+}
+
+tcp::socket store_server::impl::onto_its_loop(tcp::socket socket) {
+  if (!threaded()) return socket;
+  auto protocol = socket.local_endpoint().protocol();  // throws system_error
+  tcp::socket moved(loops_->next());
+  auto fd = socket.release();
+  boost::system::error_code ec;
+  moved.assign(protocol, fd, ec);
+  if (ec) {
+    ::close(fd);  // owned by neither socket now
+    throw boost::system::system_error(ec);
+  }
+  return moved;
 }
 
 void store_server::impl::stop() {
@@ -309,18 +399,34 @@ void store_server::impl::stop() {
   boost::system::error_code ignored;
   acceptor_.close(ignored);
   retry_timer_.cancel();
-  auto all = sessions_;  // close() erases from sessions_
-  for (const auto& s : all) s->close();
+  std::vector<std::shared_ptr<session>> all;
+  {
+    auto lock = lock_state();
+    all.assign(sessions_.begin(), sessions_.end());  // close() erases from sessions_
+  }
+  for (const auto& s : all) {
+    if (threaded()) {
+      asio::post(s->loop(), [s] { s->close(); });
+    } else {
+      s->close();
+    }
+  }
 }
 
-store_server::store_server(asio::io_context& io, store_server_options options)
-    : impl_(std::make_shared<impl>(io, std::move(options))) {
+store_server::store_server(asio::io_context& io, store_server_options options) {
+  if (options.threads > 1) threads_ = std::make_unique<loop_threads>(options.threads);
+  impl_ = std::make_shared<impl>(io, std::move(options));
+  impl_->loops_ = threads_.get();
   raise_open_file_limit();
   impl_->listen();
   impl_->start_accept();
 }
 
-store_server::~store_server() { impl_->stop(); }
+store_server::~store_server() {
+  impl_->stop();
+  // The connections close on their own loops; then the threads end.
+  if (threads_) threads_->finish();
+}
 
 std::uint16_t store_server::port() const {
   boost::system::error_code ec;
@@ -330,8 +436,14 @@ std::uint16_t store_server::port() const {
 
 void store_server::stop() { impl_->stop(); }
 
-void store_server::clear_keys() { impl_->ctx_.table.clear(); }
+void store_server::clear_keys() {
+  auto lock = impl_->lock_state();
+  impl_->ctx_.table.clear();
+}
 
-const store_server_stats& store_server::stats() const { return impl_->ctx_.stats; }
+store_server_stats store_server::stats() const {
+  auto lock = impl_->lock_state();
+  return impl_->ctx_.stats;
+}
 
 }  // namespace dtrun::rendezvous

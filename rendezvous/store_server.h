@@ -1,7 +1,14 @@
 // A TCPStore-compatible key-value server on an Asio event loop.
 //
-// Single-threaded: everything runs on the io_context passed in, so the
-// agent that hosts the store shares its one event loop with it. Waits are
+// One thread by default: everything runs on the io_context passed in, so
+// the agent that hosts the store shares its one event loop with it. With
+// `threads` > 1 (dtrun-store serve --threads) the connections are spread
+// over that many threads of the server's own, each with its own event
+// loop, and the protocol logic runs under one lock: the system calls,
+// which are most of a request's cost, run in parallel, while the key table
+// sees one request at a time, so TCPStore's promises (operations on a key
+// in order, ADD atomic, a WAIT woken by a SET from any connection) hold as
+// they do with one thread. Waits are
 // event-driven (per-key waiter lists, woken by set/add/append/...), never
 // polled. Each connection speaks the dialect its first bytes announce
 // (PyTorch 1.13 or 2.x, see wire_codec.h). A malformed, oversized or
@@ -18,6 +25,7 @@
 
 #include <boost/asio/io_context.hpp>
 
+#include "rendezvous/loop_threads.h"
 #include "rendezvous/store_session.h"
 #include "rendezvous/wire_codec.h"
 
@@ -46,8 +54,14 @@ struct store_server_options {
   // --standalone's same-user rule and the client-network allow-list.
   std::function<std::string(int fd)> admit;
   // Where the server's one-line diagnostics go (bad input, dropped
-  // clients). Defaults to stderr with a "dtrun-store:" prefix.
+  // clients). Defaults to stderr with a "dtrun-store:" prefix. With
+  // threads > 1 it is called from the server's threads, one call at a time.
   std::function<void(const std::string&)> log;
+  // 1: every connection on the caller's io_context (the agent's event
+  // loop). N > 1: the server starts N threads of its own, each running an
+  // event loop that serves a share of the connections (new ones go round
+  // robin); the caller's io_context only accepts. See docs/store.md.
+  unsigned threads = 1;
 };
 
 class store_server {
@@ -67,14 +81,20 @@ class store_server {
   void clear_keys();
 
   // Closes the listening socket and every connection; run() then returns
-  // once nothing else is pending. Idempotent.
+  // once nothing else is pending. Idempotent. Call from the io_context's
+  // thread. With threads > 1 the connections close on their own threads,
+  // which the destructor waits for.
   void stop();
 
-  const store_server_stats& stats() const;
+  // A snapshot, safe from the io_context's thread in either mode.
+  store_server_stats stats() const;
 
  private:
   class impl;
   friend class session;
+  // Declared before impl_ so that it is destroyed after it: the threads
+  // are joined (their connections closed) before the shared state goes.
+  std::unique_ptr<loop_threads> threads_;
   std::shared_ptr<impl> impl_;
 };
 

@@ -185,6 +185,12 @@ def build_rows(samples: list[dict]) -> list[Row]:
                         p(b, "wall_s", "torch-2.6", ranks=n),
                         Target(">= 2x faster than torch 2.x's at 16,000 ranks", min_advantage=2,
                                only_nodes=16000), nodes=n))
+        threaded = p(b, "wall_s", "dtrun-threads", ranks=n)
+        if threaded:
+            rows.append(Row("store barrier", f"{n:,}-rank init + barrier, wall, "
+                            "dtrun-store --threads (the CPUs); vs torch 2.6", "s", True,
+                            threaded, "torch 2.6 TCPStore (classic)",
+                            p(b, "wall_s", "torch-2.6", ranks=n), nodes=n))
         rows.append(Row("store barrier", f"{n:,}-rank init + barrier, wall (1.13 clients); "
                         "vs torch 1.13", "s", True, p(b, "wall_s", "dtrun-1.13", ranks=n),
                         "torch 1.13 TCPStore", p(b, "wall_s", "torch", ranks=n)))

@@ -1,5 +1,6 @@
 // One behavioural suite for every store implementation: in-memory, TCP
-// (both dialects against dtrun's server) and prefixed. A store that passes
+// (both dialects against dtrun's server, and against it on 4 threads) and
+// prefixed. A store that passes
 // it can stand in for any other.
 #include <catch2/catch.hpp>
 
@@ -32,6 +33,14 @@ struct tcp_v1_13_backend {
   bool supports_2x_ops() const { return false; }  // no APPEND in 1.13
 };
 
+// dtrun-store serve --threads 4: the connections of one test land on
+// different threads (round robin), so a wake-up crosses threads.
+struct tcp_threaded_backend {
+  testing::server_thread server{{.host = "127.0.0.1", .threads = 4}};
+  std::shared_ptr<store> make() { return server.client(wire::dialect::v2); }
+  bool supports_2x_ops() const { return true; }
+};
+
 struct prefix_backend {
   testing::server_thread server;
   std::shared_ptr<store> make() {
@@ -43,7 +52,7 @@ struct prefix_backend {
 }  // namespace
 
 TEMPLATE_TEST_CASE("store contract", "[store]", memory_backend, tcp_v2_backend,
-                   tcp_v1_13_backend, prefix_backend) {
+                   tcp_v1_13_backend, tcp_threaded_backend, prefix_backend) {
   TestType backend;
   auto s = backend.make();
   s->set_timeout(5s);
