@@ -11,6 +11,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 sys.path.insert(0, os.path.join(os.environ["DTRUN_SOURCE_DIR"], "tests", "pyhelpers"))
 import store_helpers as sh  # noqa: E402
 import torch2  # noqa: E402
@@ -130,12 +132,14 @@ def test_dtrun_store_client_against_torch_2_6_server(tmp_path):
         server.wait()
 
 
-def test_torch_2_6_client_against_dtrun_store_serve(tmp_path):
+# --threads 3: the client's connections land on different server threads.
+@pytest.mark.parametrize("serve_args", [[], ["--threads", "3"]], ids=["one-thread", "threads"])
+def test_torch_2_6_client_against_dtrun_store_serve(tmp_path, serve_args):
     torch2.require()
     print("dtrun-store serve with torch 2.6's TCPStore client (" + torch2.NON_LIBUV_NOTE + ")")
     script = tmp_path / "client.py"
     script.write_text(TORCH_CLIENT)
-    with sh.StoreServer() as server:
+    with sh.StoreServer(*serve_args) as server:
         r = torch2.run([torch2.PYTHON, script, server.port], binds=[tmp_path])
         assert r.returncode == 0, r.stderr
         out = json.loads(r.stdout)

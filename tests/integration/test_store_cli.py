@@ -40,6 +40,8 @@ def server():
      "--max-value-bytes: '-1' is not a whole number from 1 to 1073741824"),
     (["serve", "--max-value-bytes", "0"], "--max-value-bytes: '0' is not a whole number"),
     (["serve", "--port", "65536"], "--port: '65536' is not a whole number from 0 to 65535"),
+    (["serve", "--threads", "0"], "--threads: '0' is not a whole number from 1 to 1024"),
+    (["serve", "--threads", "1025"], "--threads: '1025' is not a whole number from 1 to 1024"),
     (["--dialect", "v3", "get", "k"], "--dialect: v3 not in {auto,v2,v1.13}"),
     (["get"], "key is required"),
     ([], "A subcommand is required"),

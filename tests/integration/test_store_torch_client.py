@@ -225,6 +225,18 @@ def test_torch_1_13_client_bytes_on_the_wire(server):
 
 
 def test_gloo_process_group_through_our_store(server):
+    check_gloo_process_group(server)
+
+
+def test_gloo_process_group_through_a_threaded_store():
+    """The same with `serve --threads 3`: the four ranks' connections (and
+    the waits one rank's SET wakes) are spread over the server's threads."""
+    with sh.StoreServer("--threads", "3") as server:
+        check_gloo_process_group(server)
+        assert server.alive()
+
+
+def check_gloo_process_group(server):
     world = 4
     procs = [
         subprocess.Popen(
