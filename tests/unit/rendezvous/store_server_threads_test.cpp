@@ -24,7 +24,8 @@ namespace {
 constexpr unsigned server_threads = 4;
 
 // Runs body(i) on `count` threads at once and joins them; an exception on
-// any thread is rethrown here.
+// any thread is rethrown here. Catch's assertions are not thread-safe: the
+// bodies record, the test checks afterwards.
 void on_threads(int count, const std::function<void(int)>& body) {
   std::vector<std::thread> threads;
   std::vector<std::exception_ptr> errors(count);
@@ -95,15 +96,17 @@ TEST_CASE("threaded store: a SET wakes the waiters of every thread") {
     auto key = "go/" + std::to_string(r);
     // Waiters and the writer race: whichever order the server sees them
     // in, every waiter must return (a lost wake-up times out).
+    std::vector<std::string> read(waiters);  // Catch's CHECK is not thread-safe
     on_threads(waiters + 1, [&](int i) {
       auto c = server.client();
       if (i == waiters) {
         c->set(key, "now");
       } else {
         c->wait({key}, 10s);
-        CHECK(c->get(key) == "now");
+        read[i] = c->get(key);
       }
     });
+    CHECK(read == std::vector<std::string>(waiters, "now"));
   }
 }
 
