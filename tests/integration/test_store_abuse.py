@@ -79,9 +79,11 @@ def peer_of(conn: sh.RawConnection) -> str:
     return f"127.0.0.1:{conn.sock.getsockname()[1]}"
 
 
-@pytest.fixture
-def server():
-    srv = sh.StoreServer()
+# Every attack also against `serve --threads 3`, where the connections
+# (the attacker's and the good clients') live on different threads.
+@pytest.fixture(params=[[], ["--threads", "3"]], ids=["one-thread", "threads"])
+def server(request):
+    srv = sh.StoreServer(*request.param)
     yield srv
     assert srv.stop() == 0
 

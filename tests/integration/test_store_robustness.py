@@ -49,9 +49,11 @@ class Health:
         assert r.stdout == f"{self.counter}\n".encode(), r
 
 
-@pytest.fixture(scope="module")
-def server():
-    srv = sh.StoreServer()
+# Every attack also against `serve --threads 3`, where the connections
+# (the attacker's and the good clients') live on different threads.
+@pytest.fixture(scope="module", params=[[], ["--threads", "3"]], ids=["one-thread", "threads"])
+def server(request):
+    srv = sh.StoreServer(*request.param)
     yield srv
     assert srv.stop() == 0
 
