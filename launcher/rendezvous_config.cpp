@@ -26,6 +26,8 @@ std::string trim(std::string s) {
 // would fail every operation or spin.
 constexpr duration_limits rdzv_duration_limits{false, max_duration_s};
 constexpr std::int64_t max_keep_alive_attempts = 1'000'000;
+// As dtrun-store serve --threads.
+constexpr std::int64_t max_store_threads = 1024;
 
 std::chrono::milliseconds duration(const std::map<std::string, std::string>& conf,
                                    const std::string& key, std::chrono::milliseconds fallback) {
@@ -49,6 +51,7 @@ const std::vector<std::string> known_keys = {
     "join_timeout", "last_call_timeout", "close_timeout",  "read_timeout",
     "keep_alive_interval", "keep_alive_max_attempt", "heartbeat_timeout", "is_host",
     "timeout", "store_type", "use_libuv", "exit_barrier_timeout", "worker_store",
+    "store_threads",
     // etcd-v3 (torchrun's etcd backend takes the first five)
     "protocol", "cacert", "cert", "key", "etcd_prefix", "lease_ttl", "request_timeout"};
 
@@ -161,6 +164,10 @@ std::optional<multi_node_config> resolve_multi_node(const launch_options& o, int
     r.keep_alive_max_attempt = static_cast<int>(parse_integer(
         it->second, "--rdzv-conf keep_alive_max_attempt", 1, max_keep_alive_attempts));
   }
+  if (auto it = conf.find("store_threads"); it != conf.end()) {
+    r.store_threads = static_cast<unsigned>(
+        parse_integer(it->second, "--rdzv-conf store_threads", 0, max_store_threads));
+  }
   // Say that nobody hosts the store well before giving up.
   r.no_host_warning = std::min<std::chrono::milliseconds>(std::chrono::seconds(5),
                                                            r.join_timeout / 2);
@@ -268,6 +275,7 @@ nlohmann::json to_json(const multi_node_config& c) {
       {"keep_alive_interval_s", r.keep_alive_interval.count() / 1000.0},
       {"keep_alive_max_attempt", r.keep_alive_max_attempt},
       {"worker_store", r.workers_use_agent_store ? "agent" : "rank0"},
+      {"store_threads", r.store_threads},
   };
 }
 

@@ -83,7 +83,8 @@ int serve(const std::string& host, std::uint16_t port, std::uint64_t max_value_b
   store_server_options options;
   options.host = host;
   options.port = port;
-  options.threads = threads;
+  // One thread is this one: main has nothing else to do.
+  options.threads = threads > 1 ? threads : 0;
   if (auto why = same_user_rule_unavailable(access); !why.empty()) throw store_error(why);
   options.admit = make_admit(std::move(access));
   options.limits.max_value_bytes = max_value_bytes;

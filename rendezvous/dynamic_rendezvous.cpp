@@ -121,7 +121,8 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
         server_ = std::make_unique<store_server>(
             io_, store_server_options{.host = "",
                                       .port = options_.endpoint_port,
-                                      .admit = make_admit(options_.store_access)});
+                                      .admit = make_admit(options_.store_access),
+                                      .threads = options_.store_threads});
         options_.log(fmt::format("hosting the rendezvous store on port {}", server_->port()));
       } catch (const store_address_in_use&) {
         if (!options_.join_if_store_port_in_use) throw;
@@ -623,7 +624,8 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
     worker_server_.reset();
     worker_server_ = std::make_unique<store_server>(
         io_, store_server_options{.host = "", .port = 0,
-                                  .admit = make_admit(options_.store_access)});
+                                  .admit = make_admit(options_.store_access),
+                                  .threads = options_.store_threads});
     // With a store on every node, only group rank 0's serves: said once
     // the ranks are known (complete_round).
     if (server_) {

@@ -71,6 +71,12 @@ struct dynamic_rendezvous_options {
   std::chrono::milliseconds no_host_warning = std::chrono::seconds(5);
   // Who may connect to the store this node hosts (--store-allow-networks).
   store_access_options store_access;
+  // Threads of their own for the stores this node hosts (the rendezvous
+  // store and each round's workers' store; --rdzv-conf store_threads): 0
+  // serves them on the agent's event loop. On a host node of a large job
+  // every worker's init_process_group lands on the workers' store; its
+  // own threads keep that load off the loop that supervises the workers.
+  unsigned store_threads = 0;
   // The etcd backend: clients of an external store (no node hosts it;
   // host_store is false). Empty: the c10d TCPStore at the endpoint.
   round_store_factory store_factory;

@@ -99,9 +99,10 @@ class store_server::impl : public std::enable_shared_from_this<store_server::imp
   bool threaded() const { return loops_ != nullptr; }
   // Held around every use of what the connections share: ctx_ (the key
   // table, the stats), sessions_, and every store_session, since a write
-  // on one connection wakes waiters on others. With one thread there is
-  // nobody to exclude, and the lock is not taken: a wake-up then writes to
-  // the woken connection at once, from inside the writer's request.
+  // on one connection wakes waiters on others. When everything runs on
+  // the caller's loop there is nobody to exclude, and the lock is not
+  // taken: a wake-up then writes to the woken connection at once, from
+  // inside the writer's request.
   std::unique_lock<std::mutex> lock_state() {
     return threaded() ? std::unique_lock<std::mutex>(state_mutex_)
                       : std::unique_lock<std::mutex>();
@@ -116,7 +117,7 @@ class store_server::impl : public std::enable_shared_from_this<store_server::imp
   store_server_options options_;
   tcp::acceptor acceptor_;
   asio::steady_timer retry_timer_;
-  loop_threads* loops_ = nullptr;  // owned by store_server; null: one thread
+  loop_threads* loops_ = nullptr;  // owned by store_server; null: the caller's loop
   std::mutex state_mutex_;
   store_context ctx_;
   std::unordered_set<std::shared_ptr<class session>> sessions_;
@@ -215,7 +216,7 @@ class session : public std::enable_shared_from_this<session>, private session_ho
     asio::post(loop_, [self = shared_from_this()] { self->close(); });
   }
 
-  // On the connection's loop (with one thread, maybe from inside another
+  // On the connection's loop (without threads, maybe from inside another
   // session's request: the lock is not taken then).
   void flush() {
     if (writing_ || closed_) return;
@@ -414,7 +415,7 @@ void store_server::impl::stop() {
 }
 
 store_server::store_server(asio::io_context& io, store_server_options options) {
-  if (options.threads > 1) threads_ = std::make_unique<loop_threads>(options.threads);
+  if (options.threads > 0) threads_ = std::make_unique<loop_threads>(options.threads);
   impl_ = std::make_shared<impl>(io, std::move(options));
   impl_->loops_ = threads_.get();
   raise_open_file_limit();

@@ -1,14 +1,15 @@
 // A TCPStore-compatible key-value server on an Asio event loop.
 //
-// One thread by default: everything runs on the io_context passed in, so
-// the agent that hosts the store shares its one event loop with it. With
-// `threads` > 1 (dtrun-store serve --threads) the connections are spread
-// over that many threads of the server's own, each with its own event
-// loop, and the protocol logic runs under one lock: the system calls,
-// which are most of a request's cost, run in parallel, while the key table
-// sees one request at a time, so TCPStore's promises (operations on a key
-// in order, ADD atomic, a WAIT woken by a SET from any connection) hold as
-// they do with one thread. Waits are
+// By default everything runs on the io_context passed in, so the agent
+// that hosts the store shares its one event loop with it. With `threads`
+// = N > 0 (dtrun-store serve --threads, --rdzv-conf store_threads) the
+// connections are spread over N threads of the server's own, each with its
+// own event loop, and the protocol logic runs under one lock: the system
+// calls, which are most of a request's cost, run in parallel (and, with
+// N = 1, apart from the caller's loop), while the key table sees one
+// request at a time, so TCPStore's promises (operations on a key in order,
+// ADD atomic, a WAIT woken by a SET from any connection) hold as they do on
+// the caller's loop. Waits are
 // event-driven (per-key waiter lists, woken by set/add/append/...), never
 // polled. Each connection speaks the dialect its first bytes announce
 // (PyTorch 1.13 or 2.x, see wire_codec.h). A malformed, oversized or
@@ -55,13 +56,13 @@ struct store_server_options {
   std::function<std::string(int fd)> admit;
   // Where the server's one-line diagnostics go (bad input, dropped
   // clients). Defaults to stderr with a "dtrun-store:" prefix. With
-  // threads > 1 it is called from the server's threads, one call at a time.
+  // threads it is called from the server's threads, one call at a time.
   std::function<void(const std::string&)> log;
-  // 1: every connection on the caller's io_context (the agent's event
-  // loop). N > 1: the server starts N threads of its own, each running an
-  // event loop that serves a share of the connections (new ones go round
-  // robin); the caller's io_context only accepts. See docs/store.md.
-  unsigned threads = 1;
+  // 0: every connection on the caller's io_context (the agent's event
+  // loop, by default). N: the server starts N threads of its own, each
+  // running an event loop that serves a share of the connections (new ones
+  // go round robin); the caller's io_context only accepts. docs/store.md.
+  unsigned threads = 0;
 };
 
 class store_server {
@@ -82,7 +83,7 @@ class store_server {
 
   // Closes the listening socket and every connection; run() then returns
   // once nothing else is pending. Idempotent. Call from the io_context's
-  // thread. With threads > 1 the connections close on their own threads,
+  // thread. With threads the connections close on their own threads,
   // which the destructor waits for.
   void stop();
 

@@ -6,6 +6,7 @@
 //
 //   rendezvous_scale --nodes 1024                       # one process, one loop
 //   rendezvous_scale --nodes 16384 --client-processes 2
+//   rendezvous_scale --nodes 10000 --store-threads 1    # the store on its own thread
 //
 // One process holds two descriptors per node (the node's connection and the
 // store's end of it), so past half the descriptor limit the nodes other
@@ -59,6 +60,10 @@ rlim_t raise_file_limit() {
 
 constexpr rlim_t spare_descriptors = 64;
 
+// --store-threads: the host's store on threads of its own
+// (--rdzv-conf store_threads).
+unsigned host_store_threads = 0;
+
 // One agent of an N-node round; the one with host_store hosts the store.
 std::unique_ptr<dynamic_rendezvous> make_agent(boost::asio::io_context& io, int nodes,
                                                std::uint16_t port, bool host_store) {
@@ -67,6 +72,7 @@ std::unique_ptr<dynamic_rendezvous> make_agent(boost::asio::io_context& io, int 
   o.endpoint_host = "127.0.0.1";
   o.endpoint_port = port;
   o.host_store = host_store;
+  o.store_threads = host_store ? host_store_threads : 0;
   o.min_nodes = o.max_nodes = nodes;
   o.join_timeout = std::chrono::seconds(120);
   o.close_timeout = std::chrono::seconds(120);
@@ -234,6 +240,9 @@ int main(int argc, char** argv) {
   app.add_option("--client-processes", processes,
                  "processes for the nodes other than the store's host (0: all in this one; "
                  "default: 0 when the descriptor limit allows)")
+      ->check(CLI::Range(0, 64));
+  app.add_option("--store-threads", host_store_threads,
+                 "threads of the host's store's own (0: on the host agent's loop)")
       ->check(CLI::Range(0, 64));
   // A client process's own options (run_spread starts them).
   app.add_option("--store-port", store_port)->group("");

@@ -65,6 +65,10 @@ POSITIVE = "is not a number of seconds from 0.001 to 315360000 (10 years)"
      f"--rdzv-conf join_timeout: '1e20' {POSITIVE}"),
     (["--nnodes=2", "--rdzv-endpoint=192.0.2.1", "--rdzv-conf=keep_alive_max_attempt=2.5"],
      "--rdzv-conf keep_alive_max_attempt: '2.5' is not a whole number from 1 to 1000000"),
+    (["--nnodes=2", "--rdzv-endpoint=192.0.2.1", "--rdzv-conf=store_threads=1025"],
+     "--rdzv-conf store_threads: '1025' is not a whole number from 0 to 1024"),
+    (["--nnodes=2", "--rdzv-endpoint=192.0.2.1", "--rdzv-conf=store_threads=-1"],
+     "--rdzv-conf store_threads: '-1' is not a whole number from 0 to 1024"),
 ])
 def test_bad_numbers_are_one_line_usage_errors_naming_the_flag(args, message):
     r = dh.run([*args, "--dry-run", "x.py"])
@@ -111,6 +115,11 @@ def test_multi_node_dry_run_shows_how_the_nodes_meet():
     assert config["rendezvous"]["backend"] == "c10d"
     assert config["rendezvous"]["endpoint"] == "192.0.2.1:29400"
     assert config["rendezvous"]["hosts_store"] is False
+    assert config["rendezvous"]["store_threads"] == 0  # the agent's own loop
+    r = dh.run(["--nnodes=2", "--rdzv-endpoint=192.0.2.1", "--rdzv-conf=store_threads=4",
+                "--dry-run", "x.py"])
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["rendezvous"]["store_threads"] == 4
 
 
 def test_dry_run_prints_the_resolved_configuration():

@@ -13,6 +13,8 @@ import json
 import os
 import sys
 
+import pytest
+
 sys.path.insert(0, os.path.join(os.environ["DTRUN_SOURCE_DIR"], "tests", "pyhelpers"))
 import dtrun_helpers as dh  # noqa: E402
 
@@ -50,7 +52,8 @@ store = TCPStore(e["MASTER_ADDR"], int(e["MASTER_PORT"]), int(e["WORLD_SIZE"]), 
 seen = store.compare_set("peer_of_round_0", "absent", "absent") != b"absent"
 with open(os.path.join(sys.argv[1], f"{attempt}.{rank}.json"), "w") as f:
     json.dump({"port": int(e["MASTER_PORT"]), "stale_key_seen": seen,
-               "agent_listeners": listening_sockets(os.getppid())}, f)
+               "agent_listeners": listening_sockets(os.getppid()),
+               "agent_threads": len(os.listdir(f"/proc/{os.getppid()}/task"))}, f)
 if attempt == 0:
     if rank == 0:
         store.set("peer_of_round_0", "10.9.9.9:1234")
@@ -60,12 +63,16 @@ if attempt == 0:
 """
 
 
-def test_each_round_gets_a_new_empty_worker_store(tmp_path):
+# store_threads=2: the host's stores (the endpoint's and each round's
+# workers') run on threads of their own, and the last round's, threads
+# and all, is gone when the next round starts.
+@pytest.mark.parametrize("rdzv_conf", ["", "store_threads=2"], ids=["agent-loop", "store-threads"])
+def test_each_round_gets_a_new_empty_worker_store(tmp_path, rdzv_conf):
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
     nodes = dh.run_two_local_nodes(
         ["--nproc-per-node=1", "--rdzv-id=wstore1", "--max-restarts=1"],
-        ["--python", dh.PYTHON, str(script), str(tmp_path)])
+        ["--python", dh.PYTHON, str(script), str(tmp_path)], rdzv_conf=rdzv_conf)
     for node in nodes:
         assert node.returncode == 0, node.stderr
     seen = {(a, r): json.loads((tmp_path / f"{a}.{r}.json").read_text())
@@ -84,3 +91,10 @@ def test_each_round_gets_a_new_empty_worker_store(tmp_path):
     for a in (0, 1):
         assert sorted(seen[a, r]["agent_listeners"] for r in (0, 1)) == [0, 2], seen
     assert "round 1: the workers' store is on port" in nodes[0].stderr
+    # With store_threads=2 the host's two stores (the endpoint's, this
+    # round's workers') run on 2 threads each, and only those: the last
+    # round's are joined. The other node hosts nothing.
+    extra = 4 if rdzv_conf else 0
+    for a in (0, 1):
+        other, host = sorted(seen[a, r]["agent_threads"] for r in (0, 1))
+        assert host - other == extra, seen

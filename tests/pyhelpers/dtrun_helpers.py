@@ -93,11 +93,12 @@ class node_run:
     endpoint_port: int  # the rendezvous store's
 
 
-def run_two_local_nodes(flags: list[str], program: list[str], timeout: float = 120
-                        ) -> list[node_run]:
+def run_two_local_nodes(flags: list[str], program: list[str], timeout: float = 120,
+                        rdzv_conf: str = "") -> list[node_run]:
     """Runs a two-node c10d job on this machine: `dtrun --nnodes=2
     --rdzv-backend=c10d --rdzv-endpoint=127.0.0.1:<free port> FLAGS PROGRAM`
     twice, the first hosting the store (is_host=1), the second joining it.
+    `rdzv_conf` ("k=v,...") is added to both nodes' --rdzv-conf.
     Returns each node's agent pid, exit code, stderr and the endpoint's
     port, host first. Afterwards no process of the job is left (kill_marked),
     also when the time runs out."""
@@ -108,7 +109,7 @@ def run_two_local_nodes(flags: list[str], program: list[str], timeout: float = 1
         for is_host in (1, 0):
             procs.append(subprocess.Popen(
                 [str(DTRUN), "--nnodes=2", "--rdzv-backend=c10d",
-                 f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-conf={FAST_RDZV},is_host={is_host}",
+                 f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-conf={FAST_RDZV},is_host={is_host}" + (f",{rdzv_conf}" if rdzv_conf else ""),
                  *flags, *program],
                 env=env, stderr=subprocess.PIPE, text=True))
         errs = [p.communicate(timeout=timeout)[1] for p in procs]

@@ -1,4 +1,4 @@
-// store_server with threads > 1: the connections live on different
+// store_server with threads: the connections live on different
 // threads and share one key table, so what TCPStore promises (ADD and
 // compare_set atomic, a WAIT woken by a SET from any connection, a last
 // will that wakes the others) must hold across threads. Each test runs
@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <future>
 #include <thread>
 
 #include <fmt/format.h>
@@ -120,6 +121,36 @@ TEST_CASE("threaded store: a closed connection's last will wakes a waiter on ano
   }  // its connection closes here
   watcher->wait({"over"}, 10s);
   CHECK(watcher->get("over") == "node 1 lost");
+}
+
+TEST_CASE("threaded store: one thread of its own serves apart from the caller's loop") {
+  // threads = 1 (--rdzv-conf store_threads=1): the caller's loop only
+  // accepts; a client is served while that loop is busy with other work.
+  boost::asio::io_context caller;
+  store_server server(caller, {.host = "127.0.0.1", .threads = 1});
+  std::thread loop([&] { caller.run(); });
+  std::promise<void> release;
+  // Occupy the caller's loop after the client is accepted: the store's
+  // own thread must still answer.
+  auto client = std::make_shared<tcp_store_client>(tcp_store_client_options{
+      .port = server.port(), .timeout = std::chrono::seconds(10)});
+  client->set("k", "v");
+  boost::asio::post(caller, [&] { release.get_future().wait(); });
+  std::string got;
+  std::int64_t counted = 0;
+  try {
+    got = client->get("k");
+    counted = client->add("n", 2);
+  } catch (...) {
+    release.set_value();
+    loop.join();
+    throw;
+  }
+  release.set_value();
+  boost::asio::post(caller, [&] { server.stop(); });
+  loop.join();
+  CHECK(got == "v");
+  CHECK(counted == 2);
 }
 
 TEST_CASE("threaded store: stopping it ends every client's wait with a connection error") {
