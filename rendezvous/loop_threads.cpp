@@ -4,7 +4,7 @@ namespace dtrun::rendezvous {
 
 namespace asio = boost::asio;
 
-loop_threads::loop_threads(std::size_t count) {
+loop_threads::loop_threads(std::size_t count, error_handler on_error) {
   loops_.reserve(count);
   guards_.reserve(count);
   threads_.reserve(count);
@@ -14,8 +14,27 @@ loop_threads::loop_threads(std::size_t count) {
     loops_.push_back(std::make_unique<asio::io_context>(1));
     guards_.push_back(asio::make_work_guard(*loops_.back()));
   }
-  for (auto& loop : loops_) {
-    threads_.emplace_back([&io = *loop] { io.run(); });
+  try {
+    for (auto& loop : loops_) {
+      threads_.emplace_back([&io = *loop, on_error] {
+        // A handler that throws leaves run(); running it again goes on
+        // with the rest, as a loop without threads would in the caller's
+        // hands. Returning would leave the loop's connections unserved.
+        for (;;) {
+          try {
+            io.run();
+            return;
+          } catch (const std::exception& e) {
+            on_error(e);
+          }
+        }
+      });
+    }
+  } catch (...) {
+    // pthread_create failed (EAGAIN: a process or memory limit): the
+    // threads already started must be joined, not destroyed running.
+    finish();
+    throw;
   }
 }
 

@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstddef>
+#include <exception>
+#include <functional>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -16,8 +18,14 @@ namespace dtrun::rendezvous {
 
 class loop_threads {
  public:
+  // Called on a loop's thread when one of its handlers throws (out of
+  // memory, say); the loop then goes on.
+  using error_handler = std::function<void(const std::exception&)>;
+
   // Starts `count` threads, each running its own loop until finish().
-  explicit loop_threads(std::size_t count);
+  // Throws std::system_error, with none left running, when the system
+  // cannot start them all.
+  loop_threads(std::size_t count, error_handler on_error);
   // finish(), then join.
   ~loop_threads();
 

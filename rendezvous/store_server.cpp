@@ -10,6 +10,7 @@
 #include <iostream>
 #include <map>
 #include <mutex>
+#include <system_error>
 #include <vector>
 #include <unordered_set>
 
@@ -77,6 +78,15 @@ class store_server::impl : public std::enable_shared_from_this<store_server::imp
       : io_(io), options_(std::move(options)), acceptor_(io), retry_timer_(io) {
     if (!options_.log) {
       options_.log = [](const std::string& line) { std::cerr << "dtrun-store: " << line << '\n'; };
+    }
+    if (options_.threads > 0) {
+      // Lines come from every thread, the acceptor's outside the state
+      // lock: one at a time, whole, under a lock of their own.
+      options_.log = [inner = std::move(options_.log),
+                      mutex = std::make_shared<std::mutex>()](const std::string& line) {
+        std::lock_guard<std::mutex> one_line(*mutex);
+        inner(line);
+      };
     }
     ctx_.limits = {.request = options_.limits,
                    .output_high_water = options_.output_high_water,
@@ -415,8 +425,19 @@ void store_server::impl::stop() {
 }
 
 store_server::store_server(asio::io_context& io, store_server_options options) {
-  if (options.threads > 0) threads_ = std::make_unique<loop_threads>(options.threads);
   impl_ = std::make_shared<impl>(io, std::move(options));
+  if (impl_->options_.threads > 0) {
+    const auto count = impl_->options_.threads;
+    try {
+      threads_ = std::make_unique<loop_threads>(
+          count, [log = impl_->options_.log](const std::exception& e) {
+            log(fmt::format("a store thread's handler failed: {}; the thread goes on", e.what()));
+          });
+    } catch (const std::system_error& e) {
+      throw store_error(fmt::format("cannot start {} store threads: {}; ask for fewer", count,
+                                    e.what()));
+    }
+  }
   impl_->loops_ = threads_.get();
   raise_open_file_limit();
   impl_->listen();

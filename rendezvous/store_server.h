@@ -69,7 +69,8 @@ class store_server {
  public:
   // Binds and listens at once, so port() is valid on return. Throws
   // store_error with an actionable message when the address is in use or
-  // cannot be bound. Accepting starts when the io_context runs.
+  // cannot be bound, or the threads cannot be started. Accepting starts
+  // when the io_context runs.
   store_server(boost::asio::io_context& io, store_server_options options);
   ~store_server();
 
@@ -93,8 +94,8 @@ class store_server {
  private:
   class impl;
   friend class session;
-  // Declared before impl_ so that it is destroyed after it: the threads
-  // are joined (their connections closed) before the shared state goes.
+  // Joined (their connections closed) by the destructor, before impl_,
+  // which the connections use, may go.
   std::unique_ptr<loop_threads> threads_;
   std::shared_ptr<impl> impl_;
 };

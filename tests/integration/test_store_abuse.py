@@ -14,6 +14,7 @@ import os
 import resource
 import socket
 import struct
+import subprocess
 import sys
 from pathlib import Path
 
@@ -205,6 +206,23 @@ def test_running_out_of_memory_refuses_one_client(server):
     raw_set(server.port, "/medium", b"m" * MiB)
     r = sh.cli(server.endpoint, "get", "medium")
     assert r.returncode == 0 and r.stdout == b"m" * MiB + b"\n"
+
+
+@pytest.mark.skipif(SANITIZED, reason="ASan reserves terabytes of address space")
+def test_threads_the_system_cannot_start_are_a_one_line_error():
+    # Address space for far fewer than 1,024 thread stacks: the server must
+    # say so and exit 5, not abort with threads it started still running.
+    limit = 1500 * MiB
+    r = subprocess.run(
+        [str(sh.STORE_BIN), "serve", "--host", "127.0.0.1", "--port", "0", "--threads", "1024"],
+        capture_output=True, text=True, timeout=60,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)))
+    assert r.returncode == sh.EXIT_STORE_ERROR, r
+    assert r.stdout == "", r  # no port printed: it never listened
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        "dtrun-store: cannot start 1024 store threads: "), r.stderr
+    assert lines[0].endswith("; ask for fewer"), r.stderr
 
 
 # --- the same server inside a --standalone agent -----------------------------
