@@ -157,11 +157,12 @@ class session : public std::enable_shared_from_this<session>, private session_ho
   void close() {
     if (closed_) return;
     closed_ = true;
+    auto self = shared_from_this();  // the erase may drop the server's reference
     {
       auto lock = server_.lock_state();
       core_.close();
       --server_.ctx_.stats.connections_open;
-      server_.sessions_.erase(shared_from_this());
+      server_.sessions_.erase(self);
     }
     boost::system::error_code ignored;
     socket_.shutdown(tcp::socket::shutdown_both, ignored);
