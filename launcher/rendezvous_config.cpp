@@ -7,6 +7,7 @@
 
 #include "launcher/number_parse.h"
 #include "rendezvous/endpoint.h"
+#include "rendezvous/store_server.h"
 
 namespace dtrun::launcher {
 namespace {
@@ -26,8 +27,6 @@ std::string trim(std::string s) {
 // would fail every operation or spin.
 constexpr duration_limits rdzv_duration_limits{false, max_duration_s};
 constexpr std::int64_t max_keep_alive_attempts = 1'000'000;
-// As dtrun-store serve --threads.
-constexpr std::int64_t max_store_threads = 1024;
 
 std::chrono::milliseconds duration(const std::map<std::string, std::string>& conf,
                                    const std::string& key, std::chrono::milliseconds fallback) {
@@ -166,7 +165,7 @@ std::optional<multi_node_config> resolve_multi_node(const launch_options& o, int
   }
   if (auto it = conf.find("store_threads"); it != conf.end()) {
     r.store_threads = static_cast<unsigned>(
-        parse_integer(it->second, "--rdzv-conf store_threads", 0, max_store_threads));
+        parse_integer(it->second, "--rdzv-conf store_threads", 0, rendezvous::max_store_threads));
   }
   // Say that nobody hosts the store well before giving up.
   r.no_host_warning = std::min<std::chrono::milliseconds>(std::chrono::seconds(5),

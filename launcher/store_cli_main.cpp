@@ -49,10 +49,6 @@ constexpr int exit_store_error = 5;
 // server buffers a whole request (up to 4 values) in memory.
 constexpr std::int64_t max_value_bytes_limit = std::int64_t{1} << 30;
 
-// More I/O threads than this only add context switches on any machine
-// that exists today.
-constexpr std::int64_t max_serve_threads = 1024;
-
 // Waits and connections: positive (a 0 wait would fail at once) and at
 // most 10 years.
 constexpr dtrun::launcher::duration_limits client_duration_limits{false,
@@ -187,7 +183,7 @@ int main(int argc, char** argv) {
   serve_cmd->add_option("--threads", threads,
                         "threads serving connections; more than 1 uses more cores for "
                         "thousands of clients (docs/store.md)")
-      ->check(dtrun::launcher::whole_number("--threads", 1, max_serve_threads))
+      ->check(dtrun::launcher::whole_number("--threads", 1, max_store_threads))
       ->capture_default_str();
   store_access_options access{.same_user_opt_out = "leaving out --same-user",
                               .networks_option = "--allow-networks"};

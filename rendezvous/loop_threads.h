@@ -1,5 +1,5 @@
 // Event loops on threads of their own, for a server that spreads its
-// connections over several cores (store_server with threads > 1). Each
+// connections over several cores (store_server with threads). Each
 // loop is an io_context run by exactly one thread, so whatever lives on a
 // loop needs no strand: work for it from elsewhere is posted to it.
 #pragma once

@@ -171,6 +171,17 @@ class session : public std::enable_shared_from_this<session>, private session_ho
 
   asio::io_context& loop() { return loop_; }
 
+  // Runs `step` on this connection's loop: at once when every connection
+  // shares the caller's loop, posted when it lives on a thread of its own
+  // (the caller may be another connection's thread, or the acceptor).
+  void on_its_loop(void (session::*step)()) {
+    if (server_.threaded()) {
+      asio::post(loop_, [self = shared_from_this(), step] { ((*self).*step)(); });
+    } else {
+      (this->*step)();
+    }
+  }
+
  private:
   // (async_wait, then a non-blocking read, would save the EAGAIN of
   // async_read_some's first try but costs an epoll_ctl per wait in Asio's
@@ -214,13 +225,7 @@ class session : public std::enable_shared_from_this<session>, private session_ho
   // Called under the server's lock, maybe from another connection's
   // thread: with threads, the write is started on this connection's own
   // loop (a post from that loop's thread is a cheap local queue push).
-  void output_ready() override {
-    if (server_.threaded()) {
-      asio::post(loop_, [self = shared_from_this()] { self->flush(); });
-    } else {
-      flush();
-    }
-  }
+  void output_ready() override { on_its_loop(&session::flush); }
 
   void close_soon() override {
     // Not now: this may run inside another session's key_table update.
@@ -353,11 +358,14 @@ void store_server::impl::accept_backlog() {
 }
 
 void store_server::impl::admit(tcp::socket socket) {
+  {
+    auto lock = lock_state();
+    ++ctx_.stats.connections_accepted;
+  }
   if (options_.admit) {
     if (auto refusal = options_.admit(socket.native_handle()); !refusal.empty()) {
       {
         auto lock = lock_state();
-        ++ctx_.stats.connections_accepted;
         ++ctx_.stats.connections_refused;
       }
       log(fmt::format("refused connection from {}: {}", printable(endpoint_text(socket)),
@@ -371,15 +379,10 @@ void store_server::impl::admit(tcp::socket socket) {
     auto s = std::make_shared<session>(onto_its_loop(std::move(socket)), *this);
     {
       auto lock = lock_state();
-      ++ctx_.stats.connections_accepted;
       sessions_.insert(s);
       ++ctx_.stats.connections_open;
     }
-    if (threaded()) {
-      asio::post(s->loop(), [s] { s->start(); });
-    } else {
-      s->start();
-    }
+    s->on_its_loop(&session::start);
   } catch (const std::bad_alloc&) {
     // `socket` was moved into a session that no longer exists, or is
     // still ours: either way it closes with this scope.
@@ -416,13 +419,7 @@ void store_server::impl::stop() {
     auto lock = lock_state();
     all.assign(sessions_.begin(), sessions_.end());  // close() erases from sessions_
   }
-  for (const auto& s : all) {
-    if (threaded()) {
-      asio::post(s->loop(), [s] { s->close(); });
-    } else {
-      s->close();
-    }
-  }
+  for (const auto& s : all) s->on_its_loop(&session::close);
 }
 
 store_server::store_server(asio::io_context& io, store_server_options options) {

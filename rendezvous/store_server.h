@@ -32,6 +32,11 @@
 
 namespace dtrun::rendezvous {
 
+// The most threads a server may be asked for (dtrun-store serve --threads,
+// --rdzv-conf store_threads): more only add context switches on any
+// machine that exists today.
+inline constexpr unsigned max_store_threads = 1024;
+
 struct store_server_options {
   // Address to listen on. Empty: every interface (IPv6 dual-stack, falling
   // back to IPv4). "127.0.0.1" for standalone runs that must stay local.

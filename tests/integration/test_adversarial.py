@@ -25,9 +25,8 @@ N = 100_000
 LIVENESS_S = 60
 
 
-# Every attack also against `serve --threads 3`, where the connections
-# (the attacker's and the good clients') live on different threads.
-@pytest.fixture(params=[[], ["--threads", "3"]], ids=["one-thread", "threads"])
+# Every attack also against a threaded server (sh.SERVE_VARIANTS).
+@pytest.fixture(params=sh.SERVE_VARIANTS, ids=sh.SERVE_VARIANT_IDS)
 def server(request):
     srv = sh.StoreServer(*request.param)
     yield srv

@@ -80,9 +80,8 @@ def peer_of(conn: sh.RawConnection) -> str:
     return f"127.0.0.1:{conn.sock.getsockname()[1]}"
 
 
-# Every attack also against `serve --threads 3`, where the connections
-# (the attacker's and the good clients') live on different threads.
-@pytest.fixture(params=[[], ["--threads", "3"]], ids=["one-thread", "threads"])
+# Every attack also against a threaded server (sh.SERVE_VARIANTS).
+@pytest.fixture(params=sh.SERVE_VARIANTS, ids=sh.SERVE_VARIANT_IDS)
 def server(request):
     srv = sh.StoreServer(*request.param)
     yield srv

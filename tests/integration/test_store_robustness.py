@@ -49,9 +49,8 @@ class Health:
         assert r.stdout == f"{self.counter}\n".encode(), r
 
 
-# Every attack also against `serve --threads 3`, where the connections
-# (the attacker's and the good clients') live on different threads.
-@pytest.fixture(scope="module", params=[[], ["--threads", "3"]], ids=["one-thread", "threads"])
+# Every attack also against a threaded server (sh.SERVE_VARIANTS).
+@pytest.fixture(scope="module", params=sh.SERVE_VARIANTS, ids=sh.SERVE_VARIANT_IDS)
 def server(request):
     srv = sh.StoreServer(*request.param)
     yield srv

@@ -31,6 +31,11 @@ from pathlib import Path
 SOURCE_DIR = Path(os.environ.get("DTRUN_SOURCE_DIR", Path(__file__).resolve().parents[2]))
 BUILD_DIR = Path(os.environ.get("DTRUN_BUILD_DIR", SOURCE_DIR / "build"))
 STORE_BIN = BUILD_DIR / "launcher" / "dtrun-store"
+# `dtrun-store serve` arguments a test runs under each of (pytest params):
+# one thread, and --threads 3, where the test's connections (an attacker's
+# and the good clients') land on different server threads.
+SERVE_VARIANTS = ([], ["--threads", "3"])
+SERVE_VARIANT_IDS = ("one-thread", "threads")
 PYTHON = "/usr/bin/python3"  # the one with torch
 HOST = "127.0.0.1"
 
