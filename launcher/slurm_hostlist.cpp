@@ -134,7 +134,7 @@ std::string first_host(std::string_view text) {
     if (close == std::string_view::npos) throw bad(text, "unbalanced brackets");
     std::string_view inside = expr.substr(i + 1, close - i - 1);
     auto first_item = inside.substr(0, inside.find(','));
-    host += expand_bracket(first_item.substr(0, first_item.find('-')), text).front();
+    host += expand_bracket(first_item.substr(0, first_item.find('-')), text, 1).front();
     i = close + 1;
   }
   if (host.empty()) throw bad(text, "empty host name");
