@@ -177,7 +177,16 @@ class elastic_agent::impl {
     }
     if (options_.stack_hook) {
       hook_dir_ = (fs::path(run_dir_) / "python").string();
-      write_python_hook(hook_dir_);
+      try {
+        write_python_hook(hook_dir_);
+      } catch (const std::exception&) {
+        // Nothing ran yet (a full disk, a quota): leave no empty folders
+        // behind, in --log-dir too. remove() takes only an empty folder.
+        std::error_code ignored;
+        fs::remove(hook_dir_, ignored);
+        fs::remove(run_dir_, ignored);
+        throw;
+      }
     }
     stacks_.emplace(io_);
     start_watchdog();

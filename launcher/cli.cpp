@@ -221,6 +221,12 @@ void define_flags(CLI::App& app, launch_options& o) {
                  "TORCH*, NCCL*, PYTHON*, GLOO*, UCX*, MV2*, MLFLOW*, CUDA_VISIBLE_DEVICES and "
                  "OMP_NUM_THREADS always are)")
       ->group(group_ssh);
+  app.add_option("--ssh-fanout", o.ssh_fanout,
+                 "How many ssh connections are set up at once; each slot frees when that "
+                 "host's agent runs, so every host still joins")
+      ->check(whole_number("--ssh-fanout", 1, max_nnodes))
+      ->capture_default_str()
+      ->group(group_ssh);
   app.add_option("--remote-dtrun", o.remote_dtrun,
                  "dtrun's path on the hosts (default: this dtrun's absolute path)")
       ->group(group_ssh);
@@ -348,7 +354,8 @@ std::string name_the_variable(const CLI::App& app, const std::vector<std::string
 std::vector<std::string> without_fanout_flags(const CLI::App& app,
                                               const std::vector<std::string>& own) {
   static const std::set<std::string> local_only = {"--hosts", "--hostfile", "--ssh", "--export",
-                                                   "--remote-dtrun", "--dry-run"};
+                                                   "--remote-dtrun", "--ssh-fanout",
+                                                   "--dry-run"};
   std::vector<std::string> kept;
   for (std::size_t i = 0; i < own.size(); ++i) {
     const std::string& arg = own[i];

@@ -88,6 +88,7 @@ struct launch_options {
   std::string ssh;          // --ssh "CMD OPTS"; empty: ssh
   std::string export_vars;  // --export VAR,VAR=value
   std::string remote_dtrun; // --remote-dtrun PATH; empty: this dtrun's path
+  int ssh_fanout = 64;      // --ssh-fanout N: connections being set up at once
   // Internal flags of an agent that dtrun --hosts started (hidden in --help).
   bool stop_on_stdin_eof = false;   // agent/stdin_watch.h
   bool prefix_console = false;      // agent/log_spec.h

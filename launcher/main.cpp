@@ -67,6 +67,7 @@ int launch_over_ssh(const launcher::launch_options& options, const agent::env_ma
   fanout.signals = launcher::parse_signals(options.signals_to_handle);
   fanout.remote_dtrun = settings.remote_dtrun;
   fanout.quiet = options.quiet;
+  fanout.max_connecting = static_cast<std::size_t>(options.ssh_fanout);
   return launcher::run_ssh_fanout(fanout);
 }
 
@@ -206,6 +207,13 @@ int main(int argc, char** argv) {
     agent::env_map env = agent::current_environment();
     if (launcher::wants_ssh_launch(parsed.options)) {
       return launch_over_ssh(parsed.options, env);
+    }
+    if (parsed.options.stop_on_stdin_eof && !parsed.options.dry_run) {
+      // Started by dtrun --hosts: this connection is set up, the launcher
+      // may start the next one (--ssh-fanout). First, before anything
+      // that can take time (the rendezvous port, name resolution).
+      fmt::print("{}\n", launcher::agent_started_line);
+      std::fflush(stdout);
     }
     launcher::scheduler_env scheduler = launcher::detect_scheduler_env(parsed.options, env);
     launcher::launch_config config = launcher::resolve_launch_config(parsed.options, env);

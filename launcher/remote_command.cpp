@@ -25,6 +25,50 @@ bool needs_no_quotes(std::string_view word) {
   });
 }
 
+// A byte a terminal acts on instead of showing: C0 controls (newline,
+// escape), DEL, and the first byte of a UTF-8 C1 control (\u0080-\u009f,
+// 0xc2 then 0x80-0x9f; the second byte is escaped along with it).
+bool is_control(std::string_view word, std::size_t i) {
+  auto c = static_cast<unsigned char>(word[i]);
+  if (c < 0x20 || c == 0x7f) return true;
+  return c == 0xc2 && i + 1 < word.size() && static_cast<unsigned char>(word[i + 1]) >= 0x80 &&
+         static_cast<unsigned char>(word[i + 1]) <= 0x9f;
+}
+
+bool has_control(std::string_view word) {
+  for (std::size_t i = 0; i < word.size(); ++i) {
+    if (is_control(word, i)) return true;
+  }
+  return false;
+}
+
+// bash's, zsh's and ksh's $'...' (POSIX sh since 2024): the same word,
+// with every control byte written as an escape, so a pasted line runs
+// what dtrun runs and printing it moves no cursor and starts no line.
+std::string ansi_c_quote(std::string_view word) {
+  std::string out = "$'";
+  for (std::size_t i = 0; i < word.size(); ++i) {
+    char c = word[i];
+    if (c == '\\' || c == '\'') {
+      out += '\\';
+      out += c;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (is_control(word, i)) {
+      out += fmt::format("\\x{:02x}", static_cast<unsigned char>(c));
+      if (static_cast<unsigned char>(c) == 0xc2) {
+        out += fmt::format("\\x{:02x}", static_cast<unsigned char>(word[++i]));
+      }
+    } else {
+      out += c;
+    }
+  }
+  out += '\'';
+  return out;
+}
+
 }  // namespace
 
 std::string shell_quote(std::string_view text) {
@@ -44,7 +88,7 @@ std::string shell_join(const std::vector<std::string>& words) {
   std::string out;
   for (const auto& w : words) {
     if (!out.empty()) out += ' ';
-    out += needs_no_quotes(w) ? w : shell_quote(w);
+    out += needs_no_quotes(w) ? w : has_control(w) ? ansi_c_quote(w) : shell_quote(w);
   }
   return out;
 }

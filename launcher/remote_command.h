@@ -22,7 +22,10 @@ namespace dtrun::launcher {
 std::string shell_quote(std::string_view text);
 
 // The words joined with spaces, each quoted only when it needs it (for
-// --dry-run and error messages: what a user can paste).
+// --dry-run and error messages: what a user can paste). A word holding a
+// control character (a newline, an escape sequence) is written $'...'
+// with the character escaped, so the output is one line per command and
+// cannot drive the terminal.
 std::string shell_join(const std::vector<std::string>& words);
 
 // --ssh's value split into words as a POSIX shell would split it: blanks

@@ -7,6 +7,7 @@
 
 #include "launcher/number_parse.h"
 #include "rendezvous/endpoint.h"
+#include "rendezvous/printable.h"
 #include "rendezvous/store_server.h"
 
 namespace dtrun::launcher {
@@ -225,6 +226,13 @@ std::optional<multi_node_config> resolve_multi_node(const launch_options& o, int
   if (!ep) {
     throw usage_error(fmt::format("rendezvous endpoint '{}' is not HOST[:PORT] (IPv6 as [addr]:port)",
                                   where));
+  }
+  if (!rendezvous::could_resolve(ep->host)) {
+    // Fails now, not after the join timeout: no DNS answer can ever come.
+    throw usage_error(fmt::format(
+        "rendezvous endpoint '{}': '{}' is neither an IP address nor a host name (labels of "
+        "letters, digits, '-' and '_', 1-63 characters each, 253 in all); fix the address",
+        printable(where), printable(ep->host)));
   }
   r.endpoint_host = ep->host;
   r.endpoint_port = ep->port;

@@ -10,10 +10,14 @@
 namespace dtrun::launcher {
 namespace {
 
-constexpr std::size_t max_hosts = 1'000'000;
-
 hostlist_error bad(std::string_view text, std::string_view why) {
   return hostlist_error(fmt::format("Slurm host list '{}': {}", text, why));
+}
+
+hostlist_too_long too_long(std::string_view text, std::size_t limit) {
+  return hostlist_too_long(fmt::format(
+      "Slurm host list '{}': more than {} hosts", text,
+      limit == max_hostlist_hosts ? std::string("a million") : std::to_string(limit)));
 }
 
 bool all_digits(std::string_view s) {
@@ -28,7 +32,8 @@ std::uint64_t number(std::string_view digits, std::string_view text) {
 }
 
 // "01-03,7" -> {"01","02","03","7"}: a range keeps its low bound's width.
-std::vector<std::string> expand_bracket(std::string_view inside, std::string_view text) {
+std::vector<std::string> expand_bracket(std::string_view inside, std::string_view text,
+                                        std::size_t limit) {
   std::vector<std::string> values;
   std::size_t start = 0;
   while (start <= inside.size()) {
@@ -44,10 +49,10 @@ std::vector<std::string> expand_bracket(std::string_view inside, std::string_vie
     std::uint64_t a = number(lo, text);
     std::uint64_t b = number(hi, text);
     if (b < a) throw bad(text, fmt::format("range {} runs backwards", item));
-    if (b - a >= max_hosts) throw bad(text, "more than a million hosts");
+    if (b - a >= limit) throw too_long(text, limit);
     for (std::uint64_t n = a; n <= b; ++n) {
       values.push_back(fmt::format("{:0{}}", n, lo.size()));
-      if (values.size() > max_hosts) throw bad(text, "more than a million hosts");
+      if (values.size() > limit) throw too_long(text, limit);
     }
   }
   return values;
@@ -55,7 +60,7 @@ std::vector<std::string> expand_bracket(std::string_view inside, std::string_vie
 
 // One expression: literal text and bracket groups, as a cartesian product.
 void expand_expression(std::string_view expr, std::string_view text,
-                       std::vector<std::string>& out) {
+                       std::vector<std::string>& out, std::size_t limit) {
   if (expr.empty()) throw bad(text, "empty host name");
   std::vector<std::string> partial = {""};
   std::size_t i = 0;
@@ -71,8 +76,8 @@ void expand_expression(std::string_view expr, std::string_view text,
     }
     std::size_t close = expr.find(']', i);
     if (close == std::string_view::npos) throw bad(text, "unbalanced brackets");
-    auto values = expand_bracket(expr.substr(i + 1, close - i - 1), text);
-    if (partial.size() * values.size() > max_hosts) throw bad(text, "more than a million hosts");
+    auto values = expand_bracket(expr.substr(i + 1, close - i - 1), text, limit);
+    if (partial.size() * values.size() > limit) throw too_long(text, limit);
     std::vector<std::string> next;
     next.reserve(partial.size() * values.size());
     for (const auto& p : partial) {
@@ -81,7 +86,7 @@ void expand_expression(std::string_view expr, std::string_view text,
     partial = std::move(next);
     i = close + 1;
   }
-  if (out.size() + partial.size() > max_hosts) throw bad(text, "more than a million hosts");
+  if (out.size() + partial.size() > limit) throw too_long(text, limit);
   out.insert(out.end(), partial.begin(), partial.end());
 }
 
@@ -105,10 +110,10 @@ std::vector<std::string_view> split_hostlist(std::string_view text) {
   return parts;
 }
 
-std::vector<std::string> expand_hostlist(std::string_view text) {
+std::vector<std::string> expand_hostlist(std::string_view text, std::size_t limit) {
   std::vector<std::string> hosts;
   if (text.empty()) throw bad(text, "empty");
-  for (auto expr : split_hostlist(text)) expand_expression(expr, text, hosts);
+  for (auto expr : split_hostlist(text)) expand_expression(expr, text, hosts, limit);
   return hosts;
 }
 
@@ -129,7 +134,7 @@ std::string first_host(std::string_view text) {
     if (close == std::string_view::npos) throw bad(text, "unbalanced brackets");
     std::string_view inside = expr.substr(i + 1, close - i - 1);
     auto first_item = inside.substr(0, inside.find(','));
-    host += expand_bracket(first_item.substr(0, first_item.find('-')), text).front();
+    host += expand_bracket(first_item.substr(0, first_item.find('-')), text, 1).front();
     i = close + 1;
   }
   if (host.empty()) throw bad(text, "empty host name");
@@ -157,8 +162,8 @@ std::vector<int> expand_tasks_per_node(std::string_view text) {
       repeat = number(times, text);
       count = item.substr(0, paren);
     }
-    if (!all_digits(count) || count.size() > 6 || repeat > max_hosts ||
-        counts.size() + repeat > max_hosts) {
+    if (!all_digits(count) || count.size() > 6 || repeat > max_hostlist_hosts ||
+        counts.size() + repeat > max_hostlist_hosts) {
       throw fail();
     }
     counts.insert(counts.end(), repeat, static_cast<int>(number(count, text)));

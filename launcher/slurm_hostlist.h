@@ -9,6 +9,7 @@
 //   tasks per node "2(x3),1"    -> 2 2 2 1
 #pragma once
 
+#include <cstddef>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -22,10 +23,22 @@ class hostlist_error : public std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
+// More hosts than `limit`: expansion stops as soon as the count passes it,
+// so a short text ("n[0-999999999]") costs no time or memory.
+class hostlist_too_long : public hostlist_error {
+ public:
+  using hostlist_error::hostlist_error;
+};
+
+// The default bound of one host list (SLURM_JOB_NODELIST and the like).
+inline constexpr std::size_t max_hostlist_hosts = 1'000'000;
+
 // Every host of a host list, in Slurm's order (the last bracket group
-// varies fastest). Throws hostlist_error on malformed text or more than a
-// million hosts.
-std::vector<std::string> expand_hostlist(std::string_view text);
+// varies fastest). Throws hostlist_error on malformed text, and
+// hostlist_too_long (what() says "more than <limit> hosts") when it holds
+// more than `limit` hosts.
+std::vector<std::string> expand_hostlist(std::string_view text,
+                                         std::size_t limit = max_hostlist_hosts);
 
 // The host list's expressions: `text` split on the commas outside
 // brackets ("a,b[1,2]:2,c" -> "a", "b[1,2]:2", "c"). Throws hostlist_error

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstring>
@@ -123,6 +124,9 @@ struct host {
   host_stream out;
   host_stream err;
   bool port_sent = false;  // port_role::read: the rendezvous port was written
+  // Holds one of the max_connecting slots: started, and neither its agent
+  // said agent_started_line nor its ssh ended yet.
+  bool connecting = false;
   // The summary block being read from its stderr, and the complete ones.
   std::optional<std::vector<std::string>> block;
   std::vector<std::vector<std::string>> blocks;
@@ -148,10 +152,7 @@ class fanout {
       if (!ignored_at_start(sig)) signals_.add(sig);
     }
     wait_for_signal();
-    for (const auto& launch : options_.plan) {
-      if (launch_failure_) break;  // no point starting more hosts
-      start(launch);
-    }
+    start_more();
     // Our own lines are written on the loop, so it runs even when nothing
     // started.
     if (all_finished()) stop_waiting_for_signals();
@@ -161,6 +162,26 @@ class fanout {
   }
 
  private:
+  // Starts hosts in plan order while fewer than max_connecting are being
+  // set up; called again each time one is set up or ends. Nothing more
+  // starts once the job is stopping (a signal, or a host failed: the
+  // others could not complete the rendezvous without it).
+  void start_more() {
+    const std::size_t slots = std::max<std::size_t>(options_.max_connecting, 1);
+    while (next_ < options_.plan.size() && connecting_ < slots && !launch_failure_ &&
+           !stopping_) {
+      start(options_.plan[next_++]);
+    }
+  }
+
+  // `h` is set up (its agent runs) or gone: its slot goes to the next host.
+  void set_up(host& h) {
+    if (!h.connecting) return;
+    h.connecting = false;
+    --connecting_;
+    start_more();
+  }
+
   void start(const host_launch& launch) {
     auto h = std::make_unique<host>();
     h->launch = launch;
@@ -179,10 +200,18 @@ class fanout {
       return;
     }
     h->pid = s.pid;
+    h->connecting = true;
+    ++connecting_;
     // Ours alone (not the shell's), so non-blocking is safe: a stuck ssh
     // must not block the loop when we write a signal line.
     ::fcntl(in.write, F_SETFL, ::fcntl(in.write, F_GETFL) | O_NONBLOCK);
     h->stdin_fd = in.write;
+    // Started after the first host reported the port: it waits in the
+    // pipe until the agent reads it.
+    if (launch.port == port_role::read && port_) {
+      write_line(*h, std::to_string(*port_));
+      h->port_sent = true;
+    }
     h->out.pipe.emplace(io_, out.read);
     h->err.pipe.emplace(io_, err.read);
     host* raw = h.get();
@@ -230,6 +259,10 @@ class fanout {
       std::size_t end = text.find('\n', start);
       std::string_view line(text.data() + start, end - start);
       start = end + 1;
+      if (is_stdout && h.connecting && line == agent_started_line) {
+        set_up(h);
+        continue;
+      }
       if (is_stdout && h.launch.port == port_role::report && !port_ && take_port(h, line)) {
         continue;
       }
@@ -307,8 +340,10 @@ class fanout {
   }
 
   // Signals coalesce: reap every exited child.
+  // By index: set_up() may start hosts, growing hosts_ under the loop.
   void reap() {
-    for (auto& h : hosts_) {
+    for (std::size_t i = 0; i < hosts_.size(); ++i) {
+      host* h = hosts_[i].get();
       if (h->status || h->pid < 0) continue;
       int status = 0;
       pid_t r = ::waitpid(h->pid, &status, WNOHANG);
@@ -316,6 +351,7 @@ class fanout {
       h->status = agent::decode_wait_status(status);
       close_stdin(*h);
       check_finished(*h);
+      set_up(*h);
     }
   }
 
@@ -334,14 +370,20 @@ class fanout {
       say_error(describe_host_failure(h, code));
       launch_failed(code);
     }
-    if (all_finished()) {
-      deadline_.cancel();
-      stop_waiting_for_signals();
-      // The console writes already queued still complete on the loop.
-    }
+    finish_if_all_done();
   }
 
+  void finish_if_all_done() {
+    if (!all_finished()) return;
+    deadline_.cancel();
+    stop_waiting_for_signals();
+    // The console writes already queued still complete on the loop.
+  }
+
+  // Every started host is done, and no host is left to start (or none
+  // will be: the job is stopping).
   bool all_finished() const {
+    if (next_ < options_.plan.size() && !launch_failure_ && !stopping_) return false;
     for (const auto& h : hosts_) {
       if (!h->done) return false;
     }
@@ -415,6 +457,10 @@ class fanout {
     }
     if (stopping_) return;
     stopping_ = true;
+    // The hosts not started yet never will be; those started may all be
+    // done already.
+    finish_if_all_done();
+    if (all_finished()) return;
     deadline_.expires_after(options_.stop_timeout + options_.teardown_margin);
     deadline_.async_wait([this](const boost::system::error_code& ec) {
       if (ec) return;
@@ -496,6 +542,8 @@ class fanout {
   agent::console_sink err_;
   std::list<std::string> messages_;
   std::vector<std::unique_ptr<host>> hosts_;
+  std::size_t next_ = 0;        // the next host of the plan to start
+  std::size_t connecting_ = 0;  // hosts holding a set-up slot
   std::optional<int> port_;
   std::optional<int> launch_failure_;
   std::optional<int> summary_code_;

@@ -10,6 +10,13 @@
 // dtrun died, or the connection dropped) makes the remote agent stop its
 // workers by itself.
 //
+// Connections are set up at most max_connecting at a time (--ssh-fanout):
+// the next ssh starts when one of them has started its remote agent (its
+// agent_started_line) or ended. A live connection holds no slot, so every
+// host joins the rendezvous however many there are; only the set-up (ssh's
+// handshake, the remote login) is bounded, which is where a few hundred at
+// once overrun process limits and sshd's MaxStartups.
+//
 // Exit code: 128+s after signal s; else the root cause's code from the
 // failure summary; else the code of the first host whose ssh or agent
 // failed without a summary (255: ssh could not connect); else 0.
@@ -24,6 +31,8 @@ namespace dtrun::launcher {
 
 struct fanout_options {
   std::vector<host_launch> plan;
+  // How many connections are being set up at once, at most (>= 1).
+  std::size_t max_connecting = 64;
   // The agents' own grace period: the remote agents SIGKILL their workers
   // this long after a stop; a connection still open `teardown_margin`
   // later is closed from here (ssh killed).

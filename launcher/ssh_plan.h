@@ -27,6 +27,11 @@ namespace dtrun::launcher {
 // The first line of the first host's stdout: the store's port.
 inline constexpr const char* rdzv_port_line_prefix = "dtrun-ssh: rendezvous port ";
 
+// The line every remote agent (--stop-on-stdin-eof) writes on its stdout
+// as soon as it runs: the connection is set up, the launching dtrun may
+// start the next one (fanout_options::max_connecting).
+inline constexpr const char* agent_started_line = "dtrun-ssh: agent started";
+
 enum class port_role { none, report, read };
 
 struct host_launch {

@@ -7,6 +7,7 @@
 #include <optional>
 #include <random>
 #include <span>
+#include <utility>
 
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -117,7 +118,12 @@ class async_store_client::impl : public std::enable_shared_from_this<async_store
         [self](const boost::system::error_code& ec, tcp::resolver::results_type results) {
           if (self->closed_) return;
           if (self->attempt_expired_) return self->retry_connect("no answer");
-          if (ec) return self->retry_connect(ec.message());
+          if (ec) {
+            if (auto warn = std::exchange(self->options_.on_first_resolve_failure, nullptr)) {
+              warn(ec.message());
+            }
+            return self->retry_connect(ec.message());
+          }
           asio::async_connect(self->socket_, results,
                               [self](const boost::system::error_code& e, const tcp::endpoint&) {
                                 if (self->closed_) return;

@@ -157,6 +157,17 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
     o.host = server_ ? std::string("127.0.0.1") : options_.endpoint_host;
     o.port = server_ ? server_->port() : options_.endpoint_port;
     o.connect_timeout = connect_timeout;
+    if (!server_) {
+      // Once per run, not per round: the name is the same every time.
+      o.on_first_resolve_failure = [weak = weak_from_this()](const std::string& why) {
+        auto self = weak.lock();
+        if (!self || std::exchange(self->resolve_warned_, true)) return;
+        self->options_.log(fmt::format(
+            "warning: cannot resolve the rendezvous endpoint '{}' ({}); retrying for up to {} s "
+            "in case the name appears (a pod or job still starting); check --rdzv-endpoint",
+            self->options_.endpoint_host, why, self->options_.join_timeout.count() / 1000));
+      };
+    }
     // The host's requests go to the store in this very process: they can
     // be slow (its loop serving thousands of nodes on a busy machine) but
     // not lost, and a timeout would end the job for every node because this
@@ -927,6 +938,7 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   int arrival_ = 0, group_rank_ = -1, members_ = 0;
   bool round_over_ = false;
   bool all_done_ = false;  // the exit barrier released every node
+  bool resolve_warned_ = false;  // the endpoint's name did not resolve, said once
   std::uint64_t epoch_ = 0;  // next_round() calls so far
   // Generations of the timers: bumped by every arm and cancel.
   std::uint64_t deadline_armed_ = 0, warning_armed_ = 0, barrier_armed_ = 0;

@@ -1,6 +1,9 @@
 #include "rendezvous/endpoint.h"
 
+#include <algorithm>
 #include <charconv>
+
+#include <boost/asio/ip/address.hpp>
 
 namespace dtrun::rendezvous {
 namespace {
@@ -46,6 +49,27 @@ std::optional<endpoint> parse_endpoint(std::string_view text, std::uint16_t defa
   if (!port) return std::nullopt;
   ep.port = *port;
   return ep;
+}
+
+bool could_resolve(std::string_view host) {
+  boost::system::error_code ec;
+  boost::asio::ip::make_address(std::string(host), ec);
+  if (!ec) return true;
+  if (!host.empty() && host.back() == '.') host.remove_suffix(1);
+  if (host.empty() || host.size() > 253) return false;
+  std::size_t start = 0;
+  while (start <= host.size()) {
+    std::size_t end = std::min(host.find('.', start), host.size());
+    std::string_view label = host.substr(start, end - start);
+    if (label.empty() || label.size() > 63) return false;
+    for (char c : label) {
+      bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                c == '-' || c == '_';
+      if (!ok) return false;
+    }
+    start = end + 1;
+  }
+  return true;
 }
 
 std::string to_string(const endpoint& ep) {

@@ -18,6 +18,12 @@ struct endpoint {
 // not a number in 0..65535. A missing port becomes `default_port`.
 std::optional<endpoint> parse_endpoint(std::string_view text, std::uint16_t default_port);
 
+// Whether `host` could ever resolve: an IP address, or a DNS name whose
+// labels are letters, digits, '-' and '_', 1-63 bytes each, at most 253
+// in all (a final '.' allowed). False for what no resolver answers ("a b",
+// "node/1", "x..y"): worth failing at once rather than retrying.
+bool could_resolve(std::string_view host);
+
 // "host:port", bracketing IPv6 hosts.
 std::string to_string(const endpoint& ep);
 

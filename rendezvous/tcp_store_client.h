@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -37,6 +38,11 @@ struct tcp_store_client_options {
   store_duration connect_timeout = std::chrono::seconds(60);
   // Default for get/wait/multi_get, and the limit for any single reply.
   store_duration timeout = std::chrono::minutes(5);
+  // The async client only: called once, with the resolver's message, at
+  // the first failure to resolve `host`; connect() goes on retrying until
+  // connect_timeout (a name that does not resolve yet may appear: a pod or
+  // a Slurm job still starting), but the user hears of it at once.
+  std::function<void(const std::string&)> on_first_resolve_failure;
   // Largest value accepted in a reply.
   std::uint64_t max_value_bytes = wire::limits{}.max_value_bytes;
 };

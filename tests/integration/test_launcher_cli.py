@@ -3,6 +3,9 @@ defaults, and the script's arguments reaching the workers untouched."""
 
 import json
 import os
+import resource
+import signal
+import subprocess
 import sys
 import uuid
 
@@ -69,6 +72,15 @@ POSITIVE = "is not a number of seconds from 0.001 to 315360000 (10 years)"
      "--rdzv-conf store_threads: '1025' is not a whole number from 0 to 1024"),
     (["--nnodes=2", "--rdzv-endpoint=192.0.2.1", "--rdzv-conf=store_threads=-1"],
      "--rdzv-conf store_threads: '-1' is not a whole number from 0 to 1024"),
+    # No resolver can ever answer these: refused at once, not retried.
+    (["--nnodes=2", "--rdzv-endpoint=no such:29400"],
+     "rendezvous endpoint 'no such:29400': 'no such' is neither an IP address nor a host name "
+     "(labels of letters, digits, '-' and '_', 1-63 characters each, 253 in all); fix the "
+     "address"),
+    (["--nnodes=2", "--rdzv-endpoint=node..1"],
+     "rendezvous endpoint 'node..1': 'node..1' is neither an IP address nor a host name "
+     "(labels of letters, digits, '-' and '_', 1-63 characters each, 253 in all); fix the "
+     "address"),
 ])
 def test_bad_numbers_are_one_line_usage_errors_naming_the_flag(args, message):
     r = dh.run([*args, "--dry-run", "x.py"])
@@ -104,6 +116,45 @@ def test_an_event_log_that_cannot_be_written_fails_the_start(tmp_path):
         assert not ran.exists(), "no worker may start when the event log is unusable"
     assert "No space left on device" in dh.run(
         ["--standalone", "--event-log=/dev/full", "--no-python", "true"]).stderr
+
+
+def test_a_python_hook_that_cannot_be_written_leaves_no_run_folder(tmp_path):
+    logs = tmp_path / "logs"
+    script = tmp_path / "t.py"
+    script.write_text("")
+
+    def no_file_writes():  # as a full disk: every write to a file fails (EFBIG)
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
+
+    r = subprocess.run([str(dh.DTRUN), "--standalone", f"--log-dir={logs}", str(script)],
+                       env=dh.job_env(), capture_output=True, text=True, timeout=60,
+                       preexec_fn=no_file_writes)
+    assert r.returncode == 1, r
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cannot write the Python hook" in lines[0], r.stderr
+    assert "File too large" in lines[0], lines[0]
+    assert list(logs.iterdir()) == [], "an empty run folder was left behind"
+
+
+def test_an_unresolvable_endpoint_is_said_at_once_then_retried():
+    # Its first line, long before the join timeout: the name may still
+    # appear (a pod or Slurm job starting), so it is not an error yet.
+    p = subprocess.Popen([str(dh.DTRUN), "--nnodes=2", "--rdzv-endpoint=no-such-host.invalid:29400",
+                          "--rdzv-conf=join_timeout=300", "--no-python", "true"],
+                         env=dh.job_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        first = p.stderr.readline()
+        still_running = p.poll() is None
+    finally:
+        p.kill()
+        p.communicate()
+    assert first.startswith("dtrun: warning: cannot resolve the rendezvous endpoint "
+                            "'no-such-host.invalid' ("), first
+    assert first.endswith("); retrying for up to 300 s in case the name appears (a pod or job "
+                          "still starting); check --rdzv-endpoint\n"), first
+    assert still_running
 
 
 def test_multi_node_dry_run_shows_how_the_nodes_meet():

@@ -1,5 +1,8 @@
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -113,4 +116,72 @@ TEST_CASE("read_hostfile reads the file and says when it cannot") {
   std::filesystem::remove(path);
   CHECK(error_of([&] { read_hostfile(path.string()); }) ==
         "--hostfile: cannot read '" + path.string() + "': No such file or directory");
+}
+
+TEST_CASE("a host list is bounded as a whole, not per line or per range") {
+  // Three lines of a million each: refused on the line that passes the
+  // bound, before the rest is expanded (each was allowed alone before).
+  std::string text = "a[0-999999]\nb[0-999999]\nc[0-999999]\n";
+  CHECK(error_of([&] { parse_hostfile(text, "hf"); }) ==
+        "hostfile hf line 1: more than 100000 hosts in all, the most --nnodes allows; list "
+        "fewer hosts");
+  CHECK(error_of([] { parse_hostfile("a[1-60000]\nb[1-40001]\n", "hf"); }) ==
+        "hostfile hf line 2: more than 100000 hosts in all, the most --nnodes allows; list "
+        "fewer hosts");
+  CHECK(parse_hostfile("a[1-60000]\nb[1-40000]\n", "hf").size() == max_hosts);
+  // One more node than any agent's --nnodes accepts.
+  CHECK(error_of([] { parse_hosts_flag("node[0-100000]"); }) ==
+        "--hosts: more than 100000 hosts in all, the most --nnodes allows; list fewer hosts");
+  CHECK(parse_hosts_flag("node[1-100000]").size() == max_hosts);
+  CHECK(error_of([] { parse_hosts_flag("x,n[1-100000]"); }).find("more than 100000 hosts") !=
+        std::string::npos);
+  // A huge range costs nothing: refused before it is expanded.
+  CHECK(error_of([] { parse_hosts_flag("n[0-99999999999]"); }).find("more than 100000 hosts") !=
+        std::string::npos);
+}
+
+TEST_CASE("a hostfile is bounded in bytes and lines") {
+  std::string lines(max_hostfile_lines + 1, '\n');
+  CHECK(error_of([&] { parse_hostfile(lines, "hf"); }) ==
+        "hostfile hf has more than 1000000 lines; is it a hostfile?");
+  std::string big(max_hostfile_bytes + 1, '#');
+  CHECK(error_of([&] { parse_hostfile(big, "hf"); }) ==
+        "hostfile hf is over 16 MiB; is it a hostfile?");
+}
+
+TEST_CASE("a key given twice on a hostfile line is refused") {
+  CHECK(error_of([] { parse_hostfile("a slots=2 slots=3\n", "hf"); }) ==
+        "hostfile hf line 1: slots is given twice; give it once");
+  CHECK(error_of([] { parse_hostfile("a max_slots=2 max-slots=3\n", "hf"); }) ==
+        "hostfile hf line 1: max-slots is given twice; give it once");
+  CHECK(flatten(parse_hostfile("a slots=2 max_slots=3\n", "hf")) == std::vector<flat>{{"a", 2}});
+}
+
+TEST_CASE("a hostfile error shows control bytes escaped, not cut at a NUL") {
+  using namespace std::string_literals;
+  std::string error = error_of([] { parse_hostfile("a\0b slots=1\n"s, "hf"); });
+  CHECK(error == "hostfile hf line 1: 'a\\x00b' is not a host name (letters, digits, '-', '.', "
+                 "'_', optionally user@)");
+  CHECK(error_of([] { parse_hostfile("a x\0y=1\n"s, "hf"); }) ==
+        "hostfile hf line 1: unknown key 'x\\x00y'; only slots=N is understood");
+  CHECK(error_of([] { parse_hostfile("a \x1b[31m\n", "hf"); }) ==
+        "hostfile hf line 1: '\\x1b[31m' is not key=value; write 'host slots=N'");
+}
+
+TEST_CASE("read_hostfile reads only regular files and never blocks on a FIFO") {
+  auto dir = std::filesystem::temp_directory_path() /
+             ("dtrun_host_list_test_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  auto fifo = dir / "fifo";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  // Without a writer, a blocking open() of the FIFO would never return.
+  const std::string not_regular =
+      "' is not a regular file (a FIFO, device or folder); give a file with one 'host slots=N' "
+      "per line";
+  CHECK(error_of([&] { read_hostfile(fifo.string()); }) ==
+        "--hostfile: '" + fifo.string() + not_regular);
+  CHECK(error_of([&] { read_hostfile(dir.string()); }) ==
+        "--hostfile: '" + dir.string() + not_regular);
+  CHECK(error_of([] { read_hostfile("/dev/null"); }) == "--hostfile: '/dev/null" + not_regular);
+  std::filesystem::remove_all(dir);
 }

@@ -35,6 +35,16 @@ TEST_CASE("shell_join quotes only the words that need it") {
   CHECK(shell_join({""}) == "''");
 }
 
+TEST_CASE("shell_join writes control characters as $'...' escapes, one line per command") {
+  // What --dry-run prints of an exported value with a newline or an
+  // escape sequence: no raw newline, no ESC, no UTF-8 C1 control.
+  CHECK(shell_join({"env", "A=x\ny"}) == "env $'A=x\\ny'");
+  CHECK(shell_join({"\x1b[31mred\t'q'\\"}) == "$'\\x1b[31mred\\t\\'q\\'\\\\'");
+  CHECK(shell_join({"a\xc2\x9b" "b", "\x7f"}) == "$'a\\xc2\\x9bb' $'\\x7f'");
+  // Printable UTF-8 stays as it is (single-quoted).
+  CHECK(shell_join({"caf\xc3\xa9 x"}) == "'caf\xc3\xa9 x'");
+}
+
 TEST_CASE("the ssh flag is split into words as a shell would") {
   CHECK(split_ssh_command("ssh") == words{"ssh"});
   CHECK(split_ssh_command("  ssh  -p 2222 ") == words{"ssh", "-p", "2222"});
