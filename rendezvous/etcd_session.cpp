@@ -180,6 +180,12 @@ void etcd_session::adopt_or_create(std::string candidate) {
 }
 
 void etcd_session::give_up() {
+  // A member that answers, wrongly, is no quorum problem: its line says
+  // what to check.
+  if (last_error_.find("sent a malformed") != std::string::npos) {
+    return granted(fmt::format("cannot get a lease from etcd ({}): {}",
+                               members_text(options_.members), last_error_));
+  }
   granted(fmt::format(
       "cannot get a lease from etcd ({}): {}; the etcd cluster has no quorum or cannot be "
       "reached: check it with `etcdctl --endpoints=... endpoint health`",

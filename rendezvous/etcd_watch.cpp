@@ -123,6 +123,8 @@ void etcd_watch::close() {
   closed_ = true;
   retry_.cancel();
   connection_->close();
+  // It holds its owner too (and the slot that holds this watch).
+  spec_.on_compacted = nullptr;
   // The callback often holds its owner, which holds this watch: release
   // it, unless it is running (line() releases it when it returns).
   if (!in_callback_) on_event_ = nullptr;

@@ -97,7 +97,7 @@ TEST_CASE("a lease grant answered with a list is an error naming the member, not
   REQUIRE_NOTHROW(io.run());
   CHECK_THAT(error, Contains(m.endpoint()) && Contains("malformed lease grant reply") &&
                         Contains("the reply is a list, not an object"));
-  CHECK_THAT(error, !Contains("json.exception"));
+  CHECK_THAT(error, !Contains("json.exception") && !Contains("no quorum"));
 }
 
 TEST_CASE("a keep-alive reply of the wrong shape is a failed renewal, not a lost job") {
@@ -141,6 +141,8 @@ TEST_CASE("a txn whose succeeded is not true/false fails the call with what was 
     });
   });
   REQUIRE_NOTHROW(io.run());
+  // A call still waiting holds its client: closing lets both go.
+  store->close();
   CHECK_THAT(error, Contains(m.endpoint()) && Contains("malformed txn reply") &&
                         Contains("`succeeded` is a string, not true or false"));
 }
@@ -162,6 +164,8 @@ TEST_CASE("a watch event of the wrong shape reopens the watch after a pause, not
     });
   });
   REQUIRE_NOTHROW(io.run());
+  // A call still waiting holds its client: closing lets both go.
+  store->close();
   REQUIRE(error);
   CHECK_THROWS_AS(std::rethrow_exception(error), store_wait_timeout);
   // Reopened with a growing pause (50-100 ms, then 100-200 ms, ...): a
@@ -188,6 +192,8 @@ TEST_CASE("a cancelled watch is reopened with a growing pause, not at once") {
     s->get("k", 60s, [](store_result) {});
   });
   REQUIRE_NOTHROW(io.run());
+  // A call still waiting holds its client: closing lets both go.
+  store->close();
   REQUIRE(watches == 4);
   // At least the shortest pauses: 50 + 100 + 200 ms (timers never fire early).
   CHECK(fourth - first >= 350ms);
@@ -328,6 +334,8 @@ TEST_CASE("a wait whose watch start was compacted reads its keys again, as etcd'
     });
   });
   REQUIRE_NOTHROW(io.run());
+  // A call still waiting holds its client: closing lets both go.
+  store->close();
   CHECK(value == "v");
   CHECK(counts == 2);
 }
