@@ -83,7 +83,7 @@ std::shared_ptr<round_store> connected_store(asio::io_context& io, const etcd_op
 
 }  // namespace
 
-TEST_CASE("a lease grant answered with a list is an error naming the member, not an exception") {
+TEST_CASE("etcd: a lease grant answered with a list is an error naming the member, not an exception") {
   asio::io_context io;
   fake_etcd_member m(io, [](const std::string&, const std::string&) {
     return fake_etcd_member::reply{http_json("[]")};
@@ -100,7 +100,7 @@ TEST_CASE("a lease grant answered with a list is an error naming the member, not
   CHECK_THAT(error, !Contains("json.exception") && !Contains("no quorum"));
 }
 
-TEST_CASE("a keep-alive reply of the wrong shape is a failed renewal, not a lost job") {
+TEST_CASE("etcd: a keep-alive reply of the wrong shape is a failed renewal, not a lost job") {
   asio::io_context io;
   int keepalives = 0;
   fake_etcd_member m(io, [&](const std::string& path, const std::string& body) {
@@ -124,7 +124,7 @@ TEST_CASE("a keep-alive reply of the wrong shape is a failed renewal, not a lost
   CHECK(session->job_lease() == "7");
 }
 
-TEST_CASE("a txn whose succeeded is not true/false fails the call with what was wrong") {
+TEST_CASE("etcd: a txn whose succeeded is not true/false fails the call with what was wrong") {
   asio::io_context io;
   fake_etcd_member m(io, [](const std::string& path, const std::string& body) {
     if (path == "/v3/kv/txn") {
@@ -147,7 +147,7 @@ TEST_CASE("a txn whose succeeded is not true/false fails the call with what was 
                         Contains("`succeeded` is a string, not true or false"));
 }
 
-TEST_CASE("a watch event of the wrong shape reopens the watch after a pause, nothing thrown") {
+TEST_CASE("etcd: a watch event of the wrong shape reopens the watch after a pause, nothing thrown") {
   asio::io_context io;
   int watches = 0;
   fake_etcd_member m(io, [&](const std::string& path, const std::string& body) {
@@ -174,7 +174,7 @@ TEST_CASE("a watch event of the wrong shape reopens the watch after a pause, not
   CHECK(watches <= 5);
 }
 
-TEST_CASE("a cancelled watch is reopened with a growing pause, not at once") {
+TEST_CASE("etcd: a cancelled watch is reopened with a growing pause, not at once") {
   asio::io_context io;
   int watches = 0;
   clock_type::time_point first, fourth;
@@ -199,7 +199,7 @@ TEST_CASE("a cancelled watch is reopened with a growing pause, not at once") {
   CHECK(fourth - first >= 350ms);
 }
 
-TEST_CASE("watch pauses double from 100 ms to at most 5 s, jitter taking up to half") {
+TEST_CASE("etcd: watch pauses double from 100 ms to at most 5 s, jitter taking up to half") {
   CHECK(watch_retry_delay(0, 0.0) == 100ms);
   CHECK(watch_retry_delay(0, 1.0) == 50ms);
   CHECK(watch_retry_delay(1, 0.0) == 200ms);
@@ -233,7 +233,7 @@ etcd_reply one_call(asio::io_context& io, fake_etcd_member& m, std::chrono::mill
 
 }  // namespace
 
-TEST_CASE("a Content-Length beyond the cap fails before anything is read or reserved") {
+TEST_CASE("etcd: a Content-Length beyond the cap fails before anything is read or reserved") {
   asio::io_context io;
   fake_etcd_member m(io, [](const std::string&, const std::string&) {
     return fake_etcd_member::reply{
@@ -244,7 +244,7 @@ TEST_CASE("a Content-Length beyond the cap fails before anything is read or rese
   CHECK_THAT(r.error, Contains(m.endpoint()) && Contains("its reply exceeds 1048576 bytes"));
 }
 
-TEST_CASE("a reply that announces 1 GiB and keeps coming is cut at the cap") {
+TEST_CASE("etcd: a reply that announces 1 GiB and keeps coming is cut at the cap") {
   asio::io_context io;
   fake_etcd_member m(io, [](const std::string&, const std::string&) {
     return fake_etcd_member::reply{"HTTP/1.1 200 OK\r\nContent-Length: 1073741824\r\n\r\n",
@@ -256,7 +256,7 @@ TEST_CASE("a reply that announces 1 GiB and keeps coming is cut at the cap") {
   CHECK(m.streamed() < 16u << 20);
 }
 
-TEST_CASE("a reply that trickles in cannot extend the call's deadline") {
+TEST_CASE("etcd: a reply that trickles in cannot extend the call's deadline") {
   asio::io_context io;
   fake_etcd_member m(io, [](const std::string&, const std::string&) {
     // 1,000 bytes at one per 50 ms: 50 s, unless the deadline ends it.
@@ -269,7 +269,7 @@ TEST_CASE("a reply that trickles in cannot extend the call's deadline") {
   CHECK(clock_type::now() - start < 10s);
 }
 
-TEST_CASE("a watch answered without length or chunks is bounded by the cap per line") {
+TEST_CASE("etcd: a watch answered without length or chunks is bounded by the cap per line") {
   asio::io_context io;
   fake_etcd_member m(io, [](const std::string&, const std::string&) {
     return fake_etcd_member::reply{"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n",
@@ -296,7 +296,7 @@ TEST_CASE("a watch answered without length or chunks is bounded by the cap per l
   CHECK(m.streamed() < 16u << 20);
 }
 
-TEST_CASE("a wait whose watch start was compacted reads its keys again, as etcd's clients do") {
+TEST_CASE("etcd: a wait whose watch start was compacted reads its keys again, as etcd's clients do") {
   asio::io_context io;
   int counts = 0;
   fake_etcd_member m(io, [&](const std::string& path, const std::string& body) {

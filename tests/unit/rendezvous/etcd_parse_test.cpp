@@ -56,7 +56,7 @@ TEST_CASE("etcd's own replies parse into what dtrun reads") {
   CHECK(w.compact_revision == 40);
 }
 
-TEST_CASE("the replies of the adversarial pass are errors that name the wrong field") {
+TEST_CASE("etcd: the replies of the adversarial pass are errors that name the wrong field") {
   std::string id;
   CHECK(parse_lease_grant("[]", id) == "the reply is a list, not an object");
   CHECK(parse_lease_grant(R"({"ID":"12x"})", id) == "`ID` is \"12x\", not a 64-bit integer");
