@@ -101,6 +101,7 @@ rendezvous::etcd_options etcd_settings(const launch_options& o,
     throw usage_error("--rdzv-conf lease_ttl must be at least 2 seconds");
   }
   e.lease_ttl = std::chrono::duration_cast<std::chrono::seconds>(ttl);
+  e.run_id = o.rdzv_id;
   return e;
 }
 

@@ -513,10 +513,24 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
         try {
           std::rethrow_exception(c.error);
         } catch (const store_wait_timeout&) {
-          return self->fail(error_of(fmt::format(
+          auto error = error_of(fmt::format(
               "round {} did not gather {} node(s) within the join timeout ({} s); start the "
               "missing nodes or lower --nnodes",
-              r, self->options_.min_nodes, self->options_.join_timeout.count() / 1000.0)));
+              r, self->options_.min_nodes, self->options_.join_timeout.count() / 1000.0));
+          if (r != 0 || self->arrival_ != 1) return self->fail(error);
+          // The first round gathered this node alone: the job never
+          // started. An external store (etcd) drops its keys now, so that
+          // a rerun with this id starts afresh, unless someone joined
+          // meanwhile (then the keys are theirs). No heartbeat after it.
+          self->ring_->stop();
+          self->ops_->release_unstarted(
+              {self->key(""), fmt::format("dtrun/status/{}/", self->options_.run_id)},
+              self->round_key(r, "joined"), 1, self->round_key(r, "closing"),
+              [self, error, epoch](store_result) {
+                if (self->epoch_ != epoch) return;  // a stale round's reply
+                self->fail(error);
+              });
+          return;
         } catch (...) {
           return self->fail(c.error);
         }
@@ -885,9 +899,12 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
     });
   }
 
-  // Drops dtrun/<run_id>/ and the job's status keys; best effort.
+  // Drops dtrun/<run_id>/, the job's status keys and its (withdrawn) wills,
+  // which live on their agents' leases and would otherwise stay until
+  // those expire; best effort.
   void release_job(std::function<void()> done) {
     ops_->release(fmt::format("dtrun/status/{}/", options_.run_id), [](store_result) {});
+    ops_->release(fmt::format("dtrun/will/{}/", options_.run_id), [](store_result) {});
     ops_->release(key(""), [done](store_result) { done(); });
   }
 

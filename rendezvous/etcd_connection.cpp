@@ -1,6 +1,7 @@
 #include "rendezvous/etcd_connection.h"
 
-#include <openssl/evp.h>
+#include "rendezvous/etcd_body.h"
+
 #include <openssl/ssl.h>
 
 #include <optional>
@@ -9,10 +10,12 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/ssl.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 namespace dtrun::rendezvous {
 
@@ -24,12 +27,6 @@ using tcp = asio::ip::tcp;
 using json = nlohmann::json;
 
 namespace {
-
-// A unary reply is small (a range of one key, a txn); anything beyond this
-// is not etcd's gateway talking.
-constexpr std::uint64_t max_reply_bytes = 64ull << 20;
-// A watch line carries events of a few keys; bound what we hold unsplit.
-constexpr std::size_t max_line_bytes = 16u << 20;
 
 // What an etcd error reply says, as one line.
 std::string describe_error(int status, const json& body) {
@@ -60,39 +57,6 @@ bool is_retryable(int status, const json& body) {
 }
 
 }  // namespace
-
-std::string base64_encode(std::string_view bytes) {
-  std::string out(4 * ((bytes.size() + 2) / 3), '\0');
-  if (bytes.empty()) return out;
-  int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                          reinterpret_cast<const unsigned char*>(bytes.data()),
-                          static_cast<int>(bytes.size()));
-  out.resize(static_cast<std::size_t>(n));
-  return out;
-}
-
-std::optional<std::string> base64_decode(std::string_view text) {
-  if (text.empty()) return std::string();
-  if (text.size() % 4 != 0) return std::nullopt;
-  std::string out(3 * text.size() / 4, '\0');
-  int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                          reinterpret_cast<const unsigned char*>(text.data()),
-                          static_cast<int>(text.size()));
-  if (n < 0) return std::nullopt;
-  // EVP_DecodeBlock counts the padding as zero bytes.
-  std::size_t pad = text.ends_with("==") ? 2 : text.ends_with("=") ? 1 : 0;
-  out.resize(static_cast<std::size_t>(n) - pad);
-  return out;
-}
-
-std::int64_t integer_of(const nlohmann::json& j) {
-  try {
-    if (j.is_string()) return std::stoll(j.get<std::string>());
-    if (j.is_number_integer()) return j.get<std::int64_t>();
-  } catch (const std::exception&) {
-  }
-  return 0;
-}
 
 std::shared_ptr<ssl::context> make_etcd_tls(const etcd_options& o) {
   if (!o.tls) return nullptr;
@@ -137,10 +101,7 @@ class etcd_connection::impl : public std::enable_shared_from_this<etcd_connectio
     std::unique_ptr<beast::tcp_stream> tcp;
     std::unique_ptr<beast::ssl_stream<beast::tcp_stream>> tls;
     beast::flat_buffer buffer;
-    std::unique_ptr<http::response_parser<http::string_body>> parser;
-    std::string line;
-    std::function<std::size_t(std::uint64_t, boost::string_view, boost::system::error_code&)>
-        on_chunk;
+    std::unique_ptr<http::response_parser<capped_body>> parser;
 
     beast::tcp_stream& lowest() { return tls ? beast::get_lowest_layer(*tls) : *tcp; }
     template <class F>
@@ -154,7 +115,7 @@ class etcd_connection::impl : public std::enable_shared_from_this<etcd_connectio
   };
 
   impl(asio::io_context& io, const etcd_options& options, std::shared_ptr<ssl::context> tls)
-      : io_(io), options_(options), tls_context_(std::move(tls)), resolver_(io) {}
+      : io_(io), options_(options), tls_context_(std::move(tls)), resolver_(io), deadline_(io) {}
 
   // --- connecting -------------------------------------------------------
 
@@ -238,6 +199,41 @@ class etcd_connection::impl : public std::enable_shared_from_this<etcd_connectio
     return w;
   }
 
+  // --- the call's deadline ---------------------------------------------
+
+  // One deadline per call, set when it starts: it drops the connection,
+  // so whatever is pending fails, however many bytes still trickle in.
+  void start_deadline(std::chrono::milliseconds timeout) {
+    timed_out_ = false;
+    limit_ = timeout;
+    deadline_.expires_after(timeout);
+    deadline_.async_wait([self = shared_from_this(), call = ++call_](
+                             const boost::system::error_code& ec) {
+      if (ec || call != self->call_) return;
+      self->timed_out_ = true;
+      self->drop();
+    });
+  }
+
+  void stop_deadline() {
+    ++call_;
+    deadline_.cancel();
+  }
+
+  // Why a pending operation of this call ended: the deadline, or `why`.
+  std::string failure(const std::string& why) const {
+    if (!timed_out_) return why;
+    return fmt::format("etcd member {} did not answer within {} ms", member_text(),
+                       limit_.count());
+  }
+
+  etcd_reply reset_reply() const {
+    return {.error = failure("the etcd connection was reset"),
+            .sent = true,
+            .retryable = true,
+            .member = member_text()};
+  }
+
   // --- requests ---------------------------------------------------------
 
   http::request<http::string_body> request(const std::string& path, std::string body) {
@@ -250,66 +246,96 @@ class etcd_connection::impl : public std::enable_shared_from_this<etcd_connectio
     return req;
   }
 
-  static etcd_reply reset_reply() {
-    return {.error = "the etcd connection was reset", .sent = true, .retryable = true};
-  }
-
-  void post(std::string path, std::string body, std::chrono::milliseconds timeout,
-            etcd_reply_callback done) {
+  // Connects when needed, then writes the request; `then` reads the reply.
+  void send(std::string path, std::string body, std::chrono::milliseconds timeout,
+            etcd_reply_callback done,
+            std::function<void(std::shared_ptr<wire>, etcd_reply_callback)> then) {
+    start_deadline(timeout);
     auto self = shared_from_this();
     ensure_connected(timeout, [self, path = std::move(path), body = std::move(body), timeout,
-                               done = std::move(done)](std::string error) mutable {
-      if (!error.empty()) return done({.error = error, .sent = false, .retryable = true});
+                               done = std::move(done),
+                               then = std::move(then)](std::string error) mutable {
+      if (!error.empty()) {
+        self->stop_deadline();
+        return done({.error = self->failure(error),
+                     .sent = false,
+                     .retryable = true,
+                     .member = self->member_text()});
+      }
       auto w = self->wire_;
       auto req = std::make_shared<http::request<http::string_body>>(
           self->request(path, std::move(body)));
       w->lowest().expires_after(timeout);
       w->with_stream([&](auto& s) {
-        http::async_write(s, *req, [self, w, req, done = std::move(done)](
+        http::async_write(s, *req, [self, w, req, done = std::move(done), then = std::move(then)](
                                        const boost::system::error_code& ec, std::size_t) mutable {
-          if (w != self->wire_) return done(reset_reply());
-          if (ec) return self->broken(ec.message(), std::move(done));
-          self->read_reply(w, std::move(done));
+          if (w != self->wire_) return self->end_call(self->reset_reply(), std::move(done));
+          if (ec) return self->broken(ec, std::move(done));
+          w->parser = std::make_unique<http::response_parser<capped_body>>();
+          w->parser->body_limit(boost::none);  // capped_body checks
+          w->parser->get().body().cap = self->options_.max_reply_bytes;
+          then(w, std::move(done));
         });
       });
     });
   }
 
+  void end_call(etcd_reply r, etcd_reply_callback done) {
+    stop_deadline();
+    done(std::move(r));
+  }
+
+  void post(std::string path, std::string body, std::chrono::milliseconds timeout,
+            etcd_reply_callback done) {
+    send(std::move(path), std::move(body), timeout, std::move(done),
+         [self = shared_from_this()](std::shared_ptr<wire> w, etcd_reply_callback d) {
+           self->read_reply(w, std::move(d));
+         });
+  }
+
   void read_reply(const std::shared_ptr<wire>& w, etcd_reply_callback done) {
-    w->parser = std::make_unique<http::response_parser<http::string_body>>();
-    w->parser->body_limit(max_reply_bytes);
     auto self = shared_from_this();
     w->with_stream([&](auto& s) {
       http::async_read(s, w->buffer, *w->parser, [self, w, done = std::move(done)](
                                                      const boost::system::error_code& ec,
                                                      std::size_t) mutable {
-        if (w != self->wire_) return done(reset_reply());
-        if (ec) return self->broken(ec.message(), std::move(done));
+        if (w != self->wire_) return self->end_call(self->reset_reply(), std::move(done));
+        if (ec) return self->broken(ec, std::move(done));
         auto& res = w->parser->get();
         etcd_reply r;
         r.sent = true;
+        r.member = self->member_text();
         r.status = static_cast<int>(res.result_int());
-        r.body = json::parse(res.body(), nullptr, /*allow_exceptions=*/false);
+        r.body = std::move(res.body().text);
         if (!res.keep_alive()) self->drop();
-        if (r.body.is_discarded()) {
-          r.error = fmt::format("HTTP {} from {} is not JSON; is this an etcd member?", r.status,
-                                self->member_text());
-          r.retryable = r.status >= 500;
-        } else if (r.status != 200) {
-          r.error = fmt::format("{} ({})", describe_error(r.status, r.body), self->member_text());
-          r.retryable = is_retryable(r.status, r.body);
+        if (r.status != 200) {
+          auto body = json::parse(r.body, nullptr, /*allow_exceptions=*/false);
+          if (body.is_discarded()) {
+            r.error = fmt::format("HTTP {} from {} is not JSON; is this an etcd member?",
+                                  r.status, r.member);
+            r.retryable = r.status >= 500;
+          } else {
+            r.error = fmt::format("{} ({})", describe_error(r.status, body), r.member);
+            r.retryable = is_retryable(r.status, body);
+          }
         }
-        done(std::move(r));
+        self->end_call(std::move(r), std::move(done));
       });
     });
   }
 
   // The connection failed in the middle of a request: it may have been
   // applied. The next call connects afresh (to the same member first).
-  void broken(const std::string& why, etcd_reply_callback done) {
-    auto what = fmt::format("the connection to etcd member {} failed: {}", member_text(), why);
+  void broken(const boost::system::error_code& ec, etcd_reply_callback done) {
+    std::string why = ec == http::error::body_limit
+                          ? fmt::format("its reply exceeds {} bytes, far more than etcd "
+                                        "answers dtrun; is this an etcd member?",
+                                        options_.max_reply_bytes)
+                          : ec.message();
+    auto what = failure(fmt::format("the connection to etcd member {} failed: {}", member_text(), why));
+    auto member = member_text();
     drop();
-    done({.error = what, .sent = true, .retryable = true});
+    end_call({.error = what, .sent = true, .retryable = true, .member = member}, std::move(done));
   }
 
   void drop() {
@@ -324,45 +350,12 @@ class etcd_connection::impl : public std::enable_shared_from_this<etcd_connectio
 
   void stream(std::string path, std::string body, std::chrono::milliseconds timeout,
               std::function<void(std::string_view)> on_line, etcd_reply_callback done) {
-    auto self = shared_from_this();
-    ensure_connected(timeout, [self, path = std::move(path), body = std::move(body), timeout,
-                               on_line = std::move(on_line),
-                               done = std::move(done)](std::string error) mutable {
-      if (!error.empty()) return done({.error = error, .sent = false, .retryable = true});
-      auto w = self->wire_;
-      auto req = std::make_shared<http::request<http::string_body>>(
-          self->request(path, std::move(body)));
-      w->lowest().expires_after(timeout);
-      w->with_stream([&](auto& s) {
-        http::async_write(s, *req, [self, w, req, on_line = std::move(on_line),
-                                    done = std::move(done)](const boost::system::error_code& ec,
-                                                            std::size_t) mutable {
-          if (w != self->wire_) return done(reset_reply());
-          if (ec) return self->broken(ec.message(), std::move(done));
-          w->parser = std::make_unique<http::response_parser<http::string_body>>();
-          w->parser->body_limit(boost::none);
-          // The parser belongs to the wire: a raw pointer, so that the
-          // callback it holds does not keep its owner alive.
-          auto* raw = w.get();
-          // Beast keeps a reference to the callback: the wire owns it.
-          w->on_chunk = [raw, on_line](std::uint64_t, boost::string_view data,
-                                       boost::system::error_code& cec) -> std::size_t {
-            raw->line.append(data.data(), data.size());
-            std::size_t start = 0;
-            for (auto nl = raw->line.find('\n'); nl != std::string::npos;
-                 nl = raw->line.find('\n', start)) {
-              on_line(std::string_view(raw->line).substr(start, nl - start));
-              start = nl + 1;
-            }
-            raw->line.erase(0, start);
-            if (raw->line.size() > max_line_bytes) cec = http::error::body_limit;
-            return data.size();
-          };
-          w->parser->on_chunk_body(w->on_chunk);
-          self->read_header(w, std::move(done));
-        });
-      });
-    });
+    send(std::move(path), std::move(body), timeout, std::move(done),
+         [self = shared_from_this(), on_line = std::move(on_line)](std::shared_ptr<wire> w,
+                                                                    etcd_reply_callback d) {
+           w->parser->get().body().on_line = on_line;
+           self->read_header(w, std::move(d));
+         });
   }
 
   void read_header(const std::shared_ptr<wire>& w, etcd_reply_callback done) {
@@ -371,17 +364,21 @@ class etcd_connection::impl : public std::enable_shared_from_this<etcd_connectio
       http::async_read_header(s, w->buffer, *w->parser, [self, w, done = std::move(done)](
                                                             const boost::system::error_code& ec,
                                                             std::size_t) mutable {
-        if (w != self->wire_) return done(reset_reply());
-        if (ec) return self->broken(ec.message(), std::move(done));
+        if (w != self->wire_) return self->end_call(self->reset_reply(), std::move(done));
+        if (ec) return self->broken(ec, std::move(done));
         auto status = static_cast<int>(w->parser->get().result_int());
         if (status != 200) {
+          auto member = self->member_text();
           self->drop();
-          return done({.error = fmt::format("HTTP {} for a watch ({})", status, self->member_text()),
-                       .sent = true,
-                       .retryable = status >= 500,
-                       .status = status});
+          return self->end_call({.error = fmt::format("HTTP {} for a watch ({})", status, member),
+                                 .sent = true,
+                                 .retryable = status >= 500,
+                                 .status = status,
+                                 .member = member},
+                                std::move(done));
         }
         // A watch lasts as long as the job: no time limit from here on.
+        self->stop_deadline();
         w->lowest().expires_never();
         self->read_stream(w, std::move(done));
       });
@@ -394,13 +391,15 @@ class etcd_connection::impl : public std::enable_shared_from_this<etcd_connectio
       http::async_read_some(s, w->buffer, *w->parser, [self, w, done = std::move(done)](
                                                           const boost::system::error_code& ec,
                                                           std::size_t) mutable {
-        if (w != self->wire_) return done(reset_reply());
-        if (ec) return self->broken(ec.message(), std::move(done));
+        if (w != self->wire_) return done(self->reset_reply());
+        if (ec) return self->broken(ec, std::move(done));
         if (w->parser->is_done()) {
+          auto member = self->member_text();
           self->drop();
-          return done({.error = fmt::format("etcd member {} ended the watch", self->member_text()),
+          return done({.error = fmt::format("etcd member {} ended the watch", member),
                        .sent = true,
-                       .retryable = true});
+                       .retryable = true,
+                       .member = member});
         }
         self->read_stream(w, std::move(done));
       });
@@ -410,6 +409,7 @@ class etcd_connection::impl : public std::enable_shared_from_this<etcd_connectio
   void close() {
     closed_ = true;
     resolver_.cancel();
+    stop_deadline();
     drop();
   }
 
@@ -426,6 +426,10 @@ class etcd_connection::impl : public std::enable_shared_from_this<etcd_connectio
   etcd_options options_;
   std::shared_ptr<ssl::context> tls_context_;
   tcp::resolver resolver_;
+  asio::steady_timer deadline_;
+  std::uint64_t call_ = 0;
+  std::chrono::milliseconds limit_{0};
+  bool timed_out_ = false;
   std::shared_ptr<wire> wire_;
   std::size_t member_ = 0;
   std::size_t tries_left_ = 0;

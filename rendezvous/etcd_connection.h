@@ -7,6 +7,12 @@
 // each one was tried once. A caller that wants a request retried elsewhere
 // after it failed calls next_member() and posts again: only the caller
 // knows whether the request may run twice.
+//
+// Bounds: a reply body holds at most options.max_reply_bytes, checked as
+// each byte arrives (and against a Content-Length before any is read); a
+// watch's unfinished line likewise. Every call has one deadline, set when
+// it starts, that no amount of trickled bytes extends. Completion handlers
+// run from the loop and never see an exception from here.
 #pragma once
 
 #include <chrono>
@@ -17,9 +23,9 @@
 #include <string_view>
 
 #include <boost/asio/io_context.hpp>
-#include <nlohmann/json.hpp>
 
 #include "rendezvous/etcd_options.h"
+#include "rendezvous/etcd_parse.h"
 
 namespace boost::asio::ssl {
 class context;
@@ -28,7 +34,8 @@ class context;
 namespace dtrun::rendezvous {
 
 struct etcd_reply {
-  // Empty on success (HTTP 200 with a JSON body).
+  // Empty on success (HTTP 200). The body is not checked here: each call's
+  // parse_* (etcd_parse.h) does that.
   std::string error;
   // The request may have reached etcd (so may have been applied).
   bool sent = false;
@@ -36,7 +43,8 @@ struct etcd_reply {
   // or etcd answered 503 / "unavailable" (no leader, no quorum yet).
   bool retryable = false;
   int status = 0;
-  nlohmann::json body;
+  std::string body;    // the reply's text
+  std::string member;  // who answered, for messages
 };
 using etcd_reply_callback = std::function<void(etcd_reply)>;
 
@@ -57,9 +65,10 @@ class etcd_connection : public std::enable_shared_from_this<etcd_connection> {
             etcd_reply_callback done);
 
   // POSTs a streaming call (a watch): calls `on_line` with each line of
-  // the chunked reply as it arrives, and `done` once when the stream ends
-  // or fails. Only `timeout` bounds the connect and the request; the
-  // stream itself has no time limit.
+  // the reply (chunked or not) as it arrives, and `done` once when the
+  // stream ends or fails. `timeout` bounds the connect, the request and
+  // the reply's header; the stream itself has no time limit, but a line
+  // longer than max_reply_bytes ends it.
   void stream(std::string path, std::string body, std::chrono::milliseconds timeout,
               std::function<void(std::string_view)> on_line, etcd_reply_callback done);
 
@@ -78,15 +87,5 @@ class etcd_connection : public std::enable_shared_from_this<etcd_connection> {
   explicit etcd_connection(std::shared_ptr<impl> p);
   std::shared_ptr<impl> impl_;
 };
-
-// Base64 as etcd's JSON gateway carries keys and values.
-std::string base64_encode(std::string_view bytes);
-// nullopt when `text` is not base64.
-std::optional<std::string> base64_decode(std::string_view text);
-
-// An int64 field of etcd's JSON (a string there, as proto3 JSON writes
-// 64-bit integers; a number from some proxies); 0 when absent or not a
-// number, as etcd omits fields that are 0.
-std::int64_t integer_of(const nlohmann::json& j);
 
 }  // namespace dtrun::rendezvous

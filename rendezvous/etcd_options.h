@@ -32,6 +32,13 @@ struct etcd_options {
   std::chrono::milliseconds attempt_timeout = std::chrono::seconds(2);
   // The agent's lease: its wills vanish this long after it stops renewing.
   std::chrono::seconds lease_ttl = std::chrono::seconds(10);
+  // The most bytes one reply body (or one line of a watch) may hold: a
+  // reply of dtrun's calls is a few KiB; more is not etcd talking, and
+  // must not cost the agent its memory.
+  std::size_t max_reply_bytes = 16u << 20;
+  // The job this agent belongs to (--rdzv-id): its keys live on a lease
+  // that every agent of the job renews (etcd_session.h).
+  std::string run_id;
   // Prepended to every key ("/dtrun/<run_id>/..." by default).
   std::string key_prefix = "/";
 };

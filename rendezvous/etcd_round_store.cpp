@@ -39,31 +39,6 @@ std::string prefix_end(std::string prefix) {
   return std::string(1, '\0');  // every key
 }
 
-// One key-value pair of a range reply.
-struct kv_pair {
-  std::string value;
-  std::int64_t mod_revision = 0;
-};
-
-std::optional<kv_pair> first_kv(const json& range_response) {
-  auto kvs = range_response.find("kvs");
-  if (kvs == range_response.end() || !kvs->is_array() || kvs->empty()) return std::nullopt;
-  const auto& kv = (*kvs)[0];
-  kv_pair p;
-  if (kv.contains("value") && kv["value"].is_string()) {
-    p.value = base64_decode(kv["value"].get<std::string>()).value_or(std::string());
-  }
-  p.mod_revision = integer_of(kv.value("mod_revision", json()));
-  return p;
-}
-
-// The responses of a txn reply; each is {"response_range": ...} etc.
-const json& txn_responses(const json& body) {
-  static const json none = json::array();
-  auto it = body.find("responses");
-  return it != body.end() && it->is_array() ? *it : none;
-}
-
 json range_request(const std::string& key, bool count_only) {
   json r{{"key", base64_encode(key)}};
   if (count_only) r["count_only"] = true;
@@ -76,6 +51,24 @@ std::exception_ptr error_of(const std::string& message) {
 
 std::exception_ptr connection_error(const std::string& message) {
   return std::make_exception_ptr(store_connection_error(message));
+}
+
+// The reply's own error, or else what `parse` found wrong with its shape,
+// as one line naming the member; "" when the reply is usable.
+template <class Parse>
+std::string problem(const etcd_reply& r, const char* call, Parse&& parse) {
+  if (!r.error.empty()) return r.error;
+  auto what = parse(r.body);
+  if (what.empty()) return {};
+  return fmt::format("etcd member {} sent a malformed {} reply: {}; is --rdzv-endpoint an etcd "
+                     "v3 member?",
+                     r.member, call, what);
+}
+
+// The value of a range's first key, if it has one.
+std::optional<std::string> first_value(const etcd_range& range) {
+  if (range.kvs.empty()) return std::nullopt;
+  return range.kvs[0].value;
 }
 
 class etcd_round_store final : public round_store,
@@ -180,6 +173,15 @@ class etcd_round_store final : public round_store,
                           r.retryable = false;
                           return then(std::move(r));
                         }
+                        if (r.error.find("requested lease not found") != std::string::npos) {
+                          // The job's lease (or ours) expired under us: the
+                          // session tells every client, this one included.
+                          self->session_->lost(fmt::format(
+                              "etcd dropped a lease of this agent ({}); its keys are gone",
+                              r.error));
+                          r.retryable = false;
+                          return then(std::move(r));
+                        }
                         if (r.error.empty() || !r.retryable || (r.sent && !may_repeat) ||
                             clock_type::now() >= deadline) {
                           return then(std::move(r));
@@ -225,6 +227,7 @@ class etcd_round_store final : public round_store,
         return done(std::move(r));
       }
       self->lease_ = self->session_->lease();
+      self->job_lease_ = self->session_->job_lease();
       std::weak_ptr<etcd_round_store> weak = self;
       self->listener_ = self->session_->listen([weak](const std::string& why) {
         auto s = weak.lock();
@@ -238,10 +241,12 @@ class etcd_round_store final : public round_store,
       json probe{{"key", base64_encode(self->full("dtrun/"))}, {"count_only", true}};
       self->call("/v3/kv/range", probe, true, deadline, [self, done](etcd_reply r) {
         store_result out;
-        if (!r.error.empty()) {
-          out.error = connection_error(r.error);
+        etcd_range range;
+        auto why = problem(r, "range", [&](auto text) { return parse_range(text, range); });
+        if (!why.empty()) {
+          out.error = connection_error(why);
           done(std::move(out));
-          return self->shut(connection_error(r.error));
+          return self->shut(connection_error(why));
         } else {
           self->connected_ = true;
           asio::post(self->io_, [self] { self->run_next(); });
@@ -280,27 +285,34 @@ class etcd_round_store final : public round_store,
     json success = json::array();
     for (auto i = from; i < end; ++i) {
       success.push_back(json{{"request_put", json{{"key", base64_encode(keys[i])},
-                                                   {"value", base64_encode(values[i])}}}});
+                                                   {"value", base64_encode(values[i])},
+                                                   {"lease", job_lease_}}}});
     }
     json body{{"compare", json::array()}, {"success", success}};
     auto self = shared_from_this();
     call("/v3/kv/txn", body, true, request_deadline(),
          [self, keys = std::move(keys), values = std::move(values), end, f](etcd_reply r) mutable {
-           if (!r.error.empty()) {
+           etcd_txn txn;
+           auto error = problem(r, "txn", [&](auto text) { return parse_txn(text, txn); });
+           if (!error.empty()) {
              store_result out;
-             out.error = connection_error(r.error);
+             out.error = connection_error(error);
              return f(std::move(out));
            }
            self->put_batches(std::move(keys), std::move(values), end, f);
          });
   }
 
-  void put(const std::string& key, const std::string& value, bool with_lease, finish f) {
-    json body{{"key", base64_encode(key)}, {"value", base64_encode(value)}};
-    if (with_lease) body["lease"] = lease_;
+  // On the agent's lease (`agent_lease`: gone when this agent dies) or
+  // on the job's (etcd_session.h).
+  void put(const std::string& key, const std::string& value, bool agent_lease, finish f) {
+    json body{{"key", base64_encode(key)},
+              {"value", base64_encode(value)},
+              {"lease", agent_lease ? lease_ : job_lease_}};
     call("/v3/kv/put", body, true, request_deadline(), [f](etcd_reply r) {
       store_result out;
-      if (!r.error.empty()) out.error = connection_error(r.error);
+      auto error = problem(r, "put", parse_object);
+      if (!error.empty()) out.error = connection_error(error);
       f(std::move(out));
     });
   }
@@ -362,10 +374,12 @@ class etcd_round_store final : public round_store,
       json body{{"key", base64_encode(key)}};
       self->call("/v3/kv/deleterange", body, true, self->request_deadline(), [f](etcd_reply r) {
         store_result out;
-        if (!r.error.empty()) {
-          out.error = connection_error(r.error);
+        std::int64_t deleted = 0;
+        auto error = problem(r, "deleterange", [&](auto text) { return parse_delete(text, deleted); });
+        if (!error.empty()) {
+          out.error = connection_error(error);
         } else {
-          out.flag = integer_of(r.body.value("deleted", json())) > 0;
+          out.flag = deleted > 0;
         }
         f(std::move(out));
       });
@@ -388,27 +402,29 @@ class etcd_round_store final : public round_store,
       json body{{"compare", json::array({compare})},
                 {"success", json::array({json{{"request_put",
                                                {{"key", base64_encode(key)},
-                                                {"value", base64_encode(desired)}}}}})},
+                                                {"value", base64_encode(desired)},
+                                                {"lease", self->job_lease_}}}}})},
                 {"failure", json::array({range_request(key, false)})}};
       // Repeating it is harmless: a second try finds our own value and
       // reports it, as a success would.
       self->call("/v3/kv/txn", body, true, self->request_deadline(),
                  [f, expected, desired](etcd_reply r) {
                    store_result out;
-                   if (!r.error.empty()) {
-                     out.error = connection_error(r.error);
+                   etcd_txn txn;
+                   auto error = problem(r, "txn", [&](auto text) { return parse_txn(text, txn); });
+                   if (!error.empty()) {
+                     out.error = connection_error(error);
                      return f(std::move(out));
                    }
-                   if (r.body.value("succeeded", false)) {
+                   if (txn.succeeded) {
                      out.value = desired;
                      return f(std::move(out));
                    }
-                   const auto& responses = txn_responses(r.body);
-                   std::optional<kv_pair> current;
-                   if (!responses.empty()) {
-                     current = first_kv(responses[0].value("response_range", json::object()));
+                   std::optional<std::string> current;
+                   if (!txn.responses.empty() && txn.responses[0].range) {
+                     current = first_value(*txn.responses[0].range);
                    }
-                   out.value = current ? current->value : expected;
+                   out.value = current ? *current : expected;
                    f(std::move(out));
                  });
     }, std::move(done));
@@ -437,14 +453,13 @@ class etcd_round_store final : public round_store,
     if (revision > 0) body["revision"] = std::to_string(revision);
     call("/v3/kv/range", body, true, request_deadline(), [f](etcd_reply r) {
       store_result out;
-      if (!r.error.empty()) {
-        out.error = connection_error(r.error);
+      etcd_range range;
+      auto error = problem(r, "range", [&](auto text) { return parse_range(text, range); });
+      if (!error.empty()) {
+        out.error = connection_error(error);
         return f(std::move(out));
       }
-      auto kvs = r.body.find("kvs");
-      if (kvs != r.body.end() && kvs->is_array() && !kvs->empty()) {
-        out.number = integer_of((*kvs)[0].value("version", json()));
-      }
+      if (!range.kvs.empty()) out.number = range.kvs[0].version;
       f(std::move(out));
     });
   }
@@ -460,6 +475,7 @@ class etcd_round_store final : public round_store,
               {"success", json::array({json{{"request_put",
                                              {{"key", base64_encode(key)},
                                               {"value", base64_encode(stamp)},
+                                              {"lease", job_lease_},
                                               {"prev_kv", true}}}},
                                        json{{"request_put",
                                              {{"key", base64_encode(marker)},
@@ -468,13 +484,18 @@ class etcd_round_store final : public round_store,
     auto self = shared_from_this();
     call("/v3/kv/txn", body, false, deadline, [self, key, stamp, marker, deadline, f](etcd_reply r) {
       if (r.error.empty()) {
-        std::int64_t before = 0;
-        const auto& responses = txn_responses(r.body);
-        if (!responses.empty()) {
-          const auto& put = responses[0].value("response_put", json::object());
-          if (put.contains("prev_kv")) before = integer_of(put["prev_kv"].value("version", json()));
-        }
+        etcd_txn txn;
+        auto error = problem(r, "txn", [&](auto text) { return parse_txn(text, txn); });
         store_result out;
+        if (!error.empty()) {
+          // Applied or not, a reply we cannot read is no count.
+          out.error = connection_error(error);
+          return f(std::move(out));
+        }
+        std::int64_t before = 0;
+        if (!txn.responses.empty() && txn.responses[0].put_prev_kv) {
+          before = txn.responses[0].put_prev_kv->version;
+        }
         out.number = before + 1;
         return f(std::move(out));
       }
@@ -486,23 +507,25 @@ class etcd_round_store final : public round_store,
       json probe{{"key", base64_encode(marker)}};
       self->call("/v3/kv/range", probe, true, deadline,
                  [self, key, stamp, deadline, f](etcd_reply m) {
-                   if (!m.error.empty()) {
+                   etcd_range range;
+                   auto error = problem(m, "range", [&](auto text) { return parse_range(text, range); });
+                   if (!error.empty()) {
                      store_result out;
-                     out.error = connection_error(m.error);
+                     out.error = connection_error(error);
                      return f(std::move(out));
                    }
-                   auto mark = first_kv(m.body);
-                   if (mark && mark->value == stamp) {
+                   if (!range.kvs.empty() && range.kvs[0].value == stamp) {
                      // Applied: the counter's version in that same revision.
-                     return self->count_of(key, mark->mod_revision, f);
+                     return self->count_of(key, range.kvs[0].mod_revision, f);
                    }
                    self->increment(key, stamp, deadline, f);
                  });
     });
   }
 
+  // Under the job's keys, so that what a job leaves is all in one place.
   std::string marker_key() const {
-    return full(fmt::format("dtrun/adds/{}/{}", lease_, number_));
+    return full(fmt::format("dtrun/{}/adds/{}/{}", options_.run_id, lease_, number_));
   }
 
   // --- waiting ----------------------------------------------------------
@@ -523,31 +546,34 @@ class etcd_round_store final : public round_store,
     call("/v3/kv/txn", body, true, request_deadline(),
          [self, keys = std::move(keys), from, end, absent = std::move(absent), revision,
           done = std::move(done)](etcd_reply r) mutable {
-           if (!r.error.empty()) {
+           etcd_txn txn;
+           auto error = problem(r, "txn", [&](auto text) { return parse_txn(text, txn); });
+           if (!error.empty()) {
              store_result out;
-             out.error = connection_error(r.error);
+             out.error = connection_error(error);
              return done(std::move(out), {}, 0);
            }
-           const auto& responses = txn_responses(r.body);
            for (auto i = from; i < end; ++i) {
              auto at = i - from;
              std::int64_t count = 0;
-             if (at < responses.size()) {
-               count = integer_of(responses[at].value("response_range", json::object())
-                                      .value("count", json()));
+             if (at < txn.responses.size() && txn.responses[at].range) {
+               count = txn.responses[at].range->count;
              }
              if (count == 0) absent.push_back(keys[i]);
            }
-           if (revision == 0) {
-             revision = integer_of(r.body.value("header", json::object()).value("revision", json()));
-           }
+           if (revision == 0) revision = txn.revision;
            self->missing(std::move(keys), end, std::move(absent), revision, std::move(done));
          });
   }
 
   void await(std::vector<std::string> keys, store_duration timeout, finish f) {
-    auto self = shared_from_this();
     auto deadline = clock_type::now() + std::clamp<store_duration>(timeout, 0ms, no_timeout);
+    await_until(std::move(keys), timeout, deadline, std::move(f));
+  }
+
+  void await_until(std::vector<std::string> keys, store_duration timeout,
+                   clock_type::time_point deadline, finish f) {
+    auto self = shared_from_this();
     missing(keys, 0, {}, 0, [self, keys, timeout, deadline, f](store_result r,
                                                                std::vector<std::string> absent,
                                                                std::int64_t revision) {
@@ -578,9 +604,24 @@ class etcd_round_store final : public round_store,
       }
       f(std::move(r));
     };
+    // The revision to start from was compacted away, so a put before it
+    // would never be seen: look at the keys again, as etcd's clients do
+    // (read, then watch from the read's revision).
+    auto compacted = [self, waiting, timer, watch_slot, ended, timeout, deadline,
+                      f](std::int64_t) {
+      if (*ended) return;
+      *ended = true;
+      timer->cancel();
+      std::erase(self->wait_timers_, timer);
+      if (*watch_slot) std::erase(self->watches_, *watch_slot);
+      self->await_until({waiting->begin(), waiting->end()}, timeout, deadline, f);
+    };
     *watch_slot = etcd_watch::start(
         io_, options_, session_->tls(),
-        etcd_watch::spec{.key = low, .range_end = high, .start_revision = from_revision},
+        etcd_watch::spec{.key = low,
+                         .range_end = high,
+                         .start_revision = from_revision,
+                         .on_compacted = compacted},
         [waiting, end](const etcd_event& e) {
           if (e.deleted) return;
           waiting->erase(e.key);
@@ -621,16 +662,19 @@ class etcd_round_store final : public round_store,
     call("/v3/kv/txn", body, true, request_deadline(),
          [self, keys = std::move(keys), f, from, end, values = std::move(values),
           absent_ok](etcd_reply r) mutable {
-           if (!r.error.empty()) {
+           etcd_txn txn;
+           auto error = problem(r, "txn", [&](auto text) { return parse_txn(text, txn); });
+           if (!error.empty()) {
              store_result out;
-             out.error = connection_error(r.error);
+             out.error = connection_error(error);
              return f(std::move(out));
            }
-           const auto& responses = txn_responses(r.body);
            for (auto i = from; i < end; ++i) {
              auto at = i - from;
-             std::optional<kv_pair> kv;
-             if (at < responses.size()) kv = first_kv(responses[at].value("response_range", json::object()));
+             std::optional<std::string> kv;
+             if (at < txn.responses.size() && txn.responses[at].range) {
+               kv = first_value(*txn.responses[at].range);
+             }
              if (!kv && absent_ok) {
                values.emplace_back();
                continue;
@@ -640,7 +684,7 @@ class etcd_round_store final : public round_store,
                out.error = error_of(fmt::format("'{}' vanished from etcd while it was read", keys[i]));
                return f(std::move(out));
              }
-             values.push_back(std::move(kv->value));
+             values.push_back(std::move(*kv));
            }
            self->read(std::move(keys), f, end, std::move(values), absent_ok);
          });
@@ -689,7 +733,9 @@ class etcd_round_store final : public round_store,
   void execute_will(const std::string& target, const std::string& value) {
     // Its own connection: this client's may be busy with a long wait.
     auto c = etcd_connection::create(io_, options_, session_->tls());
-    json body{{"key", base64_encode(target)}, {"value", base64_encode(value)}};
+    json body{{"key", base64_encode(target)},
+              {"value", base64_encode(value)},
+              {"lease", job_lease_}};
     c->post("/v3/kv/put", body.dump(), options_.request_timeout, [c](etcd_reply) {});
   }
 
@@ -699,7 +745,44 @@ class etcd_round_store final : public round_store,
       json body{{"key", base64_encode(prefix)}, {"range_end", base64_encode(prefix_end(prefix))}};
       self->call("/v3/kv/deleterange", body, true, self->request_deadline(), [f](etcd_reply r) {
         store_result out;
-        if (!r.error.empty()) out.error = connection_error(r.error);
+        std::int64_t deleted = 0;
+        auto error = problem(r, "deleterange", [&](auto b) { return parse_delete(b, deleted); });
+        if (!error.empty()) out.error = connection_error(error);
+        f(std::move(out));
+      });
+    }, std::move(done));
+  }
+
+  // One txn: the prefixes go only if `counter` still counts `count` and
+  // `unset` was never created, so nobody can have joined in between.
+  void release_unstarted(std::vector<std::string> prefixes, std::string counter,
+                         std::int64_t count, std::string unset, store_callback done) override {
+    auto self = shared_from_this();
+    for (auto& p : prefixes) p = full(p);
+    enqueue([self, prefixes = std::move(prefixes), counter = full(counter), count,
+             unset = full(unset)](finish f) {
+      json compare = json::array(
+          {json{{"key", base64_encode(counter)},
+                {"target", "VERSION"},
+                {"result", "EQUAL"},
+                {"version", std::to_string(count)}},
+           json{{"key", base64_encode(unset)},
+                {"target", "CREATE"},
+                {"result", "EQUAL"},
+                {"create_revision", "0"}}});
+      json deletes = json::array();
+      for (const auto& p : prefixes) {
+        deletes.push_back(json{{"request_delete_range",
+                                {{"key", base64_encode(p)},
+                                 {"range_end", base64_encode(prefix_end(p))}}}});
+      }
+      json body{{"compare", compare}, {"success", deletes}};
+      self->call("/v3/kv/txn", body, true, self->request_deadline(), [f](etcd_reply r) {
+        store_result out;
+        etcd_txn txn;
+        auto error = problem(r, "txn", [&](auto b) { return parse_txn(b, txn); });
+        if (!error.empty()) out.error = connection_error(error);
+        out.flag = txn.succeeded;
         f(std::move(out));
       });
     }, std::move(done));
@@ -724,7 +807,7 @@ class etcd_round_store final : public round_store,
   asio::steady_timer retry_;
   std::chrono::milliseconds connect_timeout_;
   std::uint64_t number_;
-  std::string lease_;
+  std::string lease_, job_lease_;
   std::deque<queued> queue_;
   finish cancel_current_;
   std::vector<std::shared_ptr<etcd_watch>> watches_;

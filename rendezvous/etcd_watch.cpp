@@ -2,21 +2,22 @@
 
 #include <algorithm>
 
+#include <nlohmann/json.hpp>
+
 namespace dtrun::rendezvous {
 
 namespace asio = boost::asio;
 using json = nlohmann::json;
 using namespace std::chrono_literals;
 
-namespace {
-
-std::string decoded(const json& kv, const char* field) {
-  auto it = kv.find(field);
-  if (it == kv.end() || !it->is_string()) return {};
-  return base64_decode(it->get<std::string>()).value_or(std::string());
+std::chrono::milliseconds watch_retry_delay(unsigned failures, double unit) {
+  constexpr std::chrono::milliseconds base = 100ms, cap = 5s;
+  auto delay = base * (1ll << std::min(failures, 6u));
+  delay = std::min<std::chrono::milliseconds>(delay, cap);
+  unit = std::clamp(unit, 0.0, 1.0);
+  return delay - std::chrono::milliseconds(static_cast<std::int64_t>(
+                     static_cast<double>(delay.count()) / 2 * unit));
 }
-
-}  // namespace
 
 std::shared_ptr<etcd_watch> etcd_watch::start(asio::io_context& io, const etcd_options& options,
                                               std::shared_ptr<asio::ssl::context> tls, spec s,
@@ -57,29 +58,37 @@ void etcd_watch::open() {
 }
 
 void etcd_watch::line(std::string_view text) {
-  auto message = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (message.is_discarded() || !message.is_object()) return;
-  auto result = message.find("result");
-  if (result == message.end() || !result->is_object()) return;
-  if (result->value("canceled", false)) {
-    // Our start revision was compacted away: resume at the oldest one
-    // etcd still has (what happened before it is gone for everyone).
-    auto compacted = integer_of(result->value("compact_revision", json()));
-    if (compacted > next_revision_) next_revision_ = compacted;
+  etcd_watch_message message;
+  if (!parse_watch_message(text, message).empty()) {
+    // Not etcd's shape: this stream cannot be trusted any more; another
+    // member (or this one, later) gets the watch.
+    ++attempt_;
     connection_->next_member();
-    return open();
+    return reopen_later();
   }
-  auto events = result->find("events");
-  if (events == result->end() || !events->is_array()) return;
-  for (const auto& e : *events) {
-    if (!e.is_object() || !e.contains("kv")) continue;
-    const auto& kv = e["kv"];
-    etcd_event ev;
-    ev.deleted = e.value("type", std::string()) == "DELETE";
-    ev.key = decoded(kv, "key");
-    ev.value = decoded(kv, "value");
-    if (e.contains("prev_kv") && e["prev_kv"].is_object()) ev.prev_value = decoded(e["prev_kv"], "value");
-    ev.revision = integer_of(kv.value("mod_revision", json()));
+  if (message.canceled) {
+    ++attempt_;
+    connection_->next_member();
+    if (message.compact_revision > 0 && spec_.on_compacted) {
+      // What happened before it is gone for everyone: the owner reads the
+      // state as it is now.
+      auto told = std::exchange(spec_.on_compacted, nullptr);
+      closed_ = true;
+      connection_->close();
+      on_event_ = nullptr;
+      return told(message.compact_revision);
+    }
+    if (message.compact_revision > next_revision_) {
+      // Resume at the oldest revision etcd still has: progress, at once.
+      next_revision_ = message.compact_revision;
+      return open();
+    }
+    // Cancelled for another reason (or a compaction that moves nothing):
+    // asking again at once would only be cancelled again.
+    return reopen_later();
+  }
+  if (message.created) failures_ = 0;
+  for (const auto& ev : message.events) {
     if (ev.revision > 0 && ev.revision < next_revision_) continue;  // seen before a reconnect
     next_revision_ = std::max(next_revision_, ev.revision + 1);
     in_callback_ = true;
@@ -98,7 +107,12 @@ void etcd_watch::ended(const etcd_reply&) {
   // The member died or ended the stream: resume elsewhere after a pause
   // (an election takes about a second; do not spin while there is none).
   connection_->next_member();
-  retry_.expires_after(100ms);
+  reopen_later();
+}
+
+void etcd_watch::reopen_later() {
+  auto delay = watch_retry_delay(failures_++, std::uniform_real_distribution<double>(0, 1)(random_));
+  retry_.expires_after(delay);
   retry_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
     if (ec || self->closed_) return;
     self->open();
@@ -109,6 +123,8 @@ void etcd_watch::close() {
   closed_ = true;
   retry_.cancel();
   connection_->close();
+  // It holds its owner too (and the slot that holds this watch).
+  spec_.on_compacted = nullptr;
   // The callback often holds its owner, which holds this watch: release
   // it, unless it is running (line() releases it when it returns).
   if (!in_callback_) on_event_ = nullptr;

@@ -87,6 +87,19 @@ class round_store {
     done({});
   }
 
+  // The job never started: drop every key under `prefixes`, but only if,
+  // at once, `counter` counts exactly `count` and `unset` does not exist
+  // (nobody joined since, nobody closed the round). result.flag: dropped.
+  // By default nothing (inline): a store that a node hosts dies with it.
+  virtual void release_unstarted(std::vector<std::string> prefixes, std::string counter,
+                                 std::int64_t count, std::string unset, store_callback done) {
+    (void)prefixes;
+    (void)counter;
+    (void)count;
+    (void)unset;
+    done({});
+  }
+
   // Fails everything queued with store_connection_error and closes.
   virtual void close() = 0;
 
