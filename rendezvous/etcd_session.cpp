@@ -229,55 +229,52 @@ void etcd_session::schedule_renewal() {
   });
 }
 
+// The agent's lease first, then the job's: the job's keys stay while any of
+// its agents lives.
 void etcd_session::renew() {
   auto self = shared_from_this();
-  auto lease = lease_;
-  json body{{"ID", lease_}};
-  // One try per member: a member without a leader holds the request.
-  auto timeout = std::min<std::chrono::milliseconds>(options_.attempt_timeout, options_.lease_ttl);
-  connection_->post("/v3/lease/keepalive", body.dump(), timeout, [self, lease](etcd_reply r) {
-    if (self->closed_ || self->lease_ != lease) return;
-    std::int64_t ttl = 0;
-    if (r.error.empty()) {
-      auto what = parse_keepalive(r.body, ttl);
-      if (!what.empty()) r.error = malformed(r, "lease keep-alive", what);
-    }
-    if (!r.error.empty()) return self->renewal_failed(r.error);
-    // A lost lease still answers 200, without a TTL.
-    if (ttl == 0) {
-      return self->lose(fmt::format(
-          "etcd let this agent's lease expire (its TTL is {} s; was the etcd cluster without "
-          "quorum, or this machine suspended?)",
-          self->options_.lease_ttl.count()));
-    }
-    self->renew_job();
-  });
+  keep_alive(lease_,
+             fmt::format("etcd let this agent's lease expire (its TTL is {} s; was the etcd "
+                         "cluster without quorum, or this machine suspended?)",
+                         options_.lease_ttl.count()),
+             [self] { self->renew_job(); });
 }
 
-// The job's lease, right after the agent's: the job's keys stay while any
-// of its agents lives.
 void etcd_session::renew_job() {
   auto self = shared_from_this();
+  keep_alive(job_lease_,
+             fmt::format("the job's lease in etcd expired (no agent of run '{}' renewed it for "
+                         "{} s), and the job's keys with it",
+                         options_.run_id, options_.lease_ttl.count()),
+             [self] {
+               self->last_renewed_ = std::chrono::steady_clock::now();
+               self->schedule_renewal();
+             });
+}
+
+// One keep-alive of lease `id`; `renewed` runs when etcd extended it, and
+// the agent's lease is lost with `lost_message` when etcd says it expired.
+void etcd_session::keep_alive(const std::string& id, std::string lost_message,
+                              std::function<void()> renewed) {
+  auto self = shared_from_this();
   auto lease = lease_;
-  json body{{"ID", job_lease_}};
+  json body{{"ID", id}};
+  // One try per member: a member without a leader holds the request.
   auto timeout = std::min<std::chrono::milliseconds>(options_.attempt_timeout, options_.lease_ttl);
-  connection_->post("/v3/lease/keepalive", body.dump(), timeout, [self, lease](etcd_reply r) {
-    if (self->closed_ || self->lease_ != lease) return;
-    std::int64_t ttl = 0;
-    if (r.error.empty()) {
-      auto what = parse_keepalive(r.body, ttl);
-      if (!what.empty()) r.error = malformed(r, "lease keep-alive", what);
-    }
-    if (!r.error.empty()) return self->renewal_failed(r.error);
-    if (ttl == 0) {
-      return self->lose(fmt::format(
-          "the job's lease in etcd expired (no agent of run '{}' renewed it for {} s), and the "
-          "job's keys with it",
-          self->options_.run_id, self->options_.lease_ttl.count()));
-    }
-    self->last_renewed_ = std::chrono::steady_clock::now();
-    self->schedule_renewal();
-  });
+  connection_->post("/v3/lease/keepalive", body.dump(), timeout,
+                    [self, lease, lost_message = std::move(lost_message),
+                     renewed = std::move(renewed)](etcd_reply r) {
+                      if (self->closed_ || self->lease_ != lease) return;
+                      std::int64_t ttl = 0;
+                      if (r.error.empty()) {
+                        auto what = parse_keepalive(r.body, ttl);
+                        if (!what.empty()) r.error = malformed(r, "lease keep-alive", what);
+                      }
+                      if (!r.error.empty()) return self->renewal_failed(r.error);
+                      // A lost lease still answers 200, without a TTL.
+                      if (ttl == 0) return self->lose(lost_message);
+                      renewed();
+                    });
 }
 
 // A renewal that got no usable answer (a dead member, an election, a reply

@@ -78,6 +78,7 @@ class etcd_session : public std::enable_shared_from_this<etcd_session> {
   void schedule_renewal();
   void renew();
   void renew_job();
+  void keep_alive(const std::string& id, std::string lost_message, std::function<void()> renewed);
   void renewal_failed(const std::string& error);
   void lose(const std::string& why);
 
