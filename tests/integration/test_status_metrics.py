@@ -37,10 +37,15 @@ def children(pid):
 @contextmanager
 def running_job(tmp_path, *flags, nproc=2):
     """A --standalone job whose workers each say 'ready' on a FIFO and then
-    wait; yields (proc, env, fifo) once every worker is ready."""
+    wait; yields (proc, env, fifo) once every worker is ready.
+
+    The worker stays the shell that said 'ready' (it waits for a sleep it
+    started), so its memory no longer changes once it said so: with
+    `exec sleep` after the 'ready', dtrun status could read the RSS in the
+    middle of the exec (200 KiB) and the test's own read after it (1.8 MB)."""
     env = dh.job_env(DTRUN_CONTROL_DIR=str(tmp_path / "control"))
     fifo = dh.Fifo(tmp_path)
-    script = f"echo ready > {fifo.path}; exec sleep 600"
+    script = f"sleep 600 & echo ready > {fifo.path}; wait"
     proc = dh.start(["--standalone", f"--nproc-per-node={nproc}", *flags, "--no-python",
                      "/bin/sh", "-c", script], env)
     try:
