@@ -33,6 +33,9 @@ bool plausible_host(std::string_view host) {
   if (host.empty() || host.front() == '-' || host.front() == '@' || host.back() == '@') {
     return false;
   }
+  // One '@' at most: ssh splits user@host at the last one, host_entry's
+  // address() at the first, and the two must name the same machine.
+  if (std::count(host.begin(), host.end(), '@') > 1) return false;
   for (char c : host) {
     bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
               c == '-' || c == '.' || c == '_' || c == '@';
@@ -42,7 +45,7 @@ bool plausible_host(std::string_view host) {
 }
 
 // "node[01-02]" (maybe "user@node[01-02]") -> its hosts, each checked;
-// `room` more hosts fit in the list. The text is the user's: printable()
+// `room` more hosts fit in the list. The text is the user's: printable_excerpt()
 // in messages, so a NUL or an escape sequence shows as \x00, \x1b.
 std::vector<std::string> expand(std::string_view spec, const std::string& where,
                                 std::size_t room) {
@@ -66,7 +69,7 @@ std::vector<std::string> expand(std::string_view spec, const std::string& where,
     if (!plausible_host(h)) {
       throw usage_error(fmt::format(
           "{}: '{}' is not a host name (letters, digits, '-', '.', '_', optionally user@)", where,
-          printable(h)));
+          printable_excerpt(h)));
     }
   }
   return out;
@@ -85,7 +88,7 @@ void add_unique(std::vector<host_entry>& hosts, std::set<std::string>& seen,
       throw usage_error(fmt::format(
           "{}: host '{}' is listed twice; list each host once and give it slots for more "
           "workers",
-          where, printable(name)));
+          where, printable_excerpt(name)));
     }
     hosts.push_back({std::move(name), slots});
   }
@@ -115,13 +118,14 @@ std::vector<host_entry> parse_hosts_flag(std::string_view text) {
     entry = trim(entry);
     if (entry.empty()) {
       throw usage_error(fmt::format("--hosts: '{}' has an empty entry; give host[:slots],...",
-                                    printable(text)));
+                                    printable_excerpt(text)));
     }
     std::optional<int> slots;
     // The slots follow the last ':' outside brackets (none may be inside).
     if (auto colon = entry.rfind(':'); colon != std::string_view::npos &&
                                        entry.find(']', colon) == std::string_view::npos) {
-      slots = parse_slots(entry.substr(colon + 1), fmt::format("--hosts '{}'", printable(entry)));
+      slots = parse_slots(entry.substr(colon + 1),
+                          fmt::format("--hosts '{}'", printable_excerpt(entry)));
       entry = entry.substr(0, colon);
     }
     add_unique(hosts, seen, entry, slots, where);
@@ -130,7 +134,7 @@ std::vector<host_entry> parse_hosts_flag(std::string_view text) {
 }
 
 std::vector<host_entry> parse_hostfile(std::string_view text, const std::string& name) {
-  const std::string shown_name = printable(name);
+  const std::string shown_name = printable_excerpt(name);
   if (text.size() > max_hostfile_bytes) {
     throw usage_error(fmt::format("hostfile {} is over {} MiB; is it a hostfile?", shown_name,
                                   max_hostfile_bytes >> 20));
@@ -160,13 +164,13 @@ std::vector<host_entry> parse_hostfile(std::string_view text, const std::string&
       std::string key = word.substr(0, eq);
       if (eq == std::string::npos) {
         throw usage_error(fmt::format("{}: '{}' is not key=value; write 'host slots=N'", where,
-                                      printable(word)));
+                                      printable_excerpt(word)));
       }
       std::string value = word.substr(eq + 1);
       bool known = key == "slots" || key == "max_slots" || key == "max-slots";
       if (!known) {
         throw usage_error(fmt::format("{}: unknown key '{}'; only slots=N is understood", where,
-                                      printable(key)));
+                                      printable_excerpt(key)));
       }
       // "slots=2 slots=3": which one was meant? (max_slots and max-slots
       // are one key.)
@@ -189,7 +193,7 @@ std::vector<host_entry> parse_hostfile(std::string_view text, const std::string&
 }
 
 std::vector<host_entry> read_hostfile(const std::string& path) {
-  const std::string shown = printable(path);
+  const std::string shown = printable_excerpt(path);
   auto cannot_read = [&](int error) {
     return usage_error(
         fmt::format("--hostfile: cannot read '{}': {}", shown, std::strerror(error)));

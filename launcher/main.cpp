@@ -27,6 +27,7 @@
 #include "launcher/legacy_launch.h"
 #include "launcher/number_parse.h"
 #include "launcher/remote_command.h"
+#include "launcher/rendezvous_config.h"
 #include "launcher/scheduler_env.h"
 #include "launcher/ssh_fanout.h"
 #include "launcher/ssh_plan.h"
@@ -68,6 +69,7 @@ int launch_over_ssh(const launcher::launch_options& options, const agent::env_ma
   fanout.remote_dtrun = settings.remote_dtrun;
   fanout.quiet = options.quiet;
   fanout.max_connecting = static_cast<std::size_t>(options.ssh_fanout);
+  fanout.setup_timeout = launcher::rdzv_join_timeout(launcher::parse_rdzv_conf(options.rdzv_conf));
   return launcher::run_ssh_fanout(fanout);
 }
 

@@ -36,6 +36,14 @@ std::chrono::milliseconds duration(const std::map<std::string, std::string>& con
   return parse_duration_seconds(it->second, "--rdzv-conf " + key, rdzv_duration_limits);
 }
 
+}  // namespace
+
+std::chrono::milliseconds rdzv_join_timeout(const std::map<std::string, std::string>& conf) {
+  return duration(conf, "join_timeout", duration(conf, "timeout", std::chrono::seconds(600)));
+}
+
+namespace {
+
 std::optional<bool> boolean(const std::map<std::string, std::string>& conf,
                             const std::string& key) {
   auto it = conf.find(key);
@@ -152,8 +160,7 @@ std::optional<multi_node_config> resolve_multi_node(const launch_options& o, int
   r.local_world_size = nproc_per_node;
   r.local_addr = o.local_addr;
   using std::chrono::seconds;
-  r.join_timeout =
-      duration(conf, "join_timeout", duration(conf, "timeout", seconds(600)));
+  r.join_timeout = rdzv_join_timeout(conf);
   r.last_call_timeout = duration(conf, "last_call_timeout", seconds(30));
   r.close_timeout = duration(conf, "close_timeout", seconds(30));
   r.keep_alive_interval = duration(conf, "keep_alive_interval", seconds(5));

@@ -39,6 +39,10 @@ struct multi_node_config {
 // "k=v,k=v" -> map. Throws usage_error on a malformed pair.
 std::map<std::string, std::string> parse_rdzv_conf(const std::string& text);
 
+// The rendezvous's join timeout as --rdzv-conf gives it (join_timeout, or
+// torchrun's older `timeout`; 600 s by default). Throws usage_error.
+std::chrono::milliseconds rdzv_join_timeout(const std::map<std::string, std::string>& conf);
+
 // The multi-node settings for these flags, or nullopt for a single-node
 // run. Throws usage_error with what to change.
 std::optional<multi_node_config> resolve_multi_node(const launch_options& options, int min_nodes,

@@ -7,16 +7,24 @@
 
 #include <fmt/format.h>
 
+#include "rendezvous/printable.h"
+
 namespace dtrun::launcher {
 namespace {
 
+// The text is quoted in part: a host list may be megabytes long.
 hostlist_error bad(std::string_view text, std::string_view why) {
-  return hostlist_error(fmt::format("Slurm host list '{}': {}", text, why));
+  return hostlist_error(fmt::format("Slurm host list '{}': {}", printable_excerpt(text), why));
+}
+
+hostlist_error name_too_long(std::string_view text) {
+  return bad(text, fmt::format("it makes host names longer than {} characters",
+                               max_host_name_length));
 }
 
 hostlist_too_long too_long(std::string_view text, std::size_t limit) {
   return hostlist_too_long(fmt::format(
-      "Slurm host list '{}': more than {} hosts", text,
+      "Slurm host list '{}': more than {} hosts", printable_excerpt(text),
       limit == max_hostlist_hosts ? std::string("a million") : std::to_string(limit)));
 }
 
@@ -50,9 +58,13 @@ std::vector<std::string> expand_bracket(std::string_view inside, std::string_vie
     std::uint64_t b = number(hi, text);
     if (b < a) throw bad(text, fmt::format("range {} runs backwards", item));
     if (b - a >= limit) throw too_long(text, limit);
-    for (std::uint64_t n = a; n <= b; ++n) {
+    // Zero padding to the low bound's width: no wider than a name may be.
+    if (lo.size() > max_host_name_length) throw name_too_long(text);
+    // Up to b inclusive without ++n past it (b may be 2^64 - 1).
+    for (std::uint64_t n = a;; ++n) {
       values.push_back(fmt::format("{:0{}}", n, lo.size()));
       if (values.size() > limit) throw too_long(text, limit);
+      if (n == b) break;
     }
   }
   return values;
@@ -63,6 +75,7 @@ void expand_expression(std::string_view expr, std::string_view text,
                        std::vector<std::string>& out, std::size_t limit) {
   if (expr.empty()) throw bad(text, "empty host name");
   std::vector<std::string> partial = {""};
+  std::size_t longest = 0;  // of the partial names, checked before each grows
   std::size_t i = 0;
   while (i < expr.size()) {
     if (expr[i] == ']') throw bad(text, "unbalanced brackets");
@@ -70,6 +83,8 @@ void expand_expression(std::string_view expr, std::string_view text,
       std::size_t next = std::min(expr.find('[', i), expr.size());
       std::string_view literal = expr.substr(i, next - i);
       if (literal.find(']') != std::string_view::npos) throw bad(text, "unbalanced brackets");
+      longest += literal.size();
+      if (longest > max_host_name_length) throw name_too_long(text);
       for (auto& p : partial) p.append(literal);
       i = next;
       continue;
@@ -77,6 +92,10 @@ void expand_expression(std::string_view expr, std::string_view text,
     std::size_t close = expr.find(']', i);
     if (close == std::string_view::npos) throw bad(text, "unbalanced brackets");
     auto values = expand_bracket(expr.substr(i + 1, close - i - 1), text, limit);
+    std::size_t widest = 0;
+    for (const auto& v : values) widest = std::max(widest, v.size());
+    longest += widest;
+    if (longest > max_host_name_length) throw name_too_long(text);
     if (partial.size() * values.size() > limit) throw too_long(text, limit);
     std::vector<std::string> next;
     next.reserve(partial.size() * values.size());

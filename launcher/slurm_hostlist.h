@@ -33,6 +33,11 @@ class hostlist_too_long : public hostlist_error {
 // The default bound of one host list (SLURM_JOB_NODELIST and the like).
 inline constexpr std::size_t max_hostlist_hosts = 1'000'000;
 
+// The longest host name (DNS's bound, RFC 1035): checked while a list is
+// expanded, so a short text cannot expand into a few long names that fill
+// the memory ("n[0-99999]" followed by 10,000 letters).
+inline constexpr std::size_t max_host_name_length = 253;
+
 // Every host of a host list, in Slurm's order (the last bracket group
 // varies fastest). Throws hostlist_error on malformed text, and
 // hostlist_too_long (what() says "more than <limit> hosts") when it holds

@@ -127,6 +127,8 @@ struct host {
   // Holds one of the max_connecting slots: started, and neither its agent
   // said agent_started_line nor its ssh ended yet.
   bool connecting = false;
+  // The set-up deadline of a connecting host (fanout_options::setup_timeout).
+  std::optional<asio::steady_timer> setup_deadline;
   // The summary block being read from its stderr, and the complete ones.
   std::optional<std::vector<std::string>> block;
   std::vector<std::vector<std::string>> blocks;
@@ -179,7 +181,25 @@ class fanout {
     if (!h.connecting) return;
     h.connecting = false;
     --connecting_;
+    if (h.setup_deadline) h.setup_deadline->cancel();
     start_more();
+  }
+
+  // A host whose agent has not started setup_timeout after its ssh did
+  // (a login that hangs, an ssh that waits for a prompt) fails the launch:
+  // the other hosts would wait for it (or for the rendezvous port it was
+  // to report) for ever.
+  void watch_setup(host& h) {
+    h.setup_deadline.emplace(io_);
+    h.setup_deadline->expires_after(options_.setup_timeout);
+    h.setup_deadline->async_wait([this, &h](const boost::system::error_code& ec) {
+      if (ec || !h.connecting || h.status || stopping_) return;
+      say_error(fmt::format(
+          "host {}: dtrun did not start there within {} s of ssh starting (the login or ssh "
+          "hangs?); check that 'ssh {} true' returns at once without a prompt (BatchMode)",
+          h.launch.host.target, options_.setup_timeout.count() / 1000.0, h.launch.host.target));
+      launch_failed(1);
+    });
   }
 
   void start(const host_launch& launch) {
@@ -202,6 +222,7 @@ class fanout {
     h->pid = s.pid;
     h->connecting = true;
     ++connecting_;
+    watch_setup(*h);
     // Ours alone (not the shell's), so non-blocking is safe: a stuck ssh
     // must not block the loop when we write a signal line.
     ::fcntl(in.write, F_SETFL, ::fcntl(in.write, F_GETFL) | O_NONBLOCK);
@@ -350,6 +371,17 @@ class fanout {
       if (r != h->pid) continue;
       h->status = agent::decode_wait_status(status);
       close_stdin(*h);
+      // ssh ended well, but dtrun never said it started there: nothing
+      // ran on that host (a remote shell that ignores the command, an ssh
+      // wrapper that exits 0, a dtrun older than the start line).
+      if (h->connecting && h->status->code == 0 && h->status->signal == 0 && !stopping_ &&
+          !launch_failure_) {
+        say_error(fmt::format(
+            "host {}: ssh ended (exit 0) before dtrun started there; check that 'ssh {} {} "
+            "--version' runs dtrun of this version, or name it with --remote-dtrun",
+            h->launch.host.target, h->launch.host.target, options_.remote_dtrun));
+        launch_failed(1);
+      }
       check_finished(*h);
       set_up(*h);
     }
@@ -448,6 +480,9 @@ class fanout {
   void stop_hosts(int sig, const std::string& why) {
     if (!options_.quiet && !stopping_) say_info(why);
     for (auto& h : hosts_) {
+      // No agent there yet to stop its workers: end the connection now
+      // (an agent that was just starting sees it close and stops).
+      if (h->connecting && !h->status && h->pid > 0) ::kill(-h->pid, SIGKILL);
       if (h->stdin_fd < 0) continue;
       if (port_sent_or_not_needed(*h)) {
         write_line(*h, agent::signal_name(sig));

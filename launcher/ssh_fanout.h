@@ -33,6 +33,10 @@ struct fanout_options {
   std::vector<host_launch> plan;
   // How many connections are being set up at once, at most (>= 1).
   std::size_t max_connecting = 64;
+  // How long a host may take from its ssh's start to its agent's start
+  // line before the launch fails (the rendezvous's join timeout: a host
+  // not started by then could not join anyway).
+  std::chrono::milliseconds setup_timeout{600000};
   // The agents' own grace period: the remote agents SIGKILL their workers
   // this long after a stop; a connection still open `teardown_margin`
   // later is closed from here (ssh killed).

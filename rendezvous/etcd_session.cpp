@@ -172,7 +172,12 @@ void etcd_session::adopt_or_create(std::string candidate) {
       self->connection_->post("/v3/lease/revoke", revoke.dump(), self->options_.request_timeout,
                               [](etcd_reply) {});
       // Gone again already (its lease just expired): start over.
-      if (id.empty()) return self->retry_later([self] { self->join_job(); });
+      if (id.empty()) {
+        self->last_error_ = fmt::format(
+            "the job's lease key {} existed when it was to be created, then named no lease",
+            self->job_lease_key());
+        return self->retry_later([self] { self->join_job(); });
+      }
     }
     self->job_lease_ = id;
     self->granted({});

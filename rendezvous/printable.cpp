@@ -80,4 +80,9 @@ std::string printable(std::string_view text, bool keep_newlines) {
   return out;
 }
 
+std::string printable_excerpt(std::string_view text, std::size_t max_bytes) {
+  if (text.size() <= max_bytes) return printable(text);
+  return fmt::format("{}... ({} bytes)", printable(text.substr(0, max_bytes)), text.size());
+}
+
 }  // namespace dtrun

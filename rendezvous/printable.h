@@ -5,6 +5,7 @@
 // Workers' own stdout/stderr never go through here; they pass untouched.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <string_view>
 
@@ -16,5 +17,10 @@ namespace dtrun {
 // With keep_newlines, '\n' is kept (multi-line text such as a traceback,
 // which the caller indents line by line).
 std::string printable(std::string_view text, bool keep_newlines = false);
+
+// printable() of at most the first `max_bytes` of `text`, followed by
+// "... (N bytes)" when it was longer: a user's line quoted in a one-line
+// error stays one readable line however long the line was.
+std::string printable_excerpt(std::string_view text, std::size_t max_bytes = 200);
 
 }  // namespace dtrun

@@ -101,3 +101,31 @@ def test_host_lists_are_bounded_as_a_whole(tmp_path):
     assert (r.returncode, r.stderr) == (2, (
         "dtrun: error: --hosts: more than 100000 hosts in all, the most --nnodes allows; list "
         "fewer hosts\n"))
+
+
+def test_an_ssh_that_ends_well_before_dtrun_started_is_a_failure(tmp_path):
+    # An ssh (wrapper) that exits 0 without running the remote command:
+    # nothing ran there, which used to pass as a job that succeeded.
+    ssh = script(tmp_path / "ssh", "#!/bin/sh\nexit 0\n")
+    r = dh.run(["--hosts=127.0.0.[1-3]", f"--ssh={ssh}", "--ssh-fanout=1",
+                f"--rdzv-conf={FAST_RDZV}", "--no-python", "true"], cwd=tmp_path, timeout=120)
+    assert r.returncode == 1, r
+    assert ("dtrun: error: host 127.0.0.1: ssh ended (exit 0) before dtrun started there"
+            in r.stderr), r.stderr
+
+
+def test_a_host_whose_dtrun_never_starts_fails_the_launch_at_the_join_timeout(tmp_path):
+    # The first host's login hangs (its ssh never runs the command); the
+    # others start and wait for the rendezvous port it was to report. The
+    # launch used to wait for ever; now that host's set-up deadline (the
+    # join timeout) fails it, and every ssh is ended.
+    # ssh's last two words are the host and the remote command.
+    ssh = script(tmp_path / "ssh", '#!/bin/sh\nfor last; do :; done\n'
+                 'eval "host=\\${$(($# - 1))}"\n'
+                 '[ "$host" = 127.0.0.1 ] && exec sleep 600\nexec sh -c "$last"\n')
+    r = dh.run(["--hosts=127.0.0.[1-3]", f"--ssh={ssh}",
+                "--rdzv-conf=join_timeout=2,last_call_timeout=1", "--stop-timeout=2",
+                "--no-python", "true"], cwd=tmp_path, timeout=120)
+    assert r.returncode == 1, r
+    assert ("dtrun: error: host 127.0.0.1: dtrun did not start there within 2 s of ssh starting"
+            in r.stderr), r.stderr

@@ -185,3 +185,57 @@ TEST_CASE("read_hostfile reads only regular files and never blocks on a FIFO") {
   CHECK(error_of([] { read_hostfile("/dev/null"); }) == "--hostfile: '/dev/null" + not_regular);
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("host names are bounded while a list is expanded, not after it") {
+  // 100,000 names of 10,000 letters each were 1 GB before the check.
+  // Built by appending: `std::string(n, c) + "..."` makes GCC 12 -O2 with
+  // the precompiled headers report a false -Warray-bounds in libstdc++.
+  std::string long_literal = "n[0-99999]";
+  long_literal.append(300, 'a');
+  CHECK(error_of([&] { parse_hosts_flag(long_literal); })
+            .find("it makes host names longer than 253 characters") != std::string::npos);
+  // A range padded to 2,000 digits: refused before a value is written.
+  std::string padded = "n[";
+  padded.append(2000, '0');
+  padded += "-99999]";
+  CHECK(error_of([&] { parse_hosts_flag(padded); })
+            .find("it makes host names longer than 253 characters") != std::string::npos);
+  // Bracket groups add up too.
+  std::string groups = "n";
+  for (int i = 0; i < 300; ++i) groups += "[0]";
+  CHECK(error_of([&] { parse_hosts_flag(groups); })
+            .find("it makes host names longer than 253 characters") != std::string::npos);
+  // 253 characters is a name; 254 is not.
+  std::string longest(250, 'a');
+  longest += "[1-2]";
+  CHECK(parse_hosts_flag(longest).size() == 2);
+  std::string too_long(253, 'a');
+  too_long += "[1]";
+  CHECK(error_of([&] { parse_hosts_flag(too_long); }).find("longer than 253") !=
+        std::string::npos);
+}
+
+TEST_CASE("a range ending at the largest number is one host, not a wrap to 0") {
+  CHECK(flatten(parse_hosts_flag("n[18446744073709551615]")) ==
+        std::vector<flat>{{"n18446744073709551615", 0}});
+  CHECK(parse_hosts_flag("n[18446744073709551614-18446744073709551615]").size() == 2);
+}
+
+TEST_CASE("an error quotes at most 200 bytes of the user's line") {
+  // A 1 MiB word of control bytes was echoed whole (4 MiB escaped).
+  std::string line = "a ";
+  line.append(1 << 20, '\x01');
+  line += "\n";
+  std::string error = error_of([&] { parse_hostfile(line, "hf"); });
+  CHECK(error.size() < 1200);
+  CHECK(error.find("... (1048576 bytes)") != std::string::npos);
+  std::string hosts(5000, 'x');
+  hosts += "[";
+  CHECK(error_of([&] { parse_hosts_flag(hosts); }).size() < 1200);
+}
+
+TEST_CASE("user@host takes one '@': ssh and the rendezvous must read the same host") {
+  CHECK(error_of([] { parse_hosts_flag("a@b@c"); }) ==
+        "--hosts: 'a@b@c' is not a host name (letters, digits, '-', '.', '_', optionally user@)");
+  CHECK(parse_hosts_flag("me@node1").front().address() == "node1");
+}
