@@ -48,6 +48,18 @@ struct etcd_reply {
 };
 using etcd_reply_callback = std::function<void(etcd_reply)>;
 
+// The reply's own error, or else what `parse` (one of etcd_parse.h's, as
+// `parse(body)`) found wrong with its shape, as one line naming the member;
+// "" when the reply is usable.
+template <class Parse>
+std::string etcd_reply_problem(const etcd_reply& r, const char* call, Parse&& parse) {
+  if (!r.error.empty()) return r.error;
+  std::string what = parse(std::string_view(r.body));
+  if (what.empty()) return {};
+  return "etcd member " + r.member + " sent a malformed " + call + " reply: " + what +
+         "; is --rdzv-endpoint an etcd v3 member?";
+}
+
 // The TLS settings of `options`, or null when it does not use TLS. Throws
 // std::runtime_error naming the file that cannot be used.
 std::shared_ptr<boost::asio::ssl::context> make_etcd_tls(const etcd_options& options);

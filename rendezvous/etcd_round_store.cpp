@@ -53,18 +53,6 @@ std::exception_ptr connection_error(const std::string& message) {
   return std::make_exception_ptr(store_connection_error(message));
 }
 
-// The reply's own error, or else what `parse` found wrong with its shape,
-// as one line naming the member; "" when the reply is usable.
-template <class Parse>
-std::string problem(const etcd_reply& r, const char* call, Parse&& parse) {
-  if (!r.error.empty()) return r.error;
-  auto what = parse(r.body);
-  if (what.empty()) return {};
-  return fmt::format("etcd member {} sent a malformed {} reply: {}; is --rdzv-endpoint an etcd "
-                     "v3 member?",
-                     r.member, call, what);
-}
-
 // The value of a range's first key, if it has one.
 std::optional<std::string> first_value(const etcd_range& range) {
   if (range.kvs.empty()) return std::nullopt;
@@ -242,7 +230,8 @@ class etcd_round_store final : public round_store,
       self->call("/v3/kv/range", probe, true, deadline, [self, done](etcd_reply r) {
         store_result out;
         etcd_range range;
-        auto why = problem(r, "range", [&](auto text) { return parse_range(text, range); });
+        auto why = etcd_reply_problem(r, "range",
+            [&](auto text) { return parse_range(text, range); });
         if (!why.empty()) {
           out.error = connection_error(why);
           done(std::move(out));
@@ -293,7 +282,8 @@ class etcd_round_store final : public round_store,
     call("/v3/kv/txn", body, true, request_deadline(),
          [self, keys = std::move(keys), values = std::move(values), end, f](etcd_reply r) mutable {
            etcd_txn txn;
-           auto error = problem(r, "txn", [&](auto text) { return parse_txn(text, txn); });
+           auto error = etcd_reply_problem(r, "txn",
+               [&](auto text) { return parse_txn(text, txn); });
            if (!error.empty()) {
              store_result out;
              out.error = connection_error(error);
@@ -311,7 +301,7 @@ class etcd_round_store final : public round_store,
               {"lease", agent_lease ? lease_ : job_lease_}};
     call("/v3/kv/put", body, true, request_deadline(), [f](etcd_reply r) {
       store_result out;
-      auto error = problem(r, "put", parse_object);
+      auto error = etcd_reply_problem(r, "put", parse_object);
       if (!error.empty()) out.error = connection_error(error);
       f(std::move(out));
     });
@@ -375,7 +365,8 @@ class etcd_round_store final : public round_store,
       self->call("/v3/kv/deleterange", body, true, self->request_deadline(), [f](etcd_reply r) {
         store_result out;
         std::int64_t deleted = 0;
-        auto error = problem(r, "deleterange", [&](auto text) { return parse_delete(text, deleted); });
+        auto error = etcd_reply_problem(r, "deleterange",
+            [&](auto text) { return parse_delete(text, deleted); });
         if (!error.empty()) {
           out.error = connection_error(error);
         } else {
@@ -411,7 +402,8 @@ class etcd_round_store final : public round_store,
                  [f, expected, desired](etcd_reply r) {
                    store_result out;
                    etcd_txn txn;
-                   auto error = problem(r, "txn", [&](auto text) { return parse_txn(text, txn); });
+                   auto error = etcd_reply_problem(r, "txn",
+                       [&](auto text) { return parse_txn(text, txn); });
                    if (!error.empty()) {
                      out.error = connection_error(error);
                      return f(std::move(out));
@@ -454,7 +446,8 @@ class etcd_round_store final : public round_store,
     call("/v3/kv/range", body, true, request_deadline(), [f](etcd_reply r) {
       store_result out;
       etcd_range range;
-      auto error = problem(r, "range", [&](auto text) { return parse_range(text, range); });
+      auto error = etcd_reply_problem(r, "range",
+          [&](auto text) { return parse_range(text, range); });
       if (!error.empty()) {
         out.error = connection_error(error);
         return f(std::move(out));
@@ -485,7 +478,7 @@ class etcd_round_store final : public round_store,
     call("/v3/kv/txn", body, false, deadline, [self, key, stamp, marker, deadline, f](etcd_reply r) {
       if (r.error.empty()) {
         etcd_txn txn;
-        auto error = problem(r, "txn", [&](auto text) { return parse_txn(text, txn); });
+        auto error = etcd_reply_problem(r, "txn", [&](auto text) { return parse_txn(text, txn); });
         store_result out;
         if (!error.empty()) {
           // Applied or not, a reply we cannot read is no count.
@@ -508,7 +501,8 @@ class etcd_round_store final : public round_store,
       self->call("/v3/kv/range", probe, true, deadline,
                  [self, key, stamp, deadline, f](etcd_reply m) {
                    etcd_range range;
-                   auto error = problem(m, "range", [&](auto text) { return parse_range(text, range); });
+                   auto error = etcd_reply_problem(m, "range",
+                       [&](auto text) { return parse_range(text, range); });
                    if (!error.empty()) {
                      store_result out;
                      out.error = connection_error(error);
@@ -547,7 +541,8 @@ class etcd_round_store final : public round_store,
          [self, keys = std::move(keys), from, end, absent = std::move(absent), revision,
           done = std::move(done)](etcd_reply r) mutable {
            etcd_txn txn;
-           auto error = problem(r, "txn", [&](auto text) { return parse_txn(text, txn); });
+           auto error = etcd_reply_problem(r, "txn",
+               [&](auto text) { return parse_txn(text, txn); });
            if (!error.empty()) {
              store_result out;
              out.error = connection_error(error);
@@ -663,7 +658,8 @@ class etcd_round_store final : public round_store,
          [self, keys = std::move(keys), f, from, end, values = std::move(values),
           absent_ok](etcd_reply r) mutable {
            etcd_txn txn;
-           auto error = problem(r, "txn", [&](auto text) { return parse_txn(text, txn); });
+           auto error = etcd_reply_problem(r, "txn",
+               [&](auto text) { return parse_txn(text, txn); });
            if (!error.empty()) {
              store_result out;
              out.error = connection_error(error);
@@ -746,7 +742,8 @@ class etcd_round_store final : public round_store,
       self->call("/v3/kv/deleterange", body, true, self->request_deadline(), [f](etcd_reply r) {
         store_result out;
         std::int64_t deleted = 0;
-        auto error = problem(r, "deleterange", [&](auto b) { return parse_delete(b, deleted); });
+        auto error = etcd_reply_problem(r, "deleterange",
+            [&](auto b) { return parse_delete(b, deleted); });
         if (!error.empty()) out.error = connection_error(error);
         f(std::move(out));
       });
@@ -780,7 +777,7 @@ class etcd_round_store final : public round_store,
       self->call("/v3/kv/txn", body, true, self->request_deadline(), [f](etcd_reply r) {
         store_result out;
         etcd_txn txn;
-        auto error = problem(r, "txn", [&](auto b) { return parse_txn(b, txn); });
+        auto error = etcd_reply_problem(r, "txn", [&](auto b) { return parse_txn(b, txn); });
         if (!error.empty()) out.error = connection_error(error);
         out.flag = txn.succeeded;
         f(std::move(out));

@@ -24,14 +24,6 @@ std::string lease_id_of(const std::string& text) {
   return std::to_string(id);
 }
 
-// An etcd reply as an error line: the call's own error, or what its body's
-// shape got wrong, with the member that sent it.
-std::string malformed(const etcd_reply& r, const char* call, const std::string& what) {
-  return fmt::format("etcd member {} sent a malformed {} reply: {}; is --rdzv-endpoint an etcd "
-                     "v3 member?",
-                     r.member, call, what);
-}
-
 }  // namespace
 
 etcd_session::etcd_session(asio::io_context& io, etcd_options options,
@@ -74,10 +66,8 @@ void etcd_session::grant() {
                     [self](etcd_reply r) {
                       if (self->closed_) return self->granted("the etcd session was closed");
                       std::string id;
-                      if (r.error.empty()) {
-                        auto what = parse_lease_grant(r.body, id);
-                        if (!what.empty()) r.error = malformed(r, "lease grant", what);
-                      }
+                      r.error = etcd_reply_problem(r, "lease grant",
+                          [&](std::string_view text) { return parse_lease_grant(text, id); });
                       if (r.error.empty()) {
                         self->lease_ = id;
                         return self->join_job();
@@ -100,10 +90,8 @@ void etcd_session::join_job() {
                     [self](etcd_reply r) {
                       if (self->closed_) return self->granted("the etcd session was closed");
                       etcd_range range;
-                      if (r.error.empty()) {
-                        auto what = parse_range(r.body, range);
-                        if (!what.empty()) r.error = malformed(r, "range", what);
-                      }
+                      r.error = etcd_reply_problem(r, "range",
+                          [&](std::string_view text) { return parse_range(text, range); });
                       if (!r.error.empty()) {
                         self->last_error_ = r.error;
                         return self->retry_later([self] { self->join_job(); });
@@ -127,10 +115,8 @@ void etcd_session::adopt_or_create(std::string candidate) {
     connection_->post("/v3/lease/grant", body.dump(), timeout, [self](etcd_reply r) {
       if (self->closed_) return self->granted("the etcd session was closed");
       std::string id;
-      if (r.error.empty()) {
-        auto what = parse_lease_grant(r.body, id);
-        if (!what.empty()) r.error = malformed(r, "lease grant", what);
-      }
+      r.error = etcd_reply_problem(r, "lease grant",
+          [&](std::string_view text) { return parse_lease_grant(text, id); });
       if (!r.error.empty()) {
         self->last_error_ = r.error;
         return self->retry_later([self] { self->join_job(); });
@@ -152,10 +138,8 @@ void etcd_session::adopt_or_create(std::string candidate) {
   connection_->post("/v3/kv/txn", body.dump(), timeout, [self, candidate](etcd_reply r) {
     if (self->closed_) return self->granted("the etcd session was closed");
     etcd_txn txn;
-    if (r.error.empty()) {
-      auto what = parse_txn(r.body, txn);
-      if (!what.empty()) r.error = malformed(r, "txn", what);
-    }
+    r.error = etcd_reply_problem(r, "txn",
+        [&](std::string_view text) { return parse_txn(text, txn); });
     if (!r.error.empty()) {
       // Perhaps applied: the next try reads the key first.
       self->last_error_ = r.error;
@@ -271,10 +255,8 @@ void etcd_session::keep_alive(const std::string& id, std::string lost_message,
                      renewed = std::move(renewed)](etcd_reply r) {
                       if (self->closed_ || self->lease_ != lease) return;
                       std::int64_t ttl = 0;
-                      if (r.error.empty()) {
-                        auto what = parse_keepalive(r.body, ttl);
-                        if (!what.empty()) r.error = malformed(r, "lease keep-alive", what);
-                      }
+                      r.error = etcd_reply_problem(r, "lease keep-alive",
+                          [&](std::string_view text) { return parse_keepalive(text, ttl); });
                       if (!r.error.empty()) return self->renewal_failed(r.error);
                       // A lost lease still answers 200, without a TTL.
                       if (ttl == 0) return self->lose(lost_message);
