@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "agent/control_dir.h"
+#include "agent/fd_closer.h"
 
 namespace dtrun::agent {
 
@@ -42,11 +43,6 @@ int connect_to(const std::string& path) {
   }
   return fd;
 }
-
-struct fd_closer {
-  int fd;
-  ~fd_closer() { ::close(fd); }
-};
 
 }  // namespace
 

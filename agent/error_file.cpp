@@ -12,6 +12,8 @@
 
 #include <fmt/format.h>
 
+#include "agent/fd_closer.h"
+
 namespace dtrun::agent {
 namespace {
 
@@ -73,14 +75,6 @@ const char* kind_of(mode_t mode) {
 std::string not_regular(mode_t mode) { return fmt::format("not a regular file ({})", kind_of(mode)); }
 
 std::string cannot_read(int error) { return fmt::format("cannot be read: {}", std::strerror(error)); }
-
-// Closes the descriptor on every return path.
-struct fd_closer {
-  int fd;
-  ~fd_closer() {
-    if (fd >= 0) ::close(fd);
-  }
-};
 
 }  // namespace
 

@@ -34,10 +34,6 @@ store_duration bounded(store_duration d) {
   return std::clamp(d, store_duration::zero(), no_timeout);
 }
 
-std::string describe(const std::vector<std::string>& keys) {
-  return fmt::format("'{}'", fmt::join(keys, "', '"));
-}
-
 // The jitter of connection retries. One per thread, seeded on first use:
 // a random_device per client cost 6% of a 2,048-node rendezvous (on a VM
 // its CPUID probe traps), and most clients never retry.
@@ -455,7 +451,7 @@ class async_store_client::impl : public std::enable_shared_from_this<async_store
   std::exception_ptr wait_timeout_error(const operation& o) const {
     return std::make_exception_ptr(store_wait_timeout(
         fmt::format("timed out after {} ms waiting for key(s) {} in the store at {}",
-                    o.wait_timeout->count(), describe(o.wait_keys), endpoint_text_)));
+                    o.wait_timeout->count(), quoted_keys(o.wait_keys), endpoint_text_)));
   }
 
   // --- reading ----------------------------------------------------------

@@ -58,10 +58,6 @@ std::chrono::milliseconds bounded(std::chrono::milliseconds d) {
   return std::clamp<std::chrono::milliseconds>(d, std::chrono::milliseconds::zero(), no_timeout);
 }
 
-std::exception_ptr error_of(const std::string& message) {
-  return std::make_exception_ptr(store_error(message));
-}
-
 }  // namespace
 
 // A free port on `addr`, found by binding port 0 and letting it go again.
@@ -241,7 +237,7 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
     if (auto abandoned = std::exchange(done_, nullptr)) {
       // Still exactly once: the call this one replaces ends with an error.
       asio::post(io_, [abandoned] {
-        abandoned(error_of("the round was abandoned: next_round() was called again before it "
+        abandoned(store_error_ptr("the round was abandoned: next_round() was called again before it "
                            "completed"),
                   {});
       });
@@ -280,7 +276,7 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
         std::int64_t newest = 0;
         auto [end, ec] = std::from_chars(round.data(), round.data() + round.size(), newest);
         if (ec != std::errc() || end != round.data() + round.size() || newest < 0) {
-          return self->fail(error_of(
+          return self->fail(store_error_ptr(
               fmt::format("the round counter of run {} is corrupt", self->options_.run_id)));
         }
         self->join(std::max<std::int64_t>(newest, self->last_round_ + 1));
@@ -389,7 +385,7 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   }
 
   void fail_job_finished(std::int64_t r) {
-    fail(error_of(fmt::format(
+    fail(store_error_ptr(fmt::format(
         "the job finished (round {}) before this node could join; start it with the job's "
         "next run",
         r)));
@@ -411,7 +407,7 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
       try {
         worker_store_port = self->open_worker_store(r);
       } catch (const std::exception& e) {
-        return self->fail(error_of(fmt::format(
+        return self->fail(store_error_ptr(fmt::format(
             "cannot open the workers' store for round {}: {}; free file descriptors or "
             "ports on this node, or pass --rdzv-conf worker_store=rank0",
             r, e.what())));
@@ -481,7 +477,7 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
       try {
         for (const auto& v : all.values) nodes.push_back(descriptor_from_text(v));
       } catch (const std::exception& e) {
-        return self->fail(error_of(fmt::format("a node descriptor in round {} is corrupt: {}", r,
+        return self->fail(store_error_ptr(fmt::format("a node descriptor in round {} is corrupt: {}", r,
                                                e.what())));
       }
       auto assignments = make_assignments(nodes, self->options_.worker_store_on_every_node
@@ -513,7 +509,7 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
         try {
           std::rethrow_exception(c.error);
         } catch (const store_wait_timeout&) {
-          auto error = error_of(fmt::format(
+          auto error = store_error_ptr(fmt::format(
               "round {} did not gather {} node(s) within the join timeout ({} s); start the "
               "missing nodes or lower --nnodes",
               r, self->options_.min_nodes, self->options_.join_timeout.count() / 1000.0));
@@ -560,7 +556,7 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   }
 
   void fail_corrupt_count(std::int64_t r) {
-    fail(error_of(fmt::format("the member count of round {} in the store is corrupt", r)));
+    fail(store_error_ptr(fmt::format("the member count of round {} in the store is corrupt", r)));
   }
 
   void complete_round(std::int64_t r, int members, const std::string& assignment_text) {
@@ -569,11 +565,11 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
     try {
       mine = assignment_from_text(assignment_text);
     } catch (const std::exception& e) {
-      return fail(error_of(fmt::format("this node's rank assignment in round {} is corrupt: {}",
+      return fail(store_error_ptr(fmt::format("this node's rank assignment in round {} is corrupt: {}",
                                        r, e.what())));
     }
     if (mine.successor_arrival > members) {
-      return fail(error_of(fmt::format(
+      return fail(store_error_ptr(fmt::format(
           "this node's rank assignment in round {} is corrupt: its ring successor arrived "
           "{}-th of {}", r, mine.successor_arrival, members)));
     }
@@ -588,7 +584,7 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
     const auto worker_port = mine.worker_port;
     const auto& worker_addr = mine.worker_addr;
     if (options_.fixed_rank >= 0 && info.group_rank != options_.fixed_rank) {
-      return fail(error_of(fmt::format(
+      return fail(store_error_ptr(fmt::format(
           "--node-rank={} is out of range or taken by another node; give every node a "
           "distinct --node-rank from 0 to {}",
           options_.fixed_rank, members - 1)));
@@ -689,7 +685,7 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
         self->pending_over_ = reason;
       }
       if (auto f = std::exchange(self->finish_done_, nullptr)) {
-        f(error_of(fmt::format("round {} ended before every node finished: {}", r, reason)));
+        f(store_error_ptr(fmt::format("round {} ended before every node finished: {}", r, reason)));
       }
     });
   }
@@ -776,7 +772,7 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
                           try {
                             restarts = std::stoll(counted.value);
                           } catch (const std::exception&) {
-                            return done(error_of(fmt::format(
+                            return done(store_error_ptr(fmt::format(
                                             "the restart count of round {} is corrupt", r)),
                                         0);
                           }

@@ -45,10 +45,6 @@ json range_request(const std::string& key, bool count_only) {
   return json{{"request_range", r}};
 }
 
-std::exception_ptr error_of(const std::string& message) {
-  return std::make_exception_ptr(store_error(message));
-}
-
 std::exception_ptr connection_error(const std::string& message) {
   return std::make_exception_ptr(store_connection_error(message));
 }
@@ -428,7 +424,7 @@ class etcd_round_store final : public round_store,
       if (delta == 0) return self->count_of(key, 0, f);
       if (delta != 1) {
         store_result out;
-        out.error = error_of(fmt::format(
+        out.error = store_error_ptr(fmt::format(
             "etcd counters count one at a time (ADD 0 or 1), not ADD {} on '{}'", delta, key));
         return f(std::move(out));
       }
@@ -677,7 +673,7 @@ class etcd_round_store final : public round_store,
              }
              if (!kv) {
                store_result out;
-               out.error = error_of(fmt::format("'{}' vanished from etcd while it was read", keys[i]));
+               out.error = store_error_ptr(fmt::format("'{}' vanished from etcd while it was read", keys[i]));
                return f(std::move(out));
              }
              values.push_back(std::move(*kv));

@@ -5,14 +5,6 @@
 #include "rendezvous/store_semantics.h"
 
 namespace dtrun::rendezvous {
-namespace {
-
-std::string describe(const std::vector<std::string>& keys) {
-  return fmt::format("'{}'", fmt::join(keys, "', '"));
-}
-
-}  // namespace
-
 void memory_store::set(std::string_view key, std::string_view value) {
   std::lock_guard lock(mutex_);
   values_.insert_or_assign(std::string(key), std::string(value));
@@ -109,7 +101,7 @@ void memory_store::wait_locked(std::unique_lock<std::mutex>& lock,
                                const std::vector<std::string>& keys, store_duration timeout) {
   if (!changed_.wait_for(lock, timeout, [&] { return has_all(keys); })) {
     throw store_wait_timeout(fmt::format("timed out after {} ms waiting for key(s) {}",
-                                    timeout.count(), describe(keys)));
+                                    timeout.count(), quoted_keys(keys)));
   }
 }
 

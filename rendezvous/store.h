@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -37,6 +38,12 @@ class store_timeout : public store_error {
  public:
   using store_error::store_error;
 };
+
+// A store_error carrying `message`, for the callbacks of asynchronous calls.
+std::exception_ptr store_error_ptr(const std::string& message);
+
+// Keys as timeout messages name them: 'a', 'b'.
+std::string quoted_keys(const std::vector<std::string>& keys);
 
 // A WAIT's own deadline passed: its keys did not appear in time (the
 // store answered everything else). Not a store that stopped answering,

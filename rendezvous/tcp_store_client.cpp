@@ -19,14 +19,6 @@ namespace asio = boost::asio;
 using asio::ip::tcp;
 using wire::op;
 
-namespace {
-
-std::string describe(const std::vector<std::string>& keys) {
-  return fmt::format("'{}'", fmt::join(keys, "', '"));
-}
-
-}  // namespace
-
 // Blocking calls are asynchronous operations on a private io_context run
 // until a deadline: one mechanism gives every call its timeout.
 namespace {
@@ -220,7 +212,7 @@ class tcp_store_client::impl {
       abandon_wait();
       throw store_wait_timeout(fmt::format(
           "timed out after {} ms waiting for key(s) {} in the store at {}", timeout.count(),
-          describe(user_keys), endpoint_text_));
+          quoted_keys(user_keys), endpoint_text_));
     }
     if (reply != wire::wait_stop_waiting) {
       close();

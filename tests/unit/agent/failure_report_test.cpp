@@ -12,6 +12,7 @@
 
 #include "agent/agent_log.h"
 #include "agent/failure_report.h"
+#include "tests/unit/agent/test_files.h"
 
 using namespace dtrun::agent;
 namespace fs = std::filesystem;
@@ -41,16 +42,6 @@ summary_context context() {
   c.this_host = "h1";
   return c;
 }
-
-struct temp_dir {
-  fs::path path;
-  temp_dir() {
-    std::string pattern = (fs::temp_directory_path() / "dtrun_report_XXXXXX").string();
-    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-    path = pattern;
-  }
-  ~temp_dir() { fs::remove_all(path); }
-};
 
 }  // namespace
 
@@ -95,7 +86,7 @@ TEST_CASE("a signal death is named, and a missing error file gives the console h
 }
 
 TEST_CASE("a failed worker without an error file shows the tail of its redirected stderr") {
-  temp_dir dir;
+  testing::scoped_temp_dir dir{"dtrun_report"};
   fs::path rank_dir = dir.path / "attempt_0" / "1";
   fs::create_directories(rank_dir);
   {
@@ -124,7 +115,7 @@ TEST_CASE("a failed worker without an error file shows the tail of its redirecte
 }
 
 TEST_CASE("a record reads the worker's error file") {
-  temp_dir dir;
+  testing::scoped_temp_dir dir{"dtrun_report"};
   auto file = dir.path / "error.json";
   std::ofstream(file) << R"({"message": {"message": "ValueError: boom 42", "extraInfo": {"py_callstack": "tb", "timestamp": "7"}}})";
   worker_exit e;
@@ -179,7 +170,7 @@ TEST_CASE("the summary stays on one screen when many workers fail") {
 }
 
 TEST_CASE("the log tail reads a bounded amount from the end") {
-  temp_dir dir;
+  testing::scoped_temp_dir dir{"dtrun_report"};
   auto file = dir.path / "big.log";
   {
     std::ofstream out(file);
@@ -255,7 +246,7 @@ TEST_CASE("a redirected stderr tail is escaped inside the summary") {
 }
 
 TEST_CASE("an error file that is a FIFO keeps the worker's exit code and says why it was ignored") {
-  temp_dir dir;
+  testing::scoped_temp_dir dir{"dtrun_report"};
   auto file = dir.path / "error.json";
   REQUIRE(::mkfifo(file.c_str(), 0600) == 0);
   worker_exit e;
@@ -275,7 +266,7 @@ TEST_CASE("an error file that is a FIFO keeps the worker's exit code and says wh
 }
 
 TEST_CASE("a directory as the error file keeps the worker's exit code") {
-  temp_dir dir;
+  testing::scoped_temp_dir dir{"dtrun_report"};
   auto file = dir.path / "error.json";
   fs::create_directory(file);
   worker_exit e;
@@ -325,7 +316,7 @@ TEST_CASE("the agent's single lines are escaped too") {
 }
 
 TEST_CASE("the log tail refuses a FIFO or a symbolic link in place of stderr.log") {
-  temp_dir dir;
+  testing::scoped_temp_dir dir{"dtrun_report"};
   auto fifo = dir.path / "stderr.log";
   REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
   CHECK(read_log_tail(fifo.string()).empty());  // returns: nothing blocks

@@ -12,6 +12,7 @@
 
 #include "agent/native_stack.h"
 #include "agent/worker_process.h"
+#include "tests/unit/agent/test_files.h"
 
 using namespace dtrun::agent;
 
@@ -33,12 +34,6 @@ pid_t start_sleep() {
   spawn_result spawned = spawn_worker(request);
   REQUIRE(spawned.ok());
   return spawned.pid;
-}
-
-void stop(pid_t pid) {
-  ::kill(pid, SIGKILL);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
 }
 
 }  // namespace
@@ -70,7 +65,7 @@ TEST_CASE("a run of eu-stack ends with its output, and a missing program is an e
 
   auto eu_stack = find_eu_stack("/usr/bin:/bin");
   if (!eu_stack) {
-    stop(target);
+    testing::kill_and_reap(target);
     { WARN("eu-stack not installed"); return; }
   }
   got.reset();
@@ -84,7 +79,7 @@ TEST_CASE("a run of eu-stack ends with its output, and a missing program is an e
   CHECK(got->text.find("TID " + std::to_string(target) + ":") != std::string::npos);
   CHECK(native_innermost(got->text, target).find("sleep") != std::string::npos);
   CHECK(::kill(target, 0) == 0);  // detached, still running
-  stop(target);
+  testing::kill_and_reap(target);
 }
 
 TEST_CASE("destroying a run kills eu-stack and never calls back") {
@@ -102,5 +97,5 @@ TEST_CASE("destroying a run kills eu-stack and never calls back") {
   CHECK_FALSE(called);
   int status = 0;
   REQUIRE(::waitpid(helper, &status, 0) == helper);
-  stop(target);
+  testing::kill_and_reap(target);
 }

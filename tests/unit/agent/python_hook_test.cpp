@@ -21,7 +21,7 @@ using namespace dtrun::agent;
 
 namespace {
 
-std::string temp_dir() { return testing::make_temp_dir("dtrun-hook-test"); }
+std::string hook_temp_dir() { return testing::make_temp_dir("dtrun-hook-test"); }
 using testing::slurp;
 
 // Runs a shell command, returns its stdout (stderr included).
@@ -67,7 +67,7 @@ TEST_CASE("the dump signal is a real-time one that Python leaves alone") {
 }
 
 TEST_CASE("the hook is written as a readable sitecustomize.py, directories made") {
-  std::string dir = temp_dir() + "/a/b";
+  std::string dir = hook_temp_dir() + "/a/b";
   write_python_hook(dir);
   struct stat st {};
   REQUIRE(::stat((dir + "/sitecustomize.py").c_str(), &st) == 0);
@@ -79,7 +79,7 @@ TEST_CASE("the hook is written as a readable sitecustomize.py, directories made"
 
 TEST_CASE("a hooked python registers, writes its header, hides the variables and chains sitecustomize") {
   if (!have_python()) { WARN("no /usr/bin/python3"); return; }
-  std::string dir = temp_dir();
+  std::string dir = hook_temp_dir();
   write_python_hook(dir + "/hook");
   // A user's own sitecustomize further down PYTHONPATH still runs.
   ::mkdir((dir + "/user").c_str(), 0755);
@@ -124,7 +124,7 @@ TEST_CASE("a hooked python registers, writes its header, hides the variables and
 
 TEST_CASE("a forked child of a hooked python ignores the signal instead of dumping into the parent's file") {
   if (!have_python()) { WARN("no /usr/bin/python3"); return; }
-  std::string dir = temp_dir();
+  std::string dir = hook_temp_dir();
   write_python_hook(dir + "/hook");
   env_map env{{"PATH", "/usr/bin:/bin"}};
   add_python_hook_env(env, dir + "/hook", dir + "/stack");

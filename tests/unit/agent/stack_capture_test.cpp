@@ -30,7 +30,7 @@ using namespace dtrun::agent;
 
 namespace {
 
-std::string temp_dir() { return testing::make_temp_dir("dtrun-capture-test"); }
+std::string capture_temp_dir() { return testing::make_temp_dir("dtrun-capture-test"); }
 using testing::slurp;
 
 // Starts a program whose stdout is a pipe; returns once it wrote a line.
@@ -53,12 +53,6 @@ bool alive(pid_t pid) {
   std::string stat = slurp("/proc/" + std::to_string(pid) + "/stat");
   std::size_t paren = stat.rfind(") ");
   return paren != std::string::npos && stat[paren + 2] != 'Z';
-}
-
-void stop(pid_t pid) {
-  ::kill(pid, SIGKILL);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
 }
 
 // Each says "ready" only once its main thread is inside the call it blocks
@@ -88,7 +82,7 @@ const std::string script_b = blocked_in("train_step");
 
 TEST_CASE("a capture names where each real worker is stuck and leaves them all running") {
   if (::access("/usr/bin/python3", X_OK) != 0) { WARN("no /usr/bin/python3"); return; }
-  std::string dir = temp_dir();
+  std::string dir = capture_temp_dir();
   write_python_hook(dir + "/hook");
   std::ofstream(dir + "/stack_a.py") << script_a;
   std::ofstream(dir + "/stack_b.py") << script_b;
@@ -166,9 +160,9 @@ TEST_CASE("a capture names where each real worker is stuck and leaves them all r
   CHECK(again.rfind("Thread 0x", 0) == 0);
   CHECK(again.find("Current thread 0x") != std::string::npos);
   CHECK(again.find("Current thread 0x", again.find("Current thread 0x") + 1) == std::string::npos);
-  stop(a);
-  stop(b);
-  stop(c);
+  testing::kill_and_reap(a);
+  testing::kill_and_reap(b);
+  testing::kill_and_reap(c);
 }
 
 TEST_CASE("a worker that is gone is reported as exited, and destroying a capture stops it quietly") {
@@ -204,7 +198,7 @@ TEST_CASE("a FIFO a worker puts in place of its stack file or its stacks file do
   // is one from the start. Opening either with no one at the other end
   // blocks: the agent's event loop would stop for good.
   if (::access("/usr/bin/python3", X_OK) != 0) { WARN("no /usr/bin/python3"); return; }
-  std::string dir = temp_dir();
+  std::string dir = capture_temp_dir();
   write_python_hook(dir + "/hook");
   std::ofstream(dir + "/stack_a.py") << script_a;
   std::string stack_file = dir + "/stacks.0", out_file = dir + "/out.0";
@@ -250,7 +244,7 @@ TEST_CASE("a FIFO a worker puts in place of its stack file or its stacks file do
   // is a race, and not the point: only that nothing blocked.
   CHECK_FALSE(r.error.empty());  // the output file could not be written
   CHECK(alive(worker));
-  stop(worker);
+  testing::kill_and_reap(worker);
 }
 
 TEST_CASE("a hooked worker that exec'd another program is not signalled") {
@@ -259,7 +253,7 @@ TEST_CASE("a hooked worker that exec'd another program is not signalled") {
   // default action (terminate) would kill it. "ready" comes from after
   // the exec.
   if (::access("/usr/bin/python3", X_OK) != 0) { WARN("no /usr/bin/python3"); return; }
-  std::string dir = temp_dir();
+  std::string dir = capture_temp_dir();
   write_python_hook(dir + "/hook");
   env_map env{{"PATH", "/usr/bin:/bin"}};
   add_python_hook_env(env, dir + "/hook", dir + "/stacks.0");
@@ -279,5 +273,5 @@ TEST_CASE("a hooked worker that exec'd another program is not signalled") {
   REQUIRE(got);
   CHECK_FALSE((*got)[0].hooked);
   CHECK(alive(worker));
-  stop(worker);
+  testing::kill_and_reap(worker);
 }

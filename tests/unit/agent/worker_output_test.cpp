@@ -20,6 +20,7 @@
 #include "agent/console_sink.h"
 #include "agent/worker_output.h"
 #include "agent/worker_process.h"
+#include "tests/unit/agent/test_files.h"
 
 using namespace dtrun::agent;
 namespace fs = std::filesystem;
@@ -27,16 +28,6 @@ namespace asio = boost::asio;
 using namespace std::string_literals;
 
 namespace {
-
-struct temp_dir {
-  fs::path path;
-  temp_dir() {
-    std::string pattern = (fs::temp_directory_path() / "dtrun-output-XXXXXX").string();
-    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-    path = pattern;
-  }
-  ~temp_dir() { fs::remove_all(path); }
-};
 
 // A pipe standing in for the agent's stdout or stderr.
 struct fake_console {
@@ -88,7 +79,7 @@ int wait_code(pid_t pid) {
 }  // namespace
 
 TEST_CASE("tee'd streams reach their files unchanged and the console as prefixed lines") {
-  temp_dir dir;
+  testing::scoped_temp_dir dir{"dtrun-output"};
   fake_console out;
   fake_console err;
   asio::io_context io;
@@ -129,7 +120,7 @@ TEST_CASE("tee'd streams reach their files unchanged and the console as prefixed
 }
 
 TEST_CASE("redirected and discarded streams are the worker's own fds: no pipe to drain") {
-  temp_dir dir;
+  testing::scoped_temp_dir dir{"dtrun-output"};
   asio::io_context io;
   log_spec spec;
   spec.redirects.all = std_out;
@@ -149,7 +140,7 @@ TEST_CASE("redirected and discarded streams are the worker's own fds: no pipe to
 }
 
 TEST_CASE("a grandchild holding the pipe delays the drain by the grace period only") {
-  temp_dir dir;
+  testing::scoped_temp_dir dir{"dtrun-output"};
   fake_console out;
   asio::io_context io;
   log_spec spec;
@@ -209,7 +200,7 @@ TEST_CASE("writes to a console whose reader is gone are dropped, not fatal") {
 }
 
 TEST_CASE("tee'd lines matching the duplicate filters also go to the attempt's filtered file") {
-  temp_dir dir;
+  testing::scoped_temp_dir dir{"dtrun-output"};
   fake_console out;
   fake_console err;
   asio::io_context io;
@@ -246,7 +237,7 @@ TEST_CASE("tee'd lines matching the duplicate filters also go to the attempt's f
 }
 
 TEST_CASE("the filtered file exists and is empty when no line matches") {
-  temp_dir dir;
+  testing::scoped_temp_dir dir{"dtrun-output"};
   fake_console out;
   fake_console err;
   asio::io_context io;

@@ -10,8 +10,10 @@
 
 #include "launcher/cli.h"
 #include "launcher/host_list.h"
+#include "tests/unit/launcher/usage_error_of.h"
 
 using namespace dtrun::launcher;
+using dtrun::launcher::testing::usage_error_of;
 
 namespace {
 
@@ -25,15 +27,6 @@ std::vector<flat> flatten(const std::vector<host_entry>& hosts) {
   std::vector<flat> out;
   for (const auto& h : hosts) out.push_back({h.target, h.slots.value_or(0)});
   return out;
-}
-
-std::string error_of(auto&& call) {
-  try {
-    call();
-  } catch (const usage_error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 }  // namespace
@@ -55,28 +48,28 @@ TEST_CASE("a host's address is the target without user@") {
 }
 
 TEST_CASE("bad --hosts values are one line naming --hosts") {
-  CHECK(error_of([] { parse_hosts_flag(""); }) ==
+  CHECK(usage_error_of([] { parse_hosts_flag(""); }) ==
         "--hosts: the list is empty; give host[:slots],host[:slots],...");
-  CHECK(error_of([] { parse_hosts_flag("a,,b"); }) ==
+  CHECK(usage_error_of([] { parse_hosts_flag("a,,b"); }) ==
         "--hosts: 'a,,b' has an empty entry; give host[:slots],...");
-  CHECK(error_of([] { parse_hosts_flag("a:0"); }) ==
+  CHECK(usage_error_of([] { parse_hosts_flag("a:0"); }) ==
         "--hosts 'a:0': slots: '0' is not a whole number from 1 to 4096");
-  CHECK(error_of([] { parse_hosts_flag("a:x"); }) ==
+  CHECK(usage_error_of([] { parse_hosts_flag("a:x"); }) ==
         "--hosts 'a:x': slots: 'x' is not a whole number from 1 to 4096");
-  CHECK(error_of([] { parse_hosts_flag("a,a:2"); }) ==
+  CHECK(usage_error_of([] { parse_hosts_flag("a,a:2"); }) ==
         "--hosts: host 'a' is listed twice; list each host once and give it slots for more "
         "workers");
-  CHECK(error_of([] { parse_hosts_flag("-oProxyCommand=x"); }).find("is not a host name") !=
+  CHECK(usage_error_of([] { parse_hosts_flag("-oProxyCommand=x"); }).find("is not a host name") !=
         std::string::npos);
-  CHECK(error_of([] { parse_hosts_flag("a;reboot"); }).find("'a;reboot' is not a host name") !=
+  CHECK(usage_error_of([] { parse_hosts_flag("a;reboot"); }).find("'a;reboot' is not a host name") !=
         std::string::npos);
-  CHECK(error_of([] { parse_hosts_flag("n[1-"); }).rfind("--hosts: Slurm host list", 0) == 0);
+  CHECK(usage_error_of([] { parse_hosts_flag("n[1-"); }).rfind("--hosts: Slurm host list", 0) == 0);
   // A comma inside an unclosed bracket: refused, not split into "n[1" and "2".
-  CHECK(error_of([] { parse_hosts_flag("n[1,2"); }) ==
+  CHECK(usage_error_of([] { parse_hosts_flag("n[1,2"); }) ==
         "--hosts: Slurm host list 'n[1,2': unbalanced brackets");
   for (const char* text : {"", "a,,b", "a:0", "n[1-", "a,a"}) {
     INFO(text);
-    CHECK(error_of([&] { parse_hosts_flag(text); }).find('\n') == std::string::npos);
+    CHECK(usage_error_of([&] { parse_hosts_flag(text); }).find('\n') == std::string::npos);
   }
 }
 
@@ -93,15 +86,15 @@ TEST_CASE("hostfiles: host slots=N per line, comments, blank lines, ranges") {
 }
 
 TEST_CASE("bad hostfiles name the file and the line") {
-  CHECK(error_of([] { parse_hostfile("a slots=1\nb slots=x\n", "hf"); }) ==
+  CHECK(usage_error_of([] { parse_hostfile("a slots=1\nb slots=x\n", "hf"); }) ==
         "hostfile hf line 2: slots: 'x' is not a whole number from 1 to 4096");
-  CHECK(error_of([] { parse_hostfile("a gpus=1\n", "hf"); }) ==
+  CHECK(usage_error_of([] { parse_hostfile("a gpus=1\n", "hf"); }) ==
         "hostfile hf line 1: unknown key 'gpus'; only slots=N is understood");
-  CHECK(error_of([] { parse_hostfile("a 4\n", "hf"); }) ==
+  CHECK(usage_error_of([] { parse_hostfile("a 4\n", "hf"); }) ==
         "hostfile hf line 1: '4' is not key=value; write 'host slots=N'");
-  CHECK(error_of([] { parse_hostfile("# nothing\n\n", "hf"); }) ==
+  CHECK(usage_error_of([] { parse_hostfile("# nothing\n\n", "hf"); }) ==
         "hostfile hf lists no hosts; write one 'host slots=N' per line");
-  CHECK(error_of([] { parse_hostfile("a\nb\na\n", "hf"); }) ==
+  CHECK(usage_error_of([] { parse_hostfile("a\nb\na\n", "hf"); }) ==
         "hostfile hf line 3: host 'a' is listed twice; list each host once and give it slots "
         "for more workers");
 }
@@ -114,7 +107,7 @@ TEST_CASE("read_hostfile reads the file and says when it cannot") {
   }
   CHECK(flatten(read_hostfile(path.string())) == std::vector<flat>{{"h1", 2}, {"h2", 0}});
   std::filesystem::remove(path);
-  CHECK(error_of([&] { read_hostfile(path.string()); }) ==
+  CHECK(usage_error_of([&] { read_hostfile(path.string()); }) ==
         "--hostfile: cannot read '" + path.string() + "': No such file or directory");
 }
 
@@ -122,49 +115,49 @@ TEST_CASE("a host list is bounded as a whole, not per line or per range") {
   // Three lines of a million each: refused on the line that passes the
   // bound, before the rest is expanded (each was allowed alone before).
   std::string text = "a[0-999999]\nb[0-999999]\nc[0-999999]\n";
-  CHECK(error_of([&] { parse_hostfile(text, "hf"); }) ==
+  CHECK(usage_error_of([&] { parse_hostfile(text, "hf"); }) ==
         "hostfile hf line 1: more than 100000 hosts in all, the most --nnodes allows; list "
         "fewer hosts");
-  CHECK(error_of([] { parse_hostfile("a[1-60000]\nb[1-40001]\n", "hf"); }) ==
+  CHECK(usage_error_of([] { parse_hostfile("a[1-60000]\nb[1-40001]\n", "hf"); }) ==
         "hostfile hf line 2: more than 100000 hosts in all, the most --nnodes allows; list "
         "fewer hosts");
   CHECK(parse_hostfile("a[1-60000]\nb[1-40000]\n", "hf").size() == max_hosts);
   // One more node than any agent's --nnodes accepts.
-  CHECK(error_of([] { parse_hosts_flag("node[0-100000]"); }) ==
+  CHECK(usage_error_of([] { parse_hosts_flag("node[0-100000]"); }) ==
         "--hosts: more than 100000 hosts in all, the most --nnodes allows; list fewer hosts");
   CHECK(parse_hosts_flag("node[1-100000]").size() == max_hosts);
-  CHECK(error_of([] { parse_hosts_flag("x,n[1-100000]"); }).find("more than 100000 hosts") !=
+  CHECK(usage_error_of([] { parse_hosts_flag("x,n[1-100000]"); }).find("more than 100000 hosts") !=
         std::string::npos);
   // A huge range costs nothing: refused before it is expanded.
-  CHECK(error_of([] { parse_hosts_flag("n[0-99999999999]"); }).find("more than 100000 hosts") !=
+  CHECK(usage_error_of([] { parse_hosts_flag("n[0-99999999999]"); }).find("more than 100000 hosts") !=
         std::string::npos);
 }
 
 TEST_CASE("a hostfile is bounded in bytes and lines") {
   std::string lines(max_hostfile_lines + 1, '\n');
-  CHECK(error_of([&] { parse_hostfile(lines, "hf"); }) ==
+  CHECK(usage_error_of([&] { parse_hostfile(lines, "hf"); }) ==
         "hostfile hf has more than 1000000 lines; is it a hostfile?");
   std::string big(max_hostfile_bytes + 1, '#');
-  CHECK(error_of([&] { parse_hostfile(big, "hf"); }) ==
+  CHECK(usage_error_of([&] { parse_hostfile(big, "hf"); }) ==
         "hostfile hf is over 16 MiB; is it a hostfile?");
 }
 
 TEST_CASE("a key given twice on a hostfile line is refused") {
-  CHECK(error_of([] { parse_hostfile("a slots=2 slots=3\n", "hf"); }) ==
+  CHECK(usage_error_of([] { parse_hostfile("a slots=2 slots=3\n", "hf"); }) ==
         "hostfile hf line 1: slots is given twice; give it once");
-  CHECK(error_of([] { parse_hostfile("a max_slots=2 max-slots=3\n", "hf"); }) ==
+  CHECK(usage_error_of([] { parse_hostfile("a max_slots=2 max-slots=3\n", "hf"); }) ==
         "hostfile hf line 1: max-slots is given twice; give it once");
   CHECK(flatten(parse_hostfile("a slots=2 max_slots=3\n", "hf")) == std::vector<flat>{{"a", 2}});
 }
 
 TEST_CASE("a hostfile error shows control bytes escaped, not cut at a NUL") {
   using namespace std::string_literals;
-  std::string error = error_of([] { parse_hostfile("a\0b slots=1\n"s, "hf"); });
+  std::string error = usage_error_of([] { parse_hostfile("a\0b slots=1\n"s, "hf"); });
   CHECK(error == "hostfile hf line 1: 'a\\x00b' is not a host name (letters, digits, '-', '.', "
                  "'_', optionally user@)");
-  CHECK(error_of([] { parse_hostfile("a x\0y=1\n"s, "hf"); }) ==
+  CHECK(usage_error_of([] { parse_hostfile("a x\0y=1\n"s, "hf"); }) ==
         "hostfile hf line 1: unknown key 'x\\x00y'; only slots=N is understood");
-  CHECK(error_of([] { parse_hostfile("a \x1b[31m\n", "hf"); }) ==
+  CHECK(usage_error_of([] { parse_hostfile("a \x1b[31m\n", "hf"); }) ==
         "hostfile hf line 1: '\\x1b[31m' is not key=value; write 'host slots=N'");
 }
 
@@ -178,11 +171,11 @@ TEST_CASE("read_hostfile reads only regular files and never blocks on a FIFO") {
   const std::string not_regular =
       "' is not a regular file (a FIFO, device or folder); give a file with one 'host slots=N' "
       "per line";
-  CHECK(error_of([&] { read_hostfile(fifo.string()); }) ==
+  CHECK(usage_error_of([&] { read_hostfile(fifo.string()); }) ==
         "--hostfile: '" + fifo.string() + not_regular);
-  CHECK(error_of([&] { read_hostfile(dir.string()); }) ==
+  CHECK(usage_error_of([&] { read_hostfile(dir.string()); }) ==
         "--hostfile: '" + dir.string() + not_regular);
-  CHECK(error_of([] { read_hostfile("/dev/null"); }) == "--hostfile: '/dev/null" + not_regular);
+  CHECK(usage_error_of([] { read_hostfile("/dev/null"); }) == "--hostfile: '/dev/null" + not_regular);
   std::filesystem::remove_all(dir);
 }
 
@@ -192,18 +185,18 @@ TEST_CASE("host names are bounded while a list is expanded, not after it") {
   // the precompiled headers report a false -Warray-bounds in libstdc++.
   std::string long_literal = "n[0-99999]";
   long_literal.append(300, 'a');
-  CHECK(error_of([&] { parse_hosts_flag(long_literal); })
+  CHECK(usage_error_of([&] { parse_hosts_flag(long_literal); })
             .find("it makes host names longer than 253 characters") != std::string::npos);
   // A range padded to 2,000 digits: refused before a value is written.
   std::string padded = "n[";
   padded.append(2000, '0');
   padded += "-99999]";
-  CHECK(error_of([&] { parse_hosts_flag(padded); })
+  CHECK(usage_error_of([&] { parse_hosts_flag(padded); })
             .find("it makes host names longer than 253 characters") != std::string::npos);
   // Bracket groups add up too.
   std::string groups = "n";
   for (int i = 0; i < 300; ++i) groups += "[0]";
-  CHECK(error_of([&] { parse_hosts_flag(groups); })
+  CHECK(usage_error_of([&] { parse_hosts_flag(groups); })
             .find("it makes host names longer than 253 characters") != std::string::npos);
   // 253 characters is a name; 254 is not.
   std::string longest(250, 'a');
@@ -211,7 +204,7 @@ TEST_CASE("host names are bounded while a list is expanded, not after it") {
   CHECK(parse_hosts_flag(longest).size() == 2);
   std::string too_long(253, 'a');
   too_long += "[1]";
-  CHECK(error_of([&] { parse_hosts_flag(too_long); }).find("longer than 253") !=
+  CHECK(usage_error_of([&] { parse_hosts_flag(too_long); }).find("longer than 253") !=
         std::string::npos);
 }
 
@@ -226,16 +219,16 @@ TEST_CASE("an error quotes at most 200 bytes of the user's line") {
   std::string line = "a ";
   line.append(1 << 20, '\x01');
   line += "\n";
-  std::string error = error_of([&] { parse_hostfile(line, "hf"); });
+  std::string error = usage_error_of([&] { parse_hostfile(line, "hf"); });
   CHECK(error.size() < 1200);
   CHECK(error.find("... (1048576 bytes)") != std::string::npos);
   std::string hosts(5000, 'x');
   hosts += "[";
-  CHECK(error_of([&] { parse_hosts_flag(hosts); }).size() < 1200);
+  CHECK(usage_error_of([&] { parse_hosts_flag(hosts); }).size() < 1200);
 }
 
 TEST_CASE("user@host takes one '@': ssh and the rendezvous must read the same host") {
-  CHECK(error_of([] { parse_hosts_flag("a@b@c"); }) ==
+  CHECK(usage_error_of([] { parse_hosts_flag("a@b@c"); }) ==
         "--hosts: 'a@b@c' is not a host name (letters, digits, '-', '.', '_', optionally user@)");
   CHECK(parse_hosts_flag("me@node1").front().address() == "node1");
 }

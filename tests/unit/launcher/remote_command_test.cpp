@@ -5,20 +5,13 @@
 #include "launcher/cli.h"
 #include "launcher/remote_command.h"
 #include "launcher/ssh_plan.h"
+#include "tests/unit/launcher/usage_error_of.h"
 
 using namespace dtrun::launcher;
+using dtrun::launcher::testing::usage_error_of;
 using words = std::vector<std::string>;
 
 namespace {
-
-std::string error_of(auto&& call) {
-  try {
-    call();
-  } catch (const usage_error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 }  // namespace
 
@@ -52,8 +45,8 @@ TEST_CASE("the ssh flag is split into words as a shell would") {
         words{"ssh", "-i", "/k/my key", "-o", "UserKnownHostsFile=/a b"});
   CHECK(split_ssh_command("ssh -o a\\ b \"x\\\"y\"") == words{"ssh", "-o", "a b", "x\"y"});
   CHECK(split_ssh_command("ssh ''") == words{"ssh", ""});
-  CHECK(error_of([] { split_ssh_command("ssh 'x"); }) == "--ssh: unterminated ' quote in 'ssh 'x'");
-  CHECK(error_of([] { split_ssh_command("  "); }) ==
+  CHECK(usage_error_of([] { split_ssh_command("ssh 'x"); }) == "--ssh: unterminated ' quote in 'ssh 'x'");
+  CHECK(usage_error_of([] { split_ssh_command("  "); }) ==
         "--ssh: empty; give the ssh command and its options, e.g. --ssh 'ssh -p 2222'");
 }
 
@@ -75,9 +68,9 @@ TEST_CASE("the remote environment: default prefixes plus --export") {
       {"TORCH_SHOW_CPP_STACKTRACES", "1"}, {"UCX_TLS", "rc"}};
   CHECK(chosen == expected);
   CHECK(parse_export_list("A,,B,") == words{"A", "B"});
-  CHECK(error_of([] { parse_export_list("A,1B"); }) ==
+  CHECK(usage_error_of([] { parse_export_list("A,1B"); }) ==
         "--export: '1B' is not a variable name (letters, digits, '_'; VAR or VAR=value)");
-  CHECK(error_of([] { parse_export_list("A-B=1"); }).rfind("--export: 'A-B'", 0) == 0);
+  CHECK(usage_error_of([] { parse_export_list("A-B=1"); }).rfind("--export: 'A-B'", 0) == 0);
 }
 
 TEST_CASE("the remote shell command cds, sets the variables and execs, all quoted") {
@@ -147,7 +140,7 @@ TEST_CASE("flags that contradict a launch over ssh are one-line errors") {
     o.script = "t.py";
     o.hosts = "a,b";
     edit(o);
-    return error_of([&] { resolve_ssh_settings(o, {}, "/d", "/w", "r"); });
+    return usage_error_of([&] { resolve_ssh_settings(o, {}, "/d", "/w", "r"); });
   };
   CHECK(err([](launch_options& o) { o.hostfile = "f"; }) ==
         "--hosts and --hostfile: give one of them");

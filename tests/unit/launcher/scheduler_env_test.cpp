@@ -12,7 +12,7 @@ using dtrun::agent::env_map;
 
 namespace {
 
-launch_options parse(std::vector<std::string> args) {
+launch_options parse_with_script(std::vector<std::string> args) {
   args.push_back("x.py");
   return parse_command_line(args).options;
 }
@@ -67,7 +67,7 @@ env_map slurm_task_per_worker(int procid) {
 
 TEST_CASE("a Slurm step of one task per node derives a c10d rendezvous") {
   for (int node : {0, 1}) {
-    launch_options o = parse({"--nproc-per-node=2"});
+    launch_options o = parse_with_script({"--nproc-per-node=2"});
     scheduler_env s = detect_scheduler_env(o, slurm_agent_per_node(node));
     CHECK(s.scheduler == "slurm");
     CHECK(s.style == "agent-per-node");
@@ -104,7 +104,7 @@ TEST_CASE("Slurm: the older variable names and GPUs on the node fill in") {
   env["SLURM_JOB_NODELIST"] = "gpu[07-08]";
   env["SLURM_GPUS_ON_NODE"] = "4";
   env["MASTER_PORT"] = "12345";
-  launch_options o = parse({});
+  launch_options o = parse_with_script({});
   scheduler_env s = detect_scheduler_env(o, env);
   CHECK(source_of(s, "nnodes") == "SLURM_NNODES");
   CHECK(o.nproc_per_node == "4");
@@ -113,7 +113,7 @@ TEST_CASE("Slurm: the older variable names and GPUs on the node fill in") {
 }
 
 TEST_CASE("Slurm: explicit flags win over the step's variables") {
-  launch_options o = parse({"--nnodes=2", "--rdzv-endpoint=head:555", "--rdzv-id=mine",
+  launch_options o = parse_with_script({"--nnodes=2", "--rdzv-endpoint=head:555", "--rdzv-id=mine",
                             "--node-rank=1", "--nproc-per-node=3"});
   scheduler_env s = detect_scheduler_env(o, slurm_agent_per_node(0));
   CHECK(o.rdzv_endpoint == "head:555");
@@ -123,7 +123,7 @@ TEST_CASE("Slurm: explicit flags win over the step's variables") {
   CHECK_FALSE(s.host_store.has_value());  // the given endpoint's host decides
   CHECK(s.derived.empty());
 
-  launch_options single = parse({"--nnodes=1"});
+  launch_options single = parse_with_script({"--nnodes=1"});
   detect_scheduler_env(single, slurm_agent_per_node(0));
   CHECK(single.rdzv_endpoint.empty());  // one node: nobody to meet
   CHECK(single.rdzv_id == "2.0");
@@ -131,7 +131,7 @@ TEST_CASE("Slurm: explicit flags win over the step's variables") {
 
 TEST_CASE("Slurm: several tasks per node run one worker each") {
   for (int procid = 0; procid < 4; ++procid) {
-    launch_options o = parse({});
+    launch_options o = parse_with_script({});
     scheduler_env s = detect_scheduler_env(o, slurm_task_per_worker(procid));
     CHECK(s.style == "task-per-worker");
     CHECK(o.nnodes == "4");
@@ -160,7 +160,7 @@ TEST_CASE("Slurm: uneven tasks per node take this node's count") {
   env["SLURM_STEP_TASKS_PER_NODE"] = "2,1";
   env["SLURM_NODEID"] = "1";
   env["SLURM_LOCALID"] = "0";
-  launch_options o = parse({});
+  launch_options o = parse_with_script({});
   scheduler_env s = detect_scheduler_env(o, env);
   CHECK(o.nnodes == "3");
   CHECK(s.worker_env.at("LOCAL_WORLD_SIZE") == "1");
@@ -168,7 +168,7 @@ TEST_CASE("Slurm: uneven tasks per node take this node's count") {
 }
 
 TEST_CASE("Slurm: several workers per task with several tasks per node is refused") {
-  launch_options o = parse({"--nproc-per-node=2"});
+  launch_options o = parse_with_script({"--nproc-per-node=2"});
   CHECK_THROWS_WITH(detect_scheduler_env(o, slurm_task_per_worker(0)),
                     Catch::Contains("--ntasks-per-node=1"));
 }
@@ -179,17 +179,17 @@ TEST_CASE("Slurm: an sbatch script outside a step and --no-scheduler-detect deri
                                "SLURM_STEP_NUM_TASKS", "SLURM_STEP_TASKS_PER_NODE"}) {
     batch.erase(step_var);
   }
-  launch_options o = parse({});
+  launch_options o = parse_with_script({});
   scheduler_env s = detect_scheduler_env(o, batch);
   CHECK(s.scheduler.empty());
   CHECK(o.nnodes == "1:1");
 
   env_map batch_step = slurm_agent_per_node(0);
   batch_step["SLURM_STEP_ID"] = "4294967294";  // the batch step's id
-  launch_options b = parse({});
+  launch_options b = parse_with_script({});
   CHECK(detect_scheduler_env(b, batch_step).scheduler.empty());
 
-  launch_options off = parse({"--no-scheduler-detect"});
+  launch_options off = parse_with_script({"--no-scheduler-detect"});
   CHECK(detect_scheduler_env(off, slurm_agent_per_node(1)).scheduler.empty());
   CHECK(off.nnodes == "1:1");
   CHECK(off.rdzv_endpoint.empty());
@@ -198,15 +198,15 @@ TEST_CASE("Slurm: an sbatch script outside a step and --no-scheduler-detect deri
 TEST_CASE("Slurm: a broken step environment says which variable") {
   env_map env = slurm_agent_per_node(0);
   env["SLURM_STEP_NODELIST"] = "node[1-";
-  launch_options o = parse({});
+  launch_options o = parse_with_script({});
   CHECK_THROWS_WITH(detect_scheduler_env(o, env), Catch::Contains("SLURM_STEP_NODELIST"));
   env = slurm_agent_per_node(0);
   env.erase("SLURM_NODEID");
-  launch_options p = parse({});
+  launch_options p = parse_with_script({});
   CHECK_THROWS_WITH(detect_scheduler_env(p, env), Catch::Contains("SLURM_NODEID"));
   env = slurm_agent_per_node(0);
   env["SLURM_JOB_ID"] = "12x";
-  launch_options q = parse({});
+  launch_options q = parse_with_script({});
   CHECK_THROWS_WITH(detect_scheduler_env(q, env), Catch::Contains("SLURM_JOB_ID=12x"));
 }
 
@@ -227,7 +227,7 @@ env_map kubeflow_v1_6(int rank) {
 
 TEST_CASE("Kubernetes: node-level MASTER_ADDR/WORLD_SIZE/RANK derive a static rendezvous") {
   for (int rank : {0, 1}) {
-    launch_options o = parse({"--nproc-per-node=2"});
+    launch_options o = parse_with_script({"--nproc-per-node=2"});
     scheduler_env s = detect_scheduler_env(o, kubeflow_v1_6(rank));
     CHECK(s.scheduler == "kubernetes");
     CHECK(o.nnodes == "2");
@@ -256,7 +256,7 @@ TEST_CASE("Kubernetes: from v1.7 the PET variables are flags and WORLD_SIZE is p
   env["PET_NNODES"] = "2";
   env["PET_NPROC_PER_NODE"] = "2";
   env["PET_NODE_RANK"] = "1";
-  launch_options o = parse({});
+  launch_options o = parse_with_script({});
   CHECK(o.given.at("nnodes") == "PET_NNODES");
   scheduler_env s = detect_scheduler_env(o, env);
   CHECK(o.nnodes == "2");
@@ -267,14 +267,14 @@ TEST_CASE("Kubernetes: from v1.7 the PET variables are flags and WORLD_SIZE is p
   CHECK(s.warnings.empty());
 
   env["WORLD_SIZE"] = "7";
-  launch_options p = parse({});
+  launch_options p = parse_with_script({});
   CHECK(detect_scheduler_env(p, env).warnings.size() == 1);
 }
 
 TEST_CASE("Kubernetes: the old operator's PET_N_PROC_PER_NODE is honoured") {
   env_map env = kubeflow_v1_6(0);
   env["PET_N_PROC_PER_NODE"] = "3";
-  launch_options o = parse({});
+  launch_options o = parse_with_script({});
   scheduler_env s = detect_scheduler_env(o, env);
   CHECK(o.nproc_per_node == "3");
   CHECK(source_of(s, "nproc-per-node") == "PET_N_PROC_PER_NODE");
@@ -283,7 +283,7 @@ TEST_CASE("Kubernetes: the old operator's PET_N_PROC_PER_NODE is honoured") {
 TEST_CASE("Kubernetes: inside a torchrun worker the variables are per-process: ignored") {
   env_map env = kubeflow_v1_6(1);
   env["LOCAL_RANK"] = "0";
-  launch_options o = parse({});
+  launch_options o = parse_with_script({});
   CHECK(detect_scheduler_env(o, env).scheduler.empty());
   CHECK(o.nnodes == "1:1");
 }
@@ -291,13 +291,13 @@ TEST_CASE("Kubernetes: inside a torchrun worker the variables are per-process: i
 TEST_CASE("Kubernetes: a rank beyond the node count is refused") {
   env_map env = kubeflow_v1_6(1);
   env["RANK"] = "5";
-  launch_options o = parse({});
+  launch_options o = parse_with_script({});
   CHECK_THROWS_WITH(detect_scheduler_env(o, env), Catch::Contains("RANK=5"));
 }
 
 TEST_CASE("the flags given are recorded with where they came from") {
   env_guard pet("PET_MAX_RESTARTS", "3");
-  launch_options o = parse({"--nproc_per_node", "2", "-m"});
+  launch_options o = parse_with_script({"--nproc_per_node", "2", "-m"});
   CHECK(o.given.at("nproc-per-node") == "command line");
   CHECK(o.given.at("module") == "command line");
   CHECK(o.given.at("max-restarts") == "PET_MAX_RESTARTS");

@@ -3,12 +3,12 @@
 #include "launcher/slurm_hostlist.h"
 
 using namespace dtrun::launcher;
-using hosts = std::vector<std::string>;
+using host_names = std::vector<std::string>;
 
 TEST_CASE("Slurm host lists expand as scontrol show hostnames does") {
   struct row {
     const char* text;
-    hosts expected;
+    host_names expected;
   };
   const row table[] = {
       {"node1", {"node1"}},

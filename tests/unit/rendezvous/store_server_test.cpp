@@ -11,6 +11,7 @@
 #include <boost/asio/write.hpp>
 
 #include "server_fixture.h"
+#include "tests/unit/rendezvous/dialect_names.h"
 
 using namespace dtrun::rendezvous;
 using boost::asio::ip::tcp;
@@ -68,8 +69,8 @@ class raw_client {
   tcp::socket socket_;
 };
 
-constexpr auto v1 = wire::dialect::v1_13;
-constexpr auto v2 = wire::dialect::v2;
+using testing::v1;
+using testing::v2;
 
 void validate(raw_client& c) { c.send(v2, {.kind = wire::op::validate, .nonce = wire::validation_magic}); }
 

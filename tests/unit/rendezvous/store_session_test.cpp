@@ -7,13 +7,14 @@
 #include <new>
 
 #include "rendezvous/store_session.h"
+#include "tests/unit/rendezvous/dialect_names.h"
 
 using namespace dtrun::rendezvous;
 
 namespace {
 
-constexpr auto v1 = wire::dialect::v1_13;
-constexpr auto v2 = wire::dialect::v2;
+using testing::v1;
+using testing::v2;
 
 // The I/O side, by hand: output stays unsent until the test reads it, and
 // close_soon is recorded, as the server posts it.
