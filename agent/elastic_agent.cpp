@@ -419,6 +419,7 @@ class elastic_agent::impl {
                          stacks_file(w.local_rank)});
     }
     stacks_->capture(std::move(targets), [this](std::vector<captured_stack> stacks) {
+      if (!stacks.empty()) stacks_written_ = true;  // the stacks-<n>.txt files dtrun names
       auto waiters = std::move(capture_waiters_);
       capture_waiters_.clear();
       for (auto& waiter : waiters) waiter(stacks);
@@ -737,6 +738,7 @@ class elastic_agent::impl {
                     w.watchdog_signal != 0 && status.signal == w.watchdog_signal ? w.hang
                                                                                  : std::string()},
         phase_ == phase::stopping, stop_signal_, [] {});
+    if (record && !record->error_file.empty()) error_file_named_ = true;
     if (phase_ == phase::running) {
       if (!status.ok()) {
         std::string why = record && !record->message.empty() ? ": " + record->message : "";
@@ -942,6 +944,7 @@ class elastic_agent::impl {
     if (phase_ == phase::done) return;
     phase_ = phase::done;
     exit_code_ = code;
+    keep_named_files(code);
     reporter_.agent_exiting(code);
     cancel_stop_timer();
     watchdog_.reset();  // closes and removes the pipe
@@ -951,6 +954,20 @@ class elastic_agent::impl {
     // The signal set stays installed until the agent is destroyed, so a
     // late Ctrl-C cannot kill the agent halfway through its teardown.
     io_.stop();
+  }
+
+  // Without --log-dir the run folder is temporary, but what dtrun named in
+  // it must outlive dtrun: the stacks-<n>.txt files of a hang summary or of
+  // `dtrun stacks`, and the error.json a failure summary shows.
+  void keep_named_files(int code) {
+    if (!remove_run_dir_ || run_dir_.empty()) return;
+    const char* why = stacks_written_                  ? "it holds the stacks files dtrun named"
+                      : code != 0 && error_file_named_ ? "it holds the error file named above"
+                                                       : nullptr;
+    if (why == nullptr) return;
+    remove_run_dir_ = false;
+    log(fmt::format("run folder: {} (kept: {}; choose the folder with --log-dir)",
+                    printable(run_dir_), why));
   }
 
   void cancel_stop_timer() {
@@ -983,6 +1000,8 @@ class elastic_agent::impl {
   int published_round_ = -1;
   std::string run_dir_;
   bool remove_run_dir_ = false;
+  bool stacks_written_ = false;    // a capture wrote stacks-<n>.txt files
+  bool error_file_named_ = false;  // a failed worker left an error file
 
   phase phase_ = phase::starting;
   std::vector<worker> workers_;

@@ -203,6 +203,20 @@ nlohmann::json to_json(const rendezvous::store_access_options& a) {
 launch_config resolve_launch_config(const launch_options& o, const agent::env_map& env) {
   launch_config c;
   c.nnodes = naming_the_variable(o, "nnodes", [&] { return parse_nnodes(o.nnodes); });
+  if (o.standalone && (c.nnodes.min != 1 || c.nnodes.max != 1)) {
+    // torchrun accepts this and waits for nodes that can never reach its
+    // private store (localhost, a random port) until the join timeout;
+    // dtrun used to run one node's workers while saying nnodes 2.
+    auto source = o.given.find("nnodes");
+    std::string flag = source != o.given.end() && source->second.rfind("PET_", 0) == 0
+                           ? source->second + " (--nnodes)"
+                           : std::string("--nnodes");
+    throw usage_error(fmt::format(
+        "--standalone runs a single node, but {}={} asks for more; for several nodes drop "
+        "--standalone and give every node --rdzv-endpoint=HOST:PORT --rdzv-id=ID, for one "
+        "node drop {}",
+        flag, o.nnodes, flag));
+  }
   const std::string root = system_root(env);
   const bool wants_devices = o.nproc_per_node == "gpu" || o.nproc_per_node == "xpu" ||
                              o.nproc_per_node == "auto" || !o.numa_binding.empty();
