@@ -736,7 +736,8 @@ class elastic_agent::impl {
                         ? w.watchdog
                         : std::string(),
                     w.watchdog_signal != 0 && status.signal == w.watchdog_signal ? w.hang
-                                                                                 : std::string()},
+                                                                                 : std::string(),
+                    options_.interpreter},
         phase_ == phase::stopping, stop_signal_, [] {});
     if (record && !record->error_file.empty()) error_file_named_ = true;
     if (phase_ == phase::running) {

@@ -110,6 +110,9 @@ struct launch_options {
 
   std::string script;
   std::vector<std::string> script_args;
+  // torchrun flags written after the script (they go to the script, as
+  // with torchrun): warned about (launcher/usage_hints.h).
+  std::vector<std::string> flags_after_script;
 };
 
 struct parse_result {

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "agent/cpu_list.h"
 #include "agent/exit_status.h"
@@ -335,6 +336,14 @@ launch_config resolve_launch_config(const launch_options& o, const agent::env_ma
     c.args.push_back(o.script);
     c.args.insert(c.args.end(), o.script_args.begin(), o.script_args.end());
   }
+  if (!o.flags_after_script.empty()) {
+    c.warnings.push_back(fmt::format(
+        "{} after the script go{} to the script, not to dtrun (as with torchrun); put dtrun's "
+        "flags before {} (or write 'dtrun [OPTIONS] -- {} ...' to pass them on without this "
+        "warning)",
+        fmt::join(o.flags_after_script, ", "), o.flags_after_script.size() == 1 ? "es" : "",
+        o.script, o.script));
+  }
   if (c.nproc_per_node > 1 && env.count("OMP_NUM_THREADS") == 0) {
     c.warnings.push_back(
         "OMP_NUM_THREADS is not set; each worker gets OMP_NUM_THREADS=1 (as with torchrun) so "
@@ -355,7 +364,8 @@ nlohmann::json to_json(const launch_config& c, const agent::env_map& env) {
   }
   nlohmann::json signals = nlohmann::json::array();
   for (int sig : c.signals) signals.push_back(agent::signal_name(sig));
-  nlohmann::json argv = nlohmann::json::array({c.program});
+  nlohmann::json argv =
+      nlohmann::json::array({c.program_path.empty() ? c.program : c.program_path});
   for (const auto& a : c.args) argv.push_back(a);
   nlohmann::json out = {
       {"nnodes", {{"min", c.nnodes.min}, {"max", c.nnodes.max}}},
