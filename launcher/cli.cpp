@@ -78,7 +78,9 @@ void define_flags(CLI::App& app, launch_options& o) {
   add_flag(app, "standalone", o.standalone,
            "Single node: a private store on 127.0.0.1 with a free port and a fresh run id")
       ->group(group_rdzv);
-  add_option(app, "rdzv-backend", o.rdzv_backend, "Rendezvous backend (static, c10d)")
+  add_option(app, "rdzv-backend", o.rdzv_backend,
+             "Rendezvous backend (static, c10d, etcd-v3, etcd, etcd-v2): the etcd names all "
+             "speak etcd's v3 API")
       ->group(group_rdzv);
   add_option(app, "rdzv-endpoint", o.rdzv_endpoint, "Rendezvous store, host[:port]")
       ->group(group_rdzv);
@@ -135,8 +137,9 @@ void define_flags(CLI::App& app, launch_options& o) {
       ->group(group_supervision);
   add_option(app, "metrics-port", o.metrics_port,
              "Serve Prometheus metrics on /metrics and the status on /status at this port "
-             "(0: any free port, printed)")
+             "(0: any free port, printed; default: no metrics server)")
       ->check(whole_number("--metrics-port", 0, max_port))
+      ->default_str("")  // -1 is the internal 'off', not a port to show
       ->group(group_supervision);
   add_option(app, "metrics-host", o.metrics_host,
              "Address the metrics server listens on (default 127.0.0.1: this machine only)")
@@ -476,7 +479,12 @@ parse_result parse_command_line(const std::vector<std::string>& args) {
       "Then the program: script.py [args...], -m module [args...], or --no-python program\n"
       "[args...]. Everything from the script on goes to the workers untouched; a '--' may\n"
       "separate it from dtrun's flags. Every flag also reads PET_<FLAG> from the environment\n"
-      "(e.g. PET_NPROC_PER_NODE); the command line wins.");
+      "(e.g. PET_NPROC_PER_NODE); the command line wins.\n"
+      "\n"
+      "Commands, as the first word (each has --help):\n"
+      "  dtrun status [--json] [--watch]   the running jobs of this user: nodes, workers\n"
+      "  dtrun stacks [--agent PID]        every rank's Python stacks, without stopping it\n"
+      "  dtrun help                        this help");
   app.get_formatter()->column_width(34);
   // A repeated flag: the last one wins, as with torchrun (argparse).
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);

@@ -338,3 +338,27 @@ def test_standalone_with_one_node_is_fine(nnodes):
     r = dh.run(["--standalone", f"--nnodes={nnodes}", "--dry-run", "--no-python", "/bin/true"])
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["nnodes"] == {"min": 1, "max": 1}
+
+
+def test_help_lists_the_commands_every_backend_and_no_internal_defaults():
+    # Issue 33: dtrun status/stacks appeared nowhere in --help, the backends
+    # listed only static and c10d, --metrics-port showed its internal -1.
+    text = dh.run(["--help"]).stdout
+    for command in ("dtrun status", "dtrun stacks", "dtrun help"):
+        assert f"\n  {command} " in text, command
+    assert "Rendezvous backend (static, c10d, etcd-v3, etcd, etcd-v2)" in text
+    metrics = next(line for line in text.splitlines() if "--metrics-port" in line)
+    assert "-1" not in metrics, metrics
+
+
+def test_completion_reads_the_backends_and_completes_no_file_for_a_number():
+    # packaging/cli_help.py derives what each flag's value completes to
+    # from --help: --hang-timeout ("... heartbeat file ...") took file names.
+    sys.path.insert(0, str(dh.SOURCE_DIR / "packaging"))
+    import cli_help
+    options, _ = cli_help.parse_options(dh.run(["--help"]).stdout)
+    by_name = {n: o for o in options for n in o.names}
+    assert by_name["--rdzv-backend"].choices == ["static", "c10d", "etcd-v3", "etcd", "etcd-v2"]
+    assert by_name["--hang-timeout"].kind == ""
+    assert by_name["--log-dir"].kind == "dir"
+    assert by_name["--event-log"].kind == "file"
