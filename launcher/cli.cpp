@@ -120,6 +120,12 @@ void define_flags(CLI::App& app, launch_options& o) {
                  "else 30)")
       ->check(seconds_within("--shutdown-timeout", stop_timeout_limits))
       ->group(group_supervision);
+  add_option(app, "exit-barrier-timeout", o.exit_barrier_timeout,
+             "Seconds a node whose workers all succeeded waits for the other nodes to finish "
+             "(the same as --rdzv-conf exit_barrier_timeout; default 300)")
+      ->check(seconds_within("--exit-barrier-timeout", {false, max_duration_s}))
+      ->default_str("")
+      ->group(group_supervision);
   add_option(app, "signals-to-handle", o.signals_to_handle,
              "Signals forwarded to the workers (SIGINT, SIGTERM, SIGHUP and SIGQUIT always are)")
       ->group(group_supervision);

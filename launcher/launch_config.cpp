@@ -247,6 +247,7 @@ launch_config resolve_launch_config(const launch_options& o, const agent::env_ma
     multi_node->rendezvous.store_access = c.store_access;
     c.store_host = multi_node->rendezvous.endpoint_host;
     c.store_port = multi_node->rendezvous.endpoint_port;
+    c.warnings.insert(c.warnings.end(), multi_node->warnings.begin(), multi_node->warnings.end());
     c.multi_node = std::move(multi_node);
   } else {
     // One node and nobody to meet: the same as --standalone, but an
