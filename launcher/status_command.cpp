@@ -216,6 +216,8 @@ int run_status_command(int argc, char** argv) {
   }
 }
 
+namespace {
+
 // Each agent's run id, asked of the agent ("?" when it does not answer).
 std::map<int, std::string> runs_of(const std::vector<agent::agent_endpoint>& agents) {
   std::map<int, std::string> runs;
@@ -237,6 +239,8 @@ std::size_t distinct_runs(const std::map<int, std::string>& runs) {
   for (const auto& [agent_pid, run] : runs) distinct.insert(run);
   return distinct.size();
 }
+
+}  // namespace
 
 int run_stacks_command(int argc, char** argv) {
   CLI::App app("Print the Python stacks of the workers of the running dtrun jobs.", "dtrun stacks");
