@@ -419,6 +419,7 @@ class elastic_agent::impl {
                          stacks_file(w.local_rank)});
     }
     stacks_->capture(std::move(targets), [this](std::vector<captured_stack> stacks) {
+      if (!stacks.empty()) stacks_written_ = true;  // the stacks-<n>.txt files dtrun names
       auto waiters = std::move(capture_waiters_);
       capture_waiters_.clear();
       for (auto& waiter : waiters) waiter(stacks);
@@ -587,6 +588,9 @@ class elastic_agent::impl {
       if (error) {
         try {
           std::rethrow_exception(error);
+        } catch (const rendezvous::job_stopped_error& e) {
+          stopped_elsewhere(e.who);
+          return;
         } catch (const rendezvous::job_failed_error& e) {
           log_error(e.what());
           auto outcome = fmt::format("failed on another node, --max-restarts={} used up",
@@ -685,6 +689,8 @@ class elastic_agent::impl {
     // Another node failed, died or wants in: stop ours and meet again.
     rendezvous_.watch_round([this](std::string reason) {
       if (phase_ != phase::running && phase_ != phase::exiting) return;
+      const std::string stopped = rendezvous::job_stopped_prefix;
+      if (reason.rfind(stopped, 0) == 0) return stopped_elsewhere(reason.substr(stopped.size()));
       log(fmt::format("the group must restart: {}; stopping the workers to rejoin", reason));
       reporter_.membership_change(reason);
       round_over_ = true;
@@ -735,8 +741,10 @@ class elastic_agent::impl {
                         ? w.watchdog
                         : std::string(),
                     w.watchdog_signal != 0 && status.signal == w.watchdog_signal ? w.hang
-                                                                                 : std::string()},
+                                                                                 : std::string(),
+                    options_.interpreter},
         phase_ == phase::stopping, stop_signal_, [] {});
+    if (record && !record->error_file.empty()) error_file_named_ = true;
     if (phase_ == phase::running) {
       if (!status.ok()) {
         std::string why = record && !record->message.empty() ? ": " + record->message : "";
@@ -762,6 +770,10 @@ class elastic_agent::impl {
       signal_workers(sig);
       return;
     }
+    // Ctrl-C is a person stopping the job: every node stops, not just this
+    // one (docs/agent.md, "Signals on several nodes"). Other signals make
+    // this node leave, as torchrun's.
+    if (sig == SIGINT && phase_ != phase::done && !job_stop_sent_) stop_the_job(sig);
     switch (phase_) {
       case phase::running:
         stop_signal_ = sig;
@@ -770,7 +782,7 @@ class elastic_agent::impl {
         begin_stop(sig);
         break;
       case phase::stopping:
-        if (stop_signal_ != 0) {
+        if (stop_signal_ != 0 && !stopped_elsewhere_) {
           // A second Ctrl-C means "now".
           log(fmt::format("received {} again; killing the workers", signal_name(sig)));
           signal_workers(SIGKILL);
@@ -781,6 +793,7 @@ class elastic_agent::impl {
                           "after them",
                           signal_name(sig)));
           stop_signal_ = sig;
+          stopped_elsewhere_ = false;  // the next one here means "now"
           signal_workers(sig);
         }
         break;
@@ -788,10 +801,52 @@ class elastic_agent::impl {
       case phase::rendezvous:
       case phase::exiting:
         log(fmt::format("received {}; exiting", signal_name(sig)));
-        finish(128 + sig);
+        stop_signal_ = sig;
+        finish_after_job_stop(128 + sig);
         break;
       case phase::done:
         break;
+    }
+  }
+
+  // Tells every other node that a person stopped the job here; finishing
+  // waits until the store has it (finish_after_job_stop), so the store's
+  // host does not close the store first.
+  void stop_the_job(int sig) {
+    job_stop_sent_ = true;
+    job_stop_stored_ = false;
+    rendezvous_.stop_job(fmt::format("by {} (Ctrl-C there)", signal_name(sig)), [this] {
+      job_stop_stored_ = true;
+      if (finish_pending_) finish(*std::exchange(finish_pending_, std::nullopt));
+    });
+  }
+
+  void finish_after_job_stop(int code) {
+    if (job_stop_sent_ && !job_stop_stored_) {
+      finish_pending_ = code;
+      return;
+    }
+    finish(code);
+  }
+
+  // Another node's Ctrl-C ended the job: stop ours and exit as it did.
+  void stopped_elsewhere(const std::string& who) {
+    log(fmt::format("the job was stopped on {}; stopping the workers", printable(who)));
+    reporter_.group_stopping(fmt::format("stopped on {}", who));
+    stop_signal_ = SIGINT;
+    stopped_elsewhere_ = true;  // not this node's Ctrl-C: a signal here is not a second one
+    // Finishing waits until the store counts us in (finish_after_job_stop):
+    // the node that stopped the job keeps the store for us until then.
+    job_stop_sent_ = true;
+    job_stop_stored_ = false;
+    rendezvous_.stop_seen([this] {
+      job_stop_stored_ = true;
+      if (finish_pending_) finish(*std::exchange(finish_pending_, std::nullopt));
+    });
+    if (phase_ == phase::running) {
+      begin_stop(SIGTERM);
+    } else {
+      finish_after_job_stop(128 + SIGINT);
     }
   }
 
@@ -833,7 +888,7 @@ class elastic_agent::impl {
     cancel_stop_timer();
     end_round();
     if (stop_signal_ != 0) {
-      finish(128 + stop_signal_);
+      finish_after_job_stop(128 + stop_signal_);
       return;
     }
     if (!failure_ && round_over_) {
@@ -876,7 +931,7 @@ class elastic_agent::impl {
 
   void decide_restart() {
     if (stop_signal_ != 0) {  // a signal came while we waited for the count
-      finish(128 + stop_signal_);
+      finish_after_job_stop(128 + stop_signal_);
       return;
     }
     int restarts = *job_restarts_;
@@ -942,6 +997,7 @@ class elastic_agent::impl {
     if (phase_ == phase::done) return;
     phase_ = phase::done;
     exit_code_ = code;
+    keep_named_files(code);
     reporter_.agent_exiting(code);
     cancel_stop_timer();
     watchdog_.reset();  // closes and removes the pipe
@@ -951,6 +1007,20 @@ class elastic_agent::impl {
     // The signal set stays installed until the agent is destroyed, so a
     // late Ctrl-C cannot kill the agent halfway through its teardown.
     io_.stop();
+  }
+
+  // Without --log-dir the run folder is temporary, but what dtrun named in
+  // it must outlive dtrun: the stacks-<n>.txt files of a hang summary or of
+  // `dtrun stacks`, and the error.json a failure summary shows.
+  void keep_named_files(int code) {
+    if (!remove_run_dir_ || run_dir_.empty()) return;
+    const char* why = stacks_written_                  ? "it holds the stacks files dtrun named"
+                      : code != 0 && error_file_named_ ? "it holds the error file named above"
+                                                       : nullptr;
+    if (why == nullptr) return;
+    remove_run_dir_ = false;
+    log(fmt::format("run folder: {} (kept: {}; choose the folder with --log-dir)",
+                    printable(run_dir_), why));
   }
 
   void cancel_stop_timer() {
@@ -983,6 +1053,14 @@ class elastic_agent::impl {
   int published_round_ = -1;
   std::string run_dir_;
   bool remove_run_dir_ = false;
+  // Ctrl-C here: the job's stop was sent to the other nodes / is stored;
+  // a finish that waits for it.
+  bool job_stop_sent_ = false;
+  bool job_stop_stored_ = false;
+  std::optional<int> finish_pending_;
+  bool stopped_elsewhere_ = false;  // another node's Ctrl-C stopped the job
+  bool stacks_written_ = false;    // a capture wrote stacks-<n>.txt files
+  bool error_file_named_ = false;  // a failed worker left an error file
 
   phase phase_ = phase::starting;
   std::vector<worker> workers_;

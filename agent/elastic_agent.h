@@ -40,6 +40,9 @@ struct agent_options {
   // The script, module or program as the user named it, for the failure
   // summary; empty: `program`.
   std::string script_name;
+  // The interpreter of Python workers and what chose it, for failure
+  // hints ("/usr/bin/python3 (python3 on PATH)"); empty: not Python.
+  std::string interpreter;
   // Per-worker argument and environment edits (legacy launch, templates).
   worker_customization worker_args;
   // Each local rank's CPUs (--numa-binding); empty: no binding.

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "agent/event_log.h"
+#include "agent/failure_hint.h"
 #include "rendezvous/printable.h"
 
 namespace dtrun::agent {
@@ -111,7 +112,7 @@ json to_json(const failure_record& r) {
          {"message", r.message},       {"traceback", r.traceback}, {"error_file", r.error_file},
          {"error_file_problem", r.error_file_problem}, {"log_file", r.log_file},
          {"log_tail", r.log_tail},     {"watchdog", r.watchdog},
-         {"hang", r.hang}};
+         {"hang", r.hang},             {"hint", r.hint}};
   j["error_time"] = r.error_time ? json(*r.error_time) : json(nullptr);
   return j;
 }
@@ -139,6 +140,7 @@ std::optional<failure_record> failure_from_json(std::string_view text) {
   get_text(j, "log_file", r.log_file, max_record_text);
   get_text(j, "watchdog", r.watchdog, max_record_text);
   get_text(j, "hang", r.hang, max_record_text);
+  get_text(j, "hint", r.hint, max_record_text);
   if (auto tail = j.find("log_tail"); tail != j.end() && tail->is_array()) {
     for (const auto& line : *tail) {
       if (line.is_string() && r.log_tail.size() < max_record_lines) {
@@ -218,6 +220,7 @@ failure_record make_failure_record(const worker_exit& e, const error_file_limits
       r.log_tail = read_log_tail(log);
     }
   }
+  r.hint = failure_hint(r, e.interpreter, own_cgroup_dir());
   return r;
 }
 
@@ -268,7 +271,7 @@ std::string format_summary(const std::vector<failure_record>& failures, const su
     if (!root.error_file_problem.empty()) {
       out += fmt::format("  error_file: {} is unusable: {}; ignored\n", printable(root.error_file),
                          printable(root.error_file_problem));
-    } else if (root.hang.empty()) {
+    } else if (root.hang.empty() && root.hint.empty()) {
       out += "  error     : no error file (decorate the entrypoint with torch.distributed.elastic."
              "multiprocessing.errors.record to see the exception here)\n";
     }
@@ -285,6 +288,7 @@ std::string format_summary(const std::vector<failure_record>& failures, const su
           printable(root.host));
     }
   }
+  if (!root.hint.empty()) out += fmt::format("  hint      : {}\n", printable(root.hint));
   std::vector<const failure_record*> others;
   for (std::size_t i = 0; i < failures.size(); ++i) {
     if (i != root_index) others.push_back(&failures[i]);

@@ -44,6 +44,7 @@ struct failure_record {
   std::vector<std::string> log_tail;  // its last lines
   std::string watchdog;     // the file-timer watchdog killed it: which deadline
   std::string hang;         // dtrun killed it after a hang (--hang-timeout): where it was
+  std::string hint;         // what to do, by cause (failure_hint.h); empty: none known
 };
 
 nlohmann::json to_json(const failure_record& r);
@@ -69,6 +70,9 @@ struct worker_exit {
   // Set when dtrun killed it after detecting a hang: where it was stuck and
   // where its stacks are.
   std::string hang;
+  // The interpreter that ran it and what chose it ("/usr/bin/python3
+  // (python3 on PATH)"); empty for --no-python programs.
+  std::string interpreter;
 };
 
 // Builds the record: reads the error file and, when there is none, the

@@ -23,7 +23,8 @@ namespace {
 // because of the hook. No imports beyond the ones Python has already made
 // at start-up, except ctypes where Yama asks for PR_SET_PTRACER.
 constexpr const char* hook_source = R"PY(# Written by dtrun, the launcher that started this process; it lets dtrun
-# ask for this process's Python stacks (faulthandler) when the job hangs.
+# ask for this process's Python stacks (faulthandler) when the job hangs,
+# and report a program that cannot start (torch missing, a SyntaxError).
 # It then imports the next sitecustomize on sys.path, as if it were not here.
 import os as _os
 import sys as _sys
@@ -102,6 +103,33 @@ def _dtrun_register():
     _os.write(fd, header.encode("utf-8", "replace"))
 
 
+def _dtrun_report_start_failure(kind, value, tb):
+    # What stops the program before its entry point runs (torch missing
+    # from this interpreter, a script that does not compile) is out of
+    # reach of torch's @record: write the error file @record would have
+    # written, so dtrun's summary shows it. Never over one already there.
+    try:
+        path = _os.environ.get("TORCHELASTIC_ERROR_FILE", "")
+        name = getattr(value, "name", None) or ""
+        torch_missing = isinstance(value, ImportError) and (
+            name == "torch" or name.startswith("torch."))
+        if path and (torch_missing or isinstance(value, SyntaxError)):
+            import json
+            import time
+            import traceback
+            record = {"message": {
+                "message": "%s: %s" % (kind.__name__, value),
+                "extraInfo": {
+                    "py_callstack": "".join(traceback.format_exception(kind, value, tb)),
+                    "timestamp": str(int(time.time()))}}}
+            fd = _os.open(path, _os.O_WRONLY | _os.O_CREAT | _os.O_EXCL | _os.O_CLOEXEC, 0o644)
+            with _os.fdopen(fd, "w") as f:
+                json.dump(record, f)
+    except Exception:
+        pass
+    _dtrun_excepthook(kind, value, tb)
+
+
 def _dtrun_restore_pythonpath(here):
     # The agent put our directory first on PYTHONPATH only to get here:
     # the program (and what it starts) sees the PYTHONPATH it was given,
@@ -151,6 +179,9 @@ try:
     _dtrun_chain()
 except Exception:
     pass
+# After the chained sitecustomize, which may install its own (apport's).
+_dtrun_excepthook = _sys.excepthook
+_sys.excepthook = _dtrun_report_start_failure
 )PY";
 
 }  // namespace

@@ -12,6 +12,12 @@
 // header names that worker's pid (see stack_capture): an unhandled
 // real-time signal would kill it.
 //
+// It also wraps sys.excepthook: an uncaught ImportError of torch or a
+// SyntaxError (the script never reached an @record entry point) is
+// written, in @record's format, to TORCHELASTIC_ERROR_FILE unless a file
+// is there, so the failure summary names it (and failure_hint.h says what
+// to do) even when the worker's output went only to the console.
+//
 // The hook removes its variables from os.environ, so processes the worker
 // starts (spawned DataLoader workers, subprocesses) do not register on the
 // same file; children it forks inherit the handler, so a fork handler

@@ -1,8 +1,11 @@
 #include "launcher/cli.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <optional>
 #include <regex>
 #include <set>
 
@@ -11,6 +14,7 @@
 
 #include "launcher/build_version.h"
 #include "launcher/number_checks.h"
+#include "launcher/usage_hints.h"
 
 namespace dtrun::launcher {
 namespace {
@@ -74,7 +78,9 @@ void define_flags(CLI::App& app, launch_options& o) {
   add_flag(app, "standalone", o.standalone,
            "Single node: a private store on 127.0.0.1 with a free port and a fresh run id")
       ->group(group_rdzv);
-  add_option(app, "rdzv-backend", o.rdzv_backend, "Rendezvous backend (static, c10d)")
+  add_option(app, "rdzv-backend", o.rdzv_backend,
+             "Rendezvous backend (static, c10d, etcd-v3, etcd, etcd-v2): the etcd names all "
+             "speak etcd's v3 API")
       ->group(group_rdzv);
   add_option(app, "rdzv-endpoint", o.rdzv_endpoint, "Rendezvous store, host[:port]")
       ->group(group_rdzv);
@@ -114,6 +120,12 @@ void define_flags(CLI::App& app, launch_options& o) {
                  "else 30)")
       ->check(seconds_within("--shutdown-timeout", stop_timeout_limits))
       ->group(group_supervision);
+  add_option(app, "exit-barrier-timeout", o.exit_barrier_timeout,
+             "Seconds a node whose workers all succeeded waits for the other nodes to finish "
+             "(the same as --rdzv-conf exit_barrier_timeout; default 300)")
+      ->check(seconds_within("--exit-barrier-timeout", {false, max_duration_s}))
+      ->default_str("")
+      ->group(group_supervision);
   add_option(app, "signals-to-handle", o.signals_to_handle,
              "Signals forwarded to the workers (SIGINT, SIGTERM, SIGHUP and SIGQUIT always are)")
       ->group(group_supervision);
@@ -131,8 +143,9 @@ void define_flags(CLI::App& app, launch_options& o) {
       ->group(group_supervision);
   add_option(app, "metrics-port", o.metrics_port,
              "Serve Prometheus metrics on /metrics and the status on /status at this port "
-             "(0: any free port, printed)")
+             "(0: any free port, printed; default: no metrics server)")
       ->check(whole_number("--metrics-port", 0, max_port))
+      ->default_str("")  // -1 is the internal 'off', not a port to show
       ->group(group_supervision);
   add_option(app, "metrics-host", o.metrics_host,
              "Address the metrics server listens on (default 127.0.0.1: this machine only)")
@@ -270,11 +283,20 @@ bool looks_like_a_flag(const std::string& arg) {
 // dtrun's part. Which flags take a value is asked of the CLI11 app, so
 // this cannot drift from the definitions above. Unknown flags stay in
 // dtrun's part for CLI11 to reject.
+// A flag and the separate token it took as its value ("--nproc-per-node",
+// "train.py"): when no script is left, the flag may have swallowed it.
+struct taken_value {
+  std::string flag;
+  std::string value;
+};
+
 void split_args(const CLI::App& app, const std::vector<std::string>& args,
-                std::vector<std::string>& own, launch_options& o) {
+                std::vector<std::string>& own, launch_options& o,
+                std::vector<taken_value>& taken, bool& after_separator) {
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
     if (arg == "--") {
+      after_separator = true;
       if (i + 1 < args.size()) {
         o.script = args[i + 1];
         o.script_args.assign(args.begin() + static_cast<std::ptrdiff_t>(i) + 2, args.end());
@@ -311,8 +333,50 @@ void split_args(const CLI::App& app, const std::vector<std::string>& args,
             name, args[i + 1], name));
       }
       own.push_back(args[++i]);
+      taken.push_back({name, args[i]});
     }
   }
+}
+
+// "--nproc-per-node train.py": the flag took the script as its value. Only
+// a value that reads as a script is named (ends in .py), never a number.
+std::optional<std::string> swallowed_script(const std::vector<taken_value>& taken) {
+  for (const auto& t : taken) {
+    if (t.value.size() > 3 && t.value.compare(t.value.size() - 3, 3, ".py") == 0) {
+      return fmt::format(
+          "{} took the script '{}' as its value, so no script is left; give {} its value "
+          "first ({}=VALUE {})",
+          t.flag, t.value, t.flag, t.flag, t.value);
+    }
+  }
+  return std::nullopt;
+}
+
+// Every long flag name, as "--name", the spelling the user wrote first
+// ("--nproc_per_nodes" is told "--nproc_per_node").
+std::vector<std::string> long_flag_names(const CLI::App& app, bool underscores_first) {
+  std::vector<std::string> names;
+  for (const CLI::Option* opt : app.get_options()) {
+    if (opt->get_group().empty()) continue;  // internal flags are not suggested
+    auto lnames = opt->get_lnames();
+    std::stable_sort(lnames.begin(), lnames.end(), [&](const std::string& a, const std::string& b) {
+      bool a_first = (a.find('_') != std::string::npos) == underscores_first;
+      bool b_first = (b.find('_') != std::string::npos) == underscores_first;
+      return a_first && !b_first;
+    });
+    for (const auto& name : lnames) names.push_back("--" + name);
+  }
+  return names;
+}
+
+// "; did you mean --nproc-per-node?" for the first unknown flag close to a
+// known one, else nothing.
+std::string did_you_mean(const CLI::App& app, const std::string& extras) {
+  std::string first = extras.substr(0, extras.find(' '));
+  std::string name = first.substr(0, first.find('='));
+  if (name.rfind("--", 0) != 0) return "";
+  auto near = nearest_word(name, long_flag_names(app, name.find('_') != std::string::npos));
+  return near ? fmt::format("; did you mean {}?", *near) : std::string();
 }
 
 std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
@@ -372,6 +436,44 @@ std::vector<std::string> without_fanout_flags(const CLI::App& app,
   return kept;
 }
 
+bool is_a_file_here(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+// The word where the script goes, when it is no script: Python itself
+// (`dtrun python train.py`, as one would write `python train.py`), or a
+// subcommand misspelt or not in first place (`dtrun statuss`, `dtrun help`).
+// A file of that name is always run as the script.
+void check_script_word(const std::string& word, parse_result& result, const CLI::App& app) {
+  if (names_a_python_interpreter(word)) {
+    throw usage_error(fmt::format(
+        "'{}' is where the script goes: dtrun runs the script with Python itself, as torchrun "
+        "does; write dtrun [OPTIONS] train.py (choose the interpreter with --python={}; "
+        "--no-python runs a program as it is)",
+        word, word));
+  }
+  if (word.find('/') != std::string::npos || word.find('.') != std::string::npos ||
+      is_a_file_here(word)) {
+    return;
+  }
+  if (word == "help") {
+    result.help = true;
+    result.help_text = app.help();
+    return;
+  }
+  if (std::find(subcommands().begin(), subcommands().end(), word) != subcommands().end()) {
+    throw usage_error(fmt::format(
+        "'{}' is not a file here; 'dtrun {}' is a command only as dtrun's first word: run "
+        "dtrun {} [OPTIONS]",
+        word, word, word));
+  }
+  if (auto near = nearest_word(word, subcommands())) {
+    throw usage_error(fmt::format(
+        "'{}' is neither a file here nor a dtrun command; did you mean 'dtrun {}'?", word, *near));
+  }
+}
+
 }  // namespace
 
 parse_result parse_command_line(const std::vector<std::string>& args) {
@@ -383,7 +485,12 @@ parse_result parse_command_line(const std::vector<std::string>& args) {
       "Then the program: script.py [args...], -m module [args...], or --no-python program\n"
       "[args...]. Everything from the script on goes to the workers untouched; a '--' may\n"
       "separate it from dtrun's flags. Every flag also reads PET_<FLAG> from the environment\n"
-      "(e.g. PET_NPROC_PER_NODE); the command line wins.");
+      "(e.g. PET_NPROC_PER_NODE); the command line wins.\n"
+      "\n"
+      "Commands, as the first word (each has --help):\n"
+      "  dtrun status [--json] [--watch]   the running jobs of this user: nodes, workers\n"
+      "  dtrun stacks [--agent PID]        every rank's Python stacks, without stopping it\n"
+      "  dtrun help                        this help");
   app.get_formatter()->column_width(34);
   // A repeated flag: the last one wins, as with torchrun (argparse).
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
@@ -393,7 +500,14 @@ parse_result parse_command_line(const std::vector<std::string>& args) {
                        "Print dtrun's version and the git commit it was built from");
 
   std::vector<std::string> own;
-  split_args(app, args, own, o);
+  std::vector<taken_value> taken;
+  bool after_separator = false;  // "-- script": what follows is meant for it
+  split_args(app, args, own, o, taken, after_separator);
+  // A usage error whose real cause is a flag that took the script.
+  auto or_swallowed = [&](const std::string& message) {
+    if (auto swallowed = swallowed_script(taken)) return *swallowed;
+    return message;
+  };
   const std::vector<std::string> own_tokens = own;  // parse() consumes `own`
   std::reverse(own.begin(), own.end());  // CLI11 consumes from the back
   try {
@@ -410,21 +524,21 @@ parse_result parse_command_line(const std::vector<std::string>& args) {
     // CLI11 says "The following arguments were not expected: --foo".
     std::string line = first_line(e.what());
     std::string extras = line.substr(line.find(':') + 2 <= line.size() ? line.find(':') + 2 : 0);
-    throw usage_error(fmt::format(
-        "unrecognized arguments: {} (run 'dtrun --help' for dtrun's flags; the script's own "
+    throw usage_error(or_swallowed(fmt::format(
+        "unrecognized arguments: {}{} (run 'dtrun --help' for dtrun's flags; the script's own "
         "flags go after the script)",
-        extras));
+        extras, did_you_mean(app, extras))));
   } catch (const CLI::ArgumentMismatch& e) {
     // "--max-restarts" last with no value: CLI11 says "1 required INT:0..1000000 missing".
     std::string line = first_line(e.what());
     throw usage_error(fmt::format("{}: needs a value (run 'dtrun --help')",
                                   line.substr(0, line.find(':'))));
   } catch (const CLI::ParseError& e) {
-    throw usage_error(fmt::format("{} (run 'dtrun --help')", first_line(e.what())));
+    throw usage_error(or_swallowed(fmt::format("{} (run 'dtrun --help')", first_line(e.what()))));
   } catch (const usage_error& e) {
     // A bad number (launcher/number_checks.h). Say so when it came from
     // PET_<FLAG> rather than the command line.
-    throw usage_error(name_the_variable(app, own_tokens, e.what()));
+    throw usage_error(or_swallowed(name_the_variable(app, own_tokens, e.what())));
   }
   record_given(app, own_tokens, o.given);
   o.remote_args = without_fanout_flags(app, own_tokens);
@@ -444,9 +558,11 @@ parse_result parse_command_line(const std::vector<std::string>& args) {
     }
   }
   if (o.script.empty()) {
-    throw usage_error(
-        "no training script given: dtrun [OPTIONS] script.py [args...] (run 'dtrun --help')");
+    throw usage_error(or_swallowed(
+        "no training script given: dtrun [OPTIONS] script.py [args...] (run 'dtrun --help')"));
   }
+  if (!o.no_python && !o.module) check_script_word(o.script, result, app);
+  if (!after_separator) o.flags_after_script = launcher_flags_among(o.script_args);
   return result;
 }
 

@@ -47,6 +47,10 @@ struct launch_options {
   double monitor_interval = 0.1;  // accepted; dtrun reacts to events instead
   std::string start_method = "spawn";  // accepted; only for function entrypoints
   double stop_timeout = 30.0;          // seconds
+  // --exit-barrier-timeout: seconds a node whose workers succeeded waits
+  // for the others (torchrun's --rdzv-conf exit_barrier_timeout, also
+  // proposed as a torchrun flag, pytorch#195543); 0: not given.
+  double exit_barrier_timeout = 0.0;
   std::string signals_to_handle = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
   // Observability (docs/observability.md).
   double hang_timeout = 0.0;  // seconds without progress from any worker; 0: off
@@ -110,6 +114,9 @@ struct launch_options {
 
   std::string script;
   std::vector<std::string> script_args;
+  // torchrun flags written after the script (they go to the script, as
+  // with torchrun): warned about (launcher/usage_hints.h).
+  std::vector<std::string> flags_after_script;
 };
 
 struct parse_result {

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "agent/cpu_list.h"
 #include "agent/exit_status.h"
@@ -203,6 +204,20 @@ nlohmann::json to_json(const rendezvous::store_access_options& a) {
 launch_config resolve_launch_config(const launch_options& o, const agent::env_map& env) {
   launch_config c;
   c.nnodes = naming_the_variable(o, "nnodes", [&] { return parse_nnodes(o.nnodes); });
+  if (o.standalone && (c.nnodes.min != 1 || c.nnodes.max != 1)) {
+    // torchrun accepts this and waits for nodes that can never reach its
+    // private store (localhost, a random port) until the join timeout;
+    // dtrun used to run one node's workers while saying nnodes 2.
+    auto source = o.given.find("nnodes");
+    std::string flag = source != o.given.end() && source->second.rfind("PET_", 0) == 0
+                           ? source->second + " (--nnodes)"
+                           : std::string("--nnodes");
+    throw usage_error(fmt::format(
+        "--standalone runs a single node, but {}={} asks for more; for several nodes drop "
+        "--standalone and give every node --rdzv-endpoint=HOST:PORT --rdzv-id=ID, for one "
+        "node drop {}",
+        flag, o.nnodes, flag));
+  }
   const std::string root = system_root(env);
   const bool wants_devices = o.nproc_per_node == "gpu" || o.nproc_per_node == "xpu" ||
                              o.nproc_per_node == "auto" || !o.numa_binding.empty();
@@ -232,6 +247,7 @@ launch_config resolve_launch_config(const launch_options& o, const agent::env_ma
     multi_node->rendezvous.store_access = c.store_access;
     c.store_host = multi_node->rendezvous.endpoint_host;
     c.store_port = multi_node->rendezvous.endpoint_port;
+    c.warnings.insert(c.warnings.end(), multi_node->warnings.begin(), multi_node->warnings.end());
     c.multi_node = std::move(multi_node);
   } else {
     // One node and nobody to meet: the same as --standalone, but an
@@ -321,6 +337,14 @@ launch_config resolve_launch_config(const launch_options& o, const agent::env_ma
     c.args.push_back(o.script);
     c.args.insert(c.args.end(), o.script_args.begin(), o.script_args.end());
   }
+  if (!o.flags_after_script.empty()) {
+    c.warnings.push_back(fmt::format(
+        "{} after the script go{} to the script, not to dtrun (as with torchrun); put dtrun's "
+        "flags before {} (or write 'dtrun [OPTIONS] -- {} ...' to pass them on without this "
+        "warning)",
+        fmt::join(o.flags_after_script, ", "), o.flags_after_script.size() == 1 ? "es" : "",
+        o.script, o.script));
+  }
   if (c.nproc_per_node > 1 && env.count("OMP_NUM_THREADS") == 0) {
     c.warnings.push_back(
         "OMP_NUM_THREADS is not set; each worker gets OMP_NUM_THREADS=1 (as with torchrun) so "
@@ -341,7 +365,8 @@ nlohmann::json to_json(const launch_config& c, const agent::env_map& env) {
   }
   nlohmann::json signals = nlohmann::json::array();
   for (int sig : c.signals) signals.push_back(agent::signal_name(sig));
-  nlohmann::json argv = nlohmann::json::array({c.program});
+  nlohmann::json argv =
+      nlohmann::json::array({c.program_path.empty() ? c.program : c.program_path});
   for (const auto& a : c.args) argv.push_back(a);
   nlohmann::json out = {
       {"nnodes", {{"min", c.nnodes.min}, {"max", c.nnodes.max}}},

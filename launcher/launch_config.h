@@ -43,6 +43,9 @@ struct launch_config {
   // What each worker runs: the program (a name, resolved on PATH when the
   // launch starts) and its arguments after argv[0].
   std::string program;
+  // `program` found on PATH, absolute (launcher/program_lookup.h); empty
+  // until then, or when it is not found.
+  std::string program_path;
   std::vector<std::string> args;
   // The script, module or program as the user named it (the failure
   // summary's title).

@@ -26,6 +26,7 @@
 #include "launcher/launch_config.h"
 #include "launcher/legacy_launch.h"
 #include "launcher/number_parse.h"
+#include "launcher/program_lookup.h"
 #include "launcher/remote_command.h"
 #include "launcher/rendezvous_config.h"
 #include "launcher/scheduler_env.h"
@@ -56,6 +57,11 @@ int launch_over_ssh(const launcher::launch_options& options, const agent::env_ma
   if (ec) return fail(1, fmt::format("cannot read the current directory: {}", ec.message()));
   auto settings = launcher::resolve_ssh_settings(options, env, self.string(), workdir.string(),
                                                  launcher::random_run_id());
+  if (!options.quiet) {
+    for (const auto& warning : settings.warnings) {
+      fmt::print(stderr, "dtrun: warning: {}\n", printable(warning));
+    }
+  }
   auto plan = launcher::plan_ssh_launch(options, settings);
   if (options.dry_run) {
     for (const auto& host : plan) fmt::print("{}\n", launcher::shell_join(host.ssh_argv));
@@ -116,24 +122,7 @@ int take_stdin_for_agent() {
   return fd;
 }
 
-int launch(const launcher::launch_config& config, const agent::env_map& env,
-           const launcher::launch_options& o) {
-  auto path = env.find("PATH");
-  auto program = agent::resolve_program(config.program, path == env.end() ? "" : path->second);
-  if (!program) {
-    return fail(agent::exit_not_found,
-                config.program_is_python
-                    ? fmt::format("Python interpreter '{}'{} not found on PATH; pass "
-                                  "--python=/path/to/python or set DTRUN_PYTHON",
-                                  config.program,
-                                  config.python_source.empty()
-                                      ? ""
-                                      : fmt::format(" (from {})", config.python_source))
-                    : fmt::format("program '{}' not found on PATH", config.program));
-  }
-  // Checked once here, so a missing or non-executable program is one clear
-  // line and exit 127/126, not one failing worker per rank.
-  if (auto failure = agent::check_program(*program)) return fail(failure->exit_code, failure->error);
+int launch(const launcher::launch_config& config, const launcher::launch_options& o) {
   // --quiet silences warnings and the rendezvous' progress; errors stay.
   agent::agent_log messages(config.report.level);
   for (const auto& warning : config.warnings) messages.info(fmt::format("warning: {}", warning));
@@ -163,7 +152,8 @@ int launch(const launcher::launch_config& config, const agent::env_map& env,
 
   agent::agent_options options;
   options.spec = config.spec;
-  options.program = *program;
+  options.program = config.program_path;
+  options.interpreter = launcher::describe_interpreter(config);
   options.args = config.args;
   options.script_name = config.script;
   options.worker_args = config.worker_args;
@@ -222,6 +212,12 @@ int main(int argc, char** argv) {
     config.worker_args = launcher::resolve_worker_args(parsed.options, env);
     launcher::apply_scheduler_env(scheduler, config);
     launcher::check_worker_args(config);
+    // Found once, before any worker: a missing program or script is one
+    // line and exit 127/126, not one failing worker per rank.
+    auto program_problem = launcher::find_program(config, env);
+    if (program_problem && !parsed.options.dry_run) {
+      return fail(program_problem->exit_code, program_problem->message);
+    }
     if (parsed.options.rdzv_port_via_stdio == "read" && !parsed.options.dry_run) {
       if (!config.multi_node) {
         throw launcher::usage_error("--rdzv-port-via-stdio=read needs a c10d rendezvous");
@@ -233,12 +229,17 @@ int main(int argc, char** argv) {
     if (parsed.options.dry_run) {
       nlohmann::json out = launcher::to_json(config, env);
       launcher::add_scheduler_json(out, scheduler, config);
+      out["program"] = {{"path", config.program_path.empty() ? nlohmann::json()
+                                                             : nlohmann::json(config.program_path)},
+                        {"chosen_by", config.program_is_python ? launcher::interpreter_choice(config)
+                                                               : std::string("--no-python")}};
+      if (program_problem) out["program"]["problem"] = program_problem->message;
       // An argv that is not UTF-8 shows as U+FFFD instead of throwing.
       fmt::print("{}\n", out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
       return 0;
     }
     for (const auto& line : launcher::describe(scheduler)) fmt::print(stderr, "dtrun: {}\n", line);
-    return launch(config, env, parsed.options);
+    return launch(config, parsed.options);
   } catch (const launcher::usage_error& e) {
     return fail(agent::exit_usage, e.what());
   } catch (const std::exception& e) {

@@ -165,6 +165,22 @@ std::optional<multi_node_config> resolve_multi_node(const launch_options& o, int
   r.close_timeout = duration(conf, "close_timeout", seconds(30));
   r.keep_alive_interval = duration(conf, "keep_alive_interval", seconds(5));
   r.exit_barrier_timeout = duration(conf, "exit_barrier_timeout", seconds(300));
+  if (o.exit_barrier_timeout > 0) {  // the flag wins over --rdzv-conf
+    r.exit_barrier_timeout = seconds_to_duration(o.exit_barrier_timeout, "--exit-barrier-timeout",
+                                                 rdzv_duration_limits);
+  }
+  if (backend != "static" && o.node_rank != 0) {
+    auto given = o.given.find("node-rank");
+    if (given != o.given.end() && given->second == "command line") {
+      // As torchrun 2.13 (pytorch#182374). Only from the command line: a
+      // PyTorchJob's PET_NODE_RANK beside c10d is the operator's, not a
+      // mistake of the user's.
+      c.warnings.push_back(fmt::format(
+          "--node-rank={} has no effect with --rdzv-backend={}: the rendezvous assigns each "
+          "node's rank (only the static backend takes --node-rank)",
+          o.node_rank, o.rdzv_backend_given ? o.rdzv_backend : backend));
+    }
+  }
   // Accepted for torchrun compatibility (dtrun derives these), but checked.
   duration(conf, "read_timeout", seconds(60));
   duration(conf, "heartbeat_timeout", seconds(30));
@@ -273,6 +289,7 @@ nlohmann::json to_json(const multi_node_config& c) {
         {"local_addr", r.local_addr},
         {"join_timeout_s", r.join_timeout.count() / 1000.0},
         {"last_call_timeout_s", r.last_call_timeout.count() / 1000.0},
+        {"exit_barrier_timeout_s", r.exit_barrier_timeout.count() / 1000.0},
         {"keep_alive_interval_s", r.keep_alive_interval.count() / 1000.0},
         {"keep_alive_max_attempt", r.keep_alive_max_attempt},
         {"worker_store", r.workers_use_agent_store ? "agent" : "rank0"},
@@ -287,6 +304,7 @@ nlohmann::json to_json(const multi_node_config& c) {
       {"local_addr", r.local_addr},
       {"join_timeout_s", r.join_timeout.count() / 1000.0},
       {"last_call_timeout_s", r.last_call_timeout.count() / 1000.0},
+      {"exit_barrier_timeout_s", r.exit_barrier_timeout.count() / 1000.0},
       {"keep_alive_interval_s", r.keep_alive_interval.count() / 1000.0},
       {"keep_alive_max_attempt", r.keep_alive_max_attempt},
       {"worker_store", r.workers_use_agent_store ? "agent" : "rank0"},

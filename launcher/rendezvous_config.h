@@ -34,6 +34,8 @@ struct multi_node_config {
   std::optional<rendezvous::etcd_options> etcd;
   // Which setting decided that this node hosts the store, for --dry-run.
   std::string host_decided_by;
+  // One line each, said before the launch (a flag that has no effect here).
+  std::vector<std::string> warnings;
 };
 
 // "k=v,k=v" -> map. Throws usage_error on a malformed pair.

@@ -57,7 +57,16 @@ ssh_launch_settings resolve_ssh_settings(const launch_options& o,
         "give --rdzv-endpoint too)");
   }
   if (!o.ssh.empty()) s.ssh_words = split_ssh_command(o.ssh);
-  s.env = select_exports(env, parse_export_list(o.export_vars));
+  const auto exports = parse_export_list(o.export_vars);
+  s.env = select_exports(env, exports);
+  for (const auto& name : exports) {
+    if (name.find('=') == std::string::npos && env.count(name) == 0) {
+      s.warnings.push_back(fmt::format(
+          "--export {}: not set here, so the hosts do not get it; export it first or write "
+          "--export {}=VALUE",
+          name, name));
+    }
+  }
   s.remote_dtrun = o.remote_dtrun.empty() ? self : o.remote_dtrun;
   s.workdir = workdir;
   s.run_id = o.rdzv_id != "none" && !o.rdzv_id.empty() ? o.rdzv_id : run_id;

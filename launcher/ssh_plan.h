@@ -47,6 +47,9 @@ struct ssh_launch_settings {
   std::string remote_dtrun;
   std::string workdir;
   std::string run_id;
+  // One line each, said before the launch: --export names that are not set
+  // here (nothing is sent for them).
+  std::vector<std::string> warnings;
 };
 
 // The hosts and settings from --hosts/--hostfile, --ssh, --export and

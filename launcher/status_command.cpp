@@ -1,8 +1,12 @@
 #include "launcher/status_command.h"
 
+#include <unistd.h>
+
 #include <charconv>
 #include <chrono>
 #include <cstdio>
+#include <map>
+#include <set>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -196,9 +200,14 @@ int run_status_command(int argc, char** argv) {
   // Redrawn until Ctrl-C (the default SIGINT action ends us; nothing to
   // clean up).
   auto period = std::chrono::duration<double>(o.watch_seconds);
+  const bool tty = ::isatty(STDOUT_FILENO) == 1;
+  bool first = true;
   while (true) {
     auto g = gather(o);
-    std::string out = "\x1b[H\x1b[2J";  // home, clear screen
+    // A terminal is redrawn; a pipe or file gets plain snapshots, one after
+    // the other, without escape codes.
+    std::string out = tty ? "\x1b[H\x1b[2J" : first ? "" : "\n";  // home, clear screen
+    first = false;
     if (show(o, g, out) == exit_no_job) out += std::string(no_job_hint) + "\n";
     for (const auto& e : g.errors) out += printable(e) + "\n";
     std::fputs(out.c_str(), stdout);
@@ -207,6 +216,32 @@ int run_status_command(int argc, char** argv) {
   }
 }
 
+namespace {
+
+// Each agent's run id, asked of the agent ("?" when it does not answer).
+std::map<int, std::string> runs_of(const std::vector<agent::agent_endpoint>& agents) {
+  std::map<int, std::string> runs;
+  for (const auto& a : agents) {
+    runs[a.pid] = "?";
+    try {
+      auto reply = agent::ask_agent(a.path, {{"op", "status"}}, status_timeout);
+      std::string error;
+      if (auto s = agent::from_json(reply, error)) runs[a.pid] = s->run_id;
+    } catch (const std::exception&) {
+      // Listed as "?": the stacks request would fail on it too, and say why.
+    }
+  }
+  return runs;
+}
+
+std::size_t distinct_runs(const std::map<int, std::string>& runs) {
+  std::set<std::string> distinct;
+  for (const auto& [agent_pid, run] : runs) distinct.insert(run);
+  return distinct.size();
+}
+
+}  // namespace
+
 int run_stacks_command(int argc, char** argv) {
   CLI::App app("Print the Python stacks of the workers of the running dtrun jobs.", "dtrun stacks");
   bool json = false;
@@ -214,6 +249,9 @@ int run_stacks_command(int argc, char** argv) {
   app.add_flag("--json", json, "Print the agents' replies as a JSON array");
   auto* agent_flag = app.add_option("--agent", pid, "Ask only the agent with this pid")
                          ->check(CLI::Range(1, 0x3fffffff));
+  std::string run_id;
+  auto* run_flag = app.add_option("--run-id,--run_id", run_id,
+                                  "Ask only the agents of this run (TORCHELASTIC_RUN_ID)");
   std::string output;
   if (auto code = parse_with(app, argc, argv, output)) {
     std::fputs(output.c_str(), *code == 0 ? stdout : stderr);
@@ -223,6 +261,26 @@ int run_stacks_command(int argc, char** argv) {
   if (agents.empty()) {
     fmt::print(stderr, "dtrun stacks: {}\n", no_job_hint);
     return exit_no_job;
+  }
+  // Signalling every job of the user on this machine is not what one asks
+  // for: with several runs here, one is chosen (--agent or --run-id).
+  if (agent_flag->count() == 0) {
+    auto runs = runs_of(agents);
+    if (run_flag->count() > 0) {
+      std::erase_if(agents, [&](const agent::agent_endpoint& a) { return runs[a.pid] != run_id; });
+      if (agents.empty()) {
+        fmt::print(stderr, "dtrun stacks: no running job with run id '{}' here; 'dtrun status' "
+                           "lists them\n", printable(run_id));
+        return exit_no_job;
+      }
+    } else if (std::size_t count = distinct_runs(runs); count > 1) {
+      fmt::print(stderr, "dtrun stacks: {} runs have agents here; choose one with --run-id ID "
+                         "or --agent PID:\n", count);
+      for (const auto& a : agents) {
+        fmt::print(stderr, "  --agent {}   (run {})\n", a.pid, printable(runs[a.pid]));
+      }
+      return 2;
+    }
   }
   int code = 0;
   nlohmann::json replies = nlohmann::json::array();

@@ -31,6 +31,7 @@ class option:
     description: str = ""
     choices: list[str] = field(default_factory=list)
     kind: str = ""             # "", "file", "dir" or "command": what the value names
+    numeric: bool = False      # its value is a number (INT, FLOAT ...): it names no file
 
 
 @dataclass
@@ -73,7 +74,8 @@ def parse_options(help_text: str) -> tuple[list[option], list[tuple[str, str]]]:
             spellings, _, rest = head.partition(" ")
             names = [n for n in spellings.split(",") if n.startswith("-")]
             takes_value = rest.startswith(TYPE_WORDS)
-            current = option(names=names, takes_value=takes_value, description=text.strip())
+            current = option(names=names, takes_value=takes_value, description=text.strip(),
+                             numeric=rest.startswith(("INT", "UINT", "FLOAT", "NUMBER")))
             member = re.match(r"\w+:\{([^}]*)\}", rest)
             if member:
                 current.choices = member.group(1).split(",")
@@ -107,7 +109,7 @@ def derive_values(o: option, options: list[option]) -> None:
                 if not other.choices:
                     derive_values(other, options)
                 o.choices = list(other.choices)
-    if o.choices:
+    if o.choices or o.numeric:  # "--hang-timeout SECONDS ... heartbeat file": a number
         return
     lower = o.description.lower()
     if "interpreter" in lower:

@@ -263,10 +263,15 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
       // compare_set value, read as a value: not every store's counters
       // are values; absent before the first round). Both are set with
       // non-empty values, so empty means absent.
-      self->ops_->read_now({self->key("failed"), self->key("round")}, [self, epoch](store_result r) {
+      self->ops_->read_now({self->key("failed"), self->key("round"), self->key("stopped")},
+                           [self, epoch](store_result r) {
         if (self->epoch_ != epoch) return;  // a stale round's reply
         if (r.error) return self->fail(r.error);
         if (!r.values.at(0).empty()) return self->report_job_failed();
+        // A person stopped the job on another node (Ctrl-C there).
+        if (!r.values.at(2).empty()) {
+          return self->fail(std::make_exception_ptr(job_stopped_error(r.values.at(2))));
+        }
         const auto& round = r.values.at(1);
         // Join at once, without asking first whether the round has closed:
         // a node that arrives late learns it from its arrival index (past
@@ -424,6 +429,14 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
                          .worker_store_port = worker_store_port};
       self->ops_->set(self->round_key(r, fmt::format("node/{}", index)), to_text(me),
                       [](store_result) {});
+      if (index < self->options_.min_nodes) {
+        // Said once per round: what this node waits for, and how long.
+        self->options_.log(fmt::format(
+            "round {}: {} of at least {} node(s) here; waiting up to {} s for the others "
+            "(--rdzv-conf join_timeout)",
+            r, index, self->options_.min_nodes,
+            std::chrono::duration<double>(self->options_.join_timeout).count()));
+      }
       if (index == self->options_.max_nodes) {
         self->close_round(r, index);
       } else if (index == self->options_.min_nodes) {
@@ -825,6 +838,73 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
     ops_->check({key("failed")}, [done](store_result) { done(); });
   }
 
+  // Ctrl-C on this node: `stopped` for nodes that join later, then the
+  // round's `over` for those running it (unless something ended it first:
+  // they then rejoin and read `stopped`). A round trip before `done`, so
+  // both are applied before we leave, the store's host included.
+  void stop_job(std::string reason, std::function<void()> done) {
+    if (!ops_) return done();
+    round_over_ = true;
+    ring_->stop();
+    // Before its first round this node has no rank yet: the host says where.
+    auto who = last_round_ >= 0 ? fmt::format("node {} (host {}) {}", group_rank_,
+                                              asio::ip::host_name(), reason)
+                                : fmt::format("host {} {}", asio::ip::host_name(), reason);
+    // One request after the other: an external store (etcd) may apply
+    // requests sent together in any order, and the release must come last.
+    auto self = shared_from_this();
+    ops_->set(key("stopped"), who, [self, who, done](store_result) {
+      if (self->round_ < 0) return self->await_stop_seen(done);
+      self->end_round_first(self->round_, job_stopped_prefix + who,
+                            [self, done](store_result) { self->await_stop_seen(done); });
+    });
+  }
+
+  // After stop_job told the others. The store's host leaves last: its
+  // store goes with it, and a node that lost it before reading why would
+  // wait to rejoin instead. With an external store (etcd) the job is
+  // dropped once every node has seen the stop, so a rerun with this run id
+  // starts afresh instead of reading `stopped`.
+  void await_stop_seen(std::function<void()> done) {
+    auto self = shared_from_this();
+    // Leaving after a stop is no loss: a will executed later would end a
+    // round (or recreate a key of a released job) for nothing.
+    ops_->withdraw_will(will_key(), [](store_result) {});
+    auto release = [self, done] {
+      if (!self->options_.store_factory) return done();
+      self->release_job(done);
+    };
+    count_stop_seen([self, release](bool last) {
+      if (last || self->members_ <= 1) return release();
+      if (!self->server_ && !self->options_.store_factory) return release();
+      self->options_.log(fmt::format("{} until the other nodes have seen the stop (at most {} s)",
+                                     self->server_ ? "keeping the store up" : "waiting",
+                                     self->options_.close_timeout.count() / 1000));
+      self->ops_->wait({self->key("stop_seen_by_all")}, self->options_.close_timeout,
+                       [release](store_result) { release(); });
+    });
+  }
+
+  // Another node stopped the job (its reason ended our round): count
+  // ourselves in, so that node may leave (await_stop_seen).
+  void stop_seen(std::function<void()> done) {
+    if (!ops_) return done();
+    round_over_ = true;
+    ring_->stop();
+    ops_->withdraw_will(will_key(), [](store_result) {});
+    count_stop_seen([done](bool) { done(); });
+  }
+
+  // Each node of the round counts itself once it knows the job was
+  // stopped; the last one releases the node that stopped it (stop_job).
+  void count_stop_seen(std::function<void(bool last)> done) {
+    auto self = shared_from_this();
+    ops_->add(key("stop_seen"), 1, [self, done](store_result n) {
+      if (n.error || n.number < self->members_) return done(false);
+      self->ops_->set(self->key("stop_seen_by_all"), "1", [done](store_result) { done(true); });
+    });
+  }
+
   // Exit barrier: count ourselves done; the last node releases everyone
   // by ending the round with `every_node_finished`. The WAIT on `over`
   // that every node holds anyway (watch_over) is the barrier: a node lost
@@ -973,6 +1053,14 @@ void dynamic_rendezvous::report_failure(std::string reason, restart_completion d
 }
 void dynamic_rendezvous::fail_job(std::string reason, std::function<void()> done) {
   impl_->fail_job(std::move(reason), std::move(done));
+}
+
+void dynamic_rendezvous::stop_job(std::string reason, std::function<void()> done) {
+  impl_->stop_job(std::move(reason), std::move(done));
+}
+
+void dynamic_rendezvous::stop_seen(std::function<void()> done) {
+  impl_->stop_seen(std::move(done));
 }
 
 void dynamic_rendezvous::finish(std::function<void(std::exception_ptr)> done) {

@@ -54,6 +54,20 @@ class job_failed_error : public std::runtime_error {
   std::int64_t round;
 };
 
+// next_round() fails with this when a person stopped the job on another
+// node (Ctrl-C there, docs/agent.md "Signals on several nodes"): `who`
+// says where and how ("node 1 (host h2) by SIGINT (Ctrl-C there)").
+class job_stopped_error : public std::runtime_error {
+ public:
+  explicit job_stopped_error(const std::string& stopped_by)
+      : std::runtime_error("the job was stopped on " + stopped_by), who(stopped_by) {}
+  std::string who;
+};
+
+// The reason a round ends with when its job was stopped (stop_job):
+// job_stopped_prefix + who. watch_round callers tell it from a restart.
+inline constexpr const char* job_stopped_prefix = "job stopped on ";
+
 class rendezvous_handler {
  public:
   // Either the round's info or the error that ended the rendezvous.
@@ -88,6 +102,21 @@ class rendezvous_handler {
   // This node gives up (its restarts are used up, or its program cannot
   // start): mark the job failed for every node, then call `done`.
   virtual void fail_job(std::string reason, std::function<void()> done);
+
+  // A person stopped this node (Ctrl-C): end the job on every node. Marks
+  // it stopped (`reason`: "by SIGINT (Ctrl-C there)"; the handler adds
+  // which node) so that nodes joining later learn it too, ends the current
+  // round with job_stopped_prefix + who, then calls `done` once both are
+  // stored (or could not be). Single node: nothing to tell, `done` at once.
+  virtual void stop_job(std::string reason, std::function<void()> done) {
+    (void)reason;
+    done();
+  }
+
+  // This node learnt that another node stopped the job (a round ended with
+  // job_stopped_prefix): counts it in, so the node that stopped it may
+  // leave, then calls `done`. Single node: `done` at once.
+  virtual void stop_seen(std::function<void()> done) { done(); }
 
   // This node's workers all succeeded: waits, bounded, for the other
   // nodes to finish too (so the store host does not leave them without a

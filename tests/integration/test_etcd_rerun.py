@@ -114,3 +114,25 @@ def test_an_agent_restarted_in_place_rejoins_the_live_job_and_wipes_nothing(etcd
             p.kill()
         dh.kill_marked(env["DTRUN_TEST_MARK"])
     assert job_keys(etcd, run_id) == []
+
+
+def test_ctrl_c_on_one_agent_stops_both_and_a_rerun_starts_afresh(etcd):
+    # docs/agent.md, "Signals on several nodes": the stop is in etcd only
+    # until every node of the round has seen it.
+    run_id = uuid.uuid4().hex[:8]
+    env = dh.job_env()
+    procs = [dh.start(agent_args(etcd, run_id, "/bin/sh", "-c", "exec sleep 1000"), env)
+             for _ in range(2)]
+    try:
+        for p in procs:
+            dh.wait_for_stderr(p, "starting 1 worker(s)")
+        procs[1].send_signal(signal.SIGINT)
+        assert [p.wait(timeout=60) for p in procs] == [130, 130]
+        assert "by SIGINT (Ctrl-C there); stopping the workers" in procs[0].stderr.read()
+    finally:
+        for p in procs:
+            p.kill()
+        dh.kill_marked(env["DTRUN_TEST_MARK"])
+    assert job_keys(etcd, run_id) == []
+    for code, err in run_two(etcd, run_id):
+        assert code == 0, err

@@ -5,6 +5,7 @@ from the others and fails (or restarts) the group. Progress of any kind
 on any node keeps the job alive, and the option is off by default."""
 
 import os
+import re
 import sys
 
 sys.path.insert(0, os.path.join(os.environ["DTRUN_SOURCE_DIR"], "tests", "pyhelpers"))
@@ -156,3 +157,17 @@ def test_a_capture_that_outlives_its_round_kills_nobody_of_the_next(tmp_path):
     names = [e["event"] for e in dh.read_json_lines(events)]
     assert names.count("restart") == 1
     assert names.count("hang_detected") == 0, names
+
+
+def test_the_stacks_files_the_summary_names_outlive_dtrun_without_log_dir(tmp_path):
+    # Without --log-dir the run folder is temporary; the hang summary and
+    # the failure summary name stacks-<n>.txt files in it, which must stay.
+    r = dh.run(["--standalone", "--nproc-per-node=2", "--hang-timeout=1", "--python",
+                dh.PYTHON, WORKER, "stuck"], env=dh.job_env(TMPDIR=str(tmp_path)), timeout=120)
+    assert r.returncode == 137, r.stderr
+    named = re.findall(r"stacks: (\S+/stacks-\d+\.txt)", r.stderr)
+    assert named, r.stderr
+    for path in named:
+        assert path.startswith(str(tmp_path)) and os.path.isfile(path), (path, r.stderr)
+    assert re.search(r"^dtrun: run folder: \S+ \(kept: it holds the stacks files dtrun named; "
+                     r"choose the folder with --log-dir\)$", r.stderr, re.M), r.stderr

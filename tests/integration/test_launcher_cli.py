@@ -13,6 +13,7 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.environ["DTRUN_SOURCE_DIR"], "tests", "pyhelpers"))
 import dtrun_helpers as dh  # noqa: E402
+from failure_summary import field, summary  # noqa: E402
 
 
 def test_help_exits_0_and_groups_flags():
@@ -283,3 +284,81 @@ def test_error_file_message_is_reported_and_kept_in_log_dir(tmp_path):
     assert "dtrun:   error     : RuntimeError: boom" in r.stderr  # the failure summary
     error_files = list(tmp_path.glob("*/attempt_0/1/error.json"))
     assert len(error_files) == 1
+
+
+def test_error_file_named_by_the_summary_outlives_dtrun_without_log_dir(tmp_path):
+    # Without --log-dir the run folder is temporary; a failure summary that
+    # shows an error_file must not point at a file dtrun then deletes.
+    worker = ('[ "$RANK" = 1 ] || exit 0; '
+              'echo \'{"message": {"message": "RuntimeError: boom", "extraInfo": {}}}\' '
+              '> "$TORCHELASTIC_ERROR_FILE"; exit 1')
+    r = dh.run(["--standalone", "--nproc-per-node=2", "--no-python", "/bin/sh", "-c", worker],
+               env=dh.job_env(TMPDIR=str(tmp_path)))
+    assert r.returncode == 1, r.stderr
+    named = field(summary(r.stderr), "error_file")
+    assert named.startswith(str(tmp_path)) and os.path.isfile(named), r.stderr
+    assert "RuntimeError: boom" in open(named).read()
+    run_dir = os.path.dirname(os.path.dirname(os.path.dirname(named)))
+    assert f"dtrun: run folder: {run_dir} (kept: it holds the error file named above; " \
+           "choose the folder with --log-dir)" in r.stderr
+
+
+def test_a_successful_run_without_log_dir_leaves_no_run_folder(tmp_path):
+    r = dh.run(["--standalone", "--nproc-per-node=2", "--no-python", "/bin/true"],
+               env=dh.job_env(TMPDIR=str(tmp_path)))
+    assert r.returncode == 0, r.stderr
+    assert list(tmp_path.iterdir()) == []
+    assert "run folder" not in r.stderr
+
+
+@pytest.mark.parametrize("nnodes", ["2", "1:2", "2:4"])
+def test_standalone_with_several_nodes_is_a_usage_error(nnodes):
+    # torchrun waits for nodes that cannot reach its private store; dtrun
+    # ran one node's workers while --dry-run said nnodes 2.
+    for extra in ([], ["--dry-run"]):
+        r = dh.run(["--standalone", f"--nnodes={nnodes}", "--nproc-per-node=2", *extra,
+                    "--no-python", "/bin/true"])
+        assert r.returncode == 2, r.stderr
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1, r.stderr
+        assert lines[0].startswith(f"dtrun: error: --standalone runs a single node, but "
+                                   f"--nnodes={nnodes} asks for more; ")
+        assert "--rdzv-endpoint=HOST:PORT" in lines[0]
+        assert r.stdout == ""
+
+
+def test_standalone_with_pet_nnodes_names_the_variable():
+    r = dh.run(["--standalone", "--no-python", "/bin/true"], env=dh.job_env(PET_NNODES="2"))
+    assert r.returncode == 2, r.stderr
+    assert "but PET_NNODES (--nnodes)=2 asks for more" in r.stderr
+
+
+@pytest.mark.parametrize("nnodes", ["1", "1:1"])
+def test_standalone_with_one_node_is_fine(nnodes):
+    r = dh.run(["--standalone", f"--nnodes={nnodes}", "--dry-run", "--no-python", "/bin/true"])
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["nnodes"] == {"min": 1, "max": 1}
+
+
+def test_help_lists_the_commands_every_backend_and_no_internal_defaults():
+    # Issue 33: dtrun status/stacks appeared nowhere in --help, the backends
+    # listed only static and c10d, --metrics-port showed its internal -1.
+    text = dh.run(["--help"]).stdout
+    for command in ("dtrun status", "dtrun stacks", "dtrun help"):
+        assert f"\n  {command} " in text, command
+    assert "Rendezvous backend (static, c10d, etcd-v3, etcd, etcd-v2)" in text
+    metrics = next(line for line in text.splitlines() if "--metrics-port" in line)
+    assert "-1" not in metrics, metrics
+
+
+def test_completion_reads_the_backends_and_completes_no_file_for_a_number():
+    # packaging/cli_help.py derives what each flag's value completes to
+    # from --help: --hang-timeout ("... heartbeat file ...") took file names.
+    sys.path.insert(0, str(dh.SOURCE_DIR / "packaging"))
+    import cli_help
+    options, _ = cli_help.parse_options(dh.run(["--help"]).stdout)
+    by_name = {n: o for o in options for n in o.names}
+    assert by_name["--rdzv-backend"].choices == ["static", "c10d", "etcd-v3", "etcd", "etcd-v2"]
+    assert by_name["--hang-timeout"].kind == ""
+    assert by_name["--log-dir"].kind == "dir"
+    assert by_name["--event-log"].kind == "file"

@@ -129,3 +129,18 @@ def test_a_host_whose_dtrun_never_starts_fails_the_launch_at_the_join_timeout(tm
     assert r.returncode == 1, r
     assert ("dtrun: error: host 127.0.0.1: dtrun did not start there within 2 s of ssh starting"
             in r.stderr), r.stderr
+
+
+def test_an_export_that_is_not_set_here_is_a_warning():
+    # It used to be skipped without a word: the hosts ran without it.
+    env = dh.job_env(SET_HERE_X="1")
+    env.pop("NOT_SET_HERE_X", None)
+    r = dh.run(["--hosts=a,b", "--export=NOT_SET_HERE_X,SET_HERE_X,GIVEN_X=2", "--dry-run",
+                "t.py"], env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.splitlines() == [
+        "dtrun: warning: --export NOT_SET_HERE_X: not set here, so the hosts do not get it; "
+        "export it first or write --export NOT_SET_HERE_X=VALUE"]
+    assert "SET_HERE_X=1" in r.stdout and "GIVEN_X=2" in r.stdout
+    quiet = dh.run(["--hosts=a,b", "--export=NOT_SET_HERE_X", "-q", "--dry-run", "t.py"], env=env)
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr

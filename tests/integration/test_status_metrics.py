@@ -35,7 +35,7 @@ def children(pid):
 
 
 @contextmanager
-def running_job(tmp_path, *flags, nproc=2):
+def running_job(tmp_path, *flags, nproc=2, control=None):
     """A --standalone job whose workers each say 'ready' on a FIFO and then
     wait; yields (proc, env, fifo) once every worker is ready.
 
@@ -43,7 +43,7 @@ def running_job(tmp_path, *flags, nproc=2):
     started), so its memory no longer changes once it said so: with
     `exec sleep` after the 'ready', dtrun status could read the RSS in the
     middle of the exec (200 KiB) and the test's own read after it (1.8 MB)."""
-    env = dh.job_env(DTRUN_CONTROL_DIR=str(tmp_path / "control"))
+    env = dh.job_env(DTRUN_CONTROL_DIR=str(control or tmp_path / "control"))
     fifo = dh.Fifo(tmp_path)
     script = f"sleep 600 & echo ready > {fifo.path}; wait"
     proc = dh.start(["--standalone", f"--nproc-per-node={nproc}", *flags, "--no-python",
@@ -200,3 +200,41 @@ def test_status_of_a_multi_node_job_from_its_store(tmp_path):
             p.communicate(timeout=60)
         fifo.close()
         dh.kill_marked(env["DTRUN_TEST_MARK"])
+
+
+def test_stacks_with_several_runs_here_lists_them_and_asks_which(tmp_path):
+    # It used to signal every job of the user on the machine.
+    control = tmp_path / "control"
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    with running_job(tmp_path / "a", nproc=1, control=control) as (first, env), \
+            running_job(tmp_path / "b", nproc=1, control=control) as (second, _):
+        runs = {s["agent_pid"]: s["run_id"]
+                for s in json.loads(dtrun("status", "--json", env=env).stdout)}
+        assert sorted(runs) == sorted([first.pid, second.pid])
+        r = dtrun("stacks", env=env)
+        assert r.returncode == 2, r.stderr
+        lines = r.stderr.splitlines()
+        assert lines[0] == ("dtrun stacks: 2 runs have agents here; choose one with --run-id ID "
+                            "or --agent PID:")
+        assert sorted(lines[1:]) == sorted(f"  --agent {pid}   (run {run})"
+                                           for pid, run in runs.items())
+        assert r.stdout == ""
+        chosen = dtrun("stacks", "--json", f"--run-id={runs[second.pid]}", env=env)
+        assert chosen.returncode == 0, chosen.stderr
+        assert [a["agent_pid"] for a in json.loads(chosen.stdout)] == [second.pid]
+        none = dtrun("stacks", "--run-id=no-such-run", env=env)
+        assert none.returncode == 3 and "no running job with run id 'no-such-run'" in none.stderr
+
+
+def test_status_watch_into_a_pipe_prints_plain_snapshots(tmp_path):
+    with running_job(tmp_path, nproc=1) as (proc, env):
+        watch = subprocess.Popen([str(dh.DTRUN), "status", "--watch", "0.1"], env=env,
+                                 stdout=subprocess.PIPE, text=True)
+        try:
+            seen = [watch.stdout.readline() for _ in range(12)]
+        finally:
+            watch.kill()
+            watch.wait()
+        assert not any("\x1b" in line for line in seen), seen
+        assert sum(line.startswith("run ") for line in seen) >= 2, seen

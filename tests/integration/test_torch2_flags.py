@@ -324,3 +324,33 @@ def test_an_interpreter_that_is_not_found_names_where_it_came_from(tmp_path):
         lines = r.stderr.strip().splitlines()
         assert lines == [f"dtrun: error: Python interpreter 'no-such-python-x' (from {source}) "
                          "not found on PATH; pass --python=/path/to/python or set DTRUN_PYTHON"]
+
+
+def test_exit_barrier_timeout_is_a_flag_that_wins_over_rdzv_conf():
+    # dtrun's own flag for torchrun's proposed one (pytorch#195543).
+    def barrier(*flags, env=None):
+        r = dh.run(["--nnodes=2", "--rdzv-endpoint=node1:29400", *flags, "--dry-run", "t.py"],
+                   env=env)
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)["rendezvous"]["exit_barrier_timeout_s"]
+
+    assert barrier() == 300
+    assert barrier("--rdzv-conf=exit_barrier_timeout=20") == 20
+    assert barrier("--rdzv-conf=exit_barrier_timeout=20", "--exit-barrier-timeout=7.5") == 7.5
+    assert barrier(env=dh.job_env(PET_EXIT_BARRIER_TIMEOUT="9")) == 9
+    r = dh.run(["--nnodes=2", "--rdzv-endpoint=n:1", "--exit-barrier-timeout=0", "t.py"])
+    assert r.returncode == 2 and "--exit-barrier-timeout" in r.stderr, r.stderr
+
+
+def test_node_rank_with_a_dynamic_backend_is_warned_about(tmp_path):
+    # As torchrun 2.13 (pytorch#182374): the rendezvous assigns the ranks.
+    port = dh.free_port()
+    r = dh.run(["--nnodes=1", f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-conf=is_host=1",
+                "--node-rank=1", "--no-python", "/bin/true"])
+    assert r.returncode == 0, r.stderr
+    assert ("dtrun: warning: --node-rank=1 has no effect with --rdzv-backend=c10d: the "
+            "rendezvous assigns each node's rank (only the static backend takes --node-rank)"
+            ) in r.stderr.splitlines()
+    quiet = dh.run(["--nnodes=1", f"--rdzv-endpoint=127.0.0.1:{dh.free_port()}",
+                    "--rdzv-conf=is_host=1", "--no-python", "/bin/true"])
+    assert quiet.returncode == 0 and "--node-rank" not in quiet.stderr, quiet.stderr

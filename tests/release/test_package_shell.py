@@ -77,7 +77,8 @@ def test_bash_completes_every_flag_dtrun_help_lists(share):
 
 
 def test_bash_completes_choice_values(share):
-    assert complete(share, "dtrun", ["--rdzv-backend", ""]) == ["static", "c10d"]
+    assert complete(share, "dtrun", ["--rdzv-backend", ""]) == [
+        "static", "c10d", "etcd-v3", "etcd", "etcd-v2"]
     assert complete(share, "dtrun", ["--rdzv_backend", "=", "c"]) == ["c10d"]
     assert complete(share, "dtrun", ["--redirects", ""]) == ["0", "1", "2", "3"]
     assert complete(share, "dtrun", ["-t", ""]) == ["0", "1", "2", "3"]
@@ -149,7 +150,7 @@ done
 def test_zsh_completes_flags_values_and_subcommands(share):
     cases = {
         "dtrun --nproc": ["--nproc-per-node", "--nproc_per_node"],
-        "dtrun --rdzv-backend ": ["c10d", "static"],
+        "dtrun --rdzv-backend ": ["c10d", "static", "etcd-v3", "etcd-v2"],
         "dtrun --rdzv_backend=c": ["--rdzv_backend=c10d"],
         "dtrun --standalone --numa-binding ": ["node", "socket", "exclusive", "core-complex"],
         "dtrun-store se": ["serve", "set"],

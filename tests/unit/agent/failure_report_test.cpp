@@ -11,6 +11,7 @@
 #include <catch2/catch.hpp>
 
 #include "agent/agent_log.h"
+#include "agent/failure_hint.h"
 #include "agent/failure_report.h"
 #include "tests/unit/agent/test_files.h"
 
@@ -347,4 +348,45 @@ TEST_CASE("a worker the watchdog killed is named so in the summary and in its re
   other.watchdog = "deadline of scope a#1 passed 0.0 s ago; SIGKILL sent";
   s = format_summary({r, other}, context());
   CHECK(s.find("killed by the file-timer watchdog: deadline of scope a#1") != std::string::npos);
+}
+
+TEST_CASE("the failure hint follows the cause") {
+  failure_record r = record(0, 1, 1000, "ModuleNotFoundError: No module named 'torch'");
+  CHECK(failure_hint(r, "/venv/bin/python3 (python3 on PATH)", "") ==
+        "the workers ran /venv/bin/python3 (python3 on PATH), which cannot import torch; choose "
+        "the Python that has it with --python=/path/to/python3 (or DTRUN_PYTHON), or put its "
+        "folder first on PATH");
+  failure_record killed = record(0, 1, 1000);
+  killed.signal = SIGKILL;
+  killed.exit_code = 137;
+  std::string oom = failure_hint(killed, "", "/sys/fs/cgroup/job");
+  CHECK(oom.find("OOM killer") != std::string::npos);
+  CHECK(oom.find("Killed process 1001") != std::string::npos);
+  CHECK(oom.find("/sys/fs/cgroup/job/memory.events") != std::string::npos);
+  killed.hang = "no progress";  // dtrun's own SIGKILL: no OOM hint
+  CHECK(failure_hint(killed, "", "").empty());
+  failure_record syntax = record(0, 1, 1000);
+  syntax.log_tail = {"  File \"t.py\", line 1", "SyntaxError: invalid syntax"};
+  CHECK(failure_hint(syntax, "", "").rfind("the script does not compile", 0) == 0);
+  CHECK(failure_hint(record(0, 1, 1000, "ValueError: boom"), "", "").empty());
+}
+
+TEST_CASE("a hint replaces the @record advice in the summary and travels in the record") {
+  failure_record r = record(0, 1, 1000);
+  r.hint = "look here";
+  std::string text = format_summary({r}, context());
+  CHECK(text.find("  hint      : look here\n") != std::string::npos);
+  CHECK(text.find("@record") == std::string::npos);
+  CHECK(text.find("errors.record") == std::string::npos);
+  CHECK(failure_from_json(to_json(r).dump())->hint == "look here");
+}
+
+TEST_CASE("this process's cgroup v2 folder is read from /proc/self/cgroup") {
+  auto root = fs::temp_directory_path() / ("dtrun_cgroup_" + std::to_string(::getpid()));
+  fs::create_directories(root / "proc/self");
+  std::ofstream(root / "proc/self/cgroup") << "0::/user.slice/job.scope\n";
+  CHECK(own_cgroup_dir(root.string() + "/") == root.string() + "/sys/fs/cgroup/user.slice/job.scope");
+  std::ofstream(root / "proc/self/cgroup") << "4:memory:/x\n";
+  CHECK(own_cgroup_dir(root.string() + "/").empty());
+  fs::remove_all(root);
 }

@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include "launcher/cli.h"
+#include "launcher/usage_hints.h"
 #include "tests/unit/launcher/env_guard.h"
 
 using namespace dtrun::launcher;
@@ -314,4 +315,48 @@ TEST_CASE("the ssh launch's own flags are not passed on to the remote dtrun") {
   CHECK(o.script_args == std::vector<std::string>{"--hosts", "x"});
   CHECK(o.given.count("hosts") == 1);
   CHECK(parse({"--hosts=", "t.py"}).given.count("hosts") == 1);
+}
+
+TEST_CASE("edit distance counts a swap of neighbours as one edit") {
+  CHECK(dtrun::launcher::edit_distance("status", "status") == 0);
+  CHECK(dtrun::launcher::edit_distance("statuss", "status") == 1);
+  CHECK(dtrun::launcher::edit_distance("stauts", "status") == 1);
+  CHECK(dtrun::launcher::edit_distance("", "help") == 4);
+}
+
+TEST_CASE("a typo of a flag or subcommand finds what it meant, a far word nothing") {
+  using dtrun::launcher::nearest_word;
+  const std::vector<std::string> flags = {"--nnodes", "--nproc-per-node", "--nproc_per_node",
+                                          "--max-restarts", "--standalone"};
+  CHECK(nearest_word("--nproc-per-nodes", flags) == "--nproc-per-node");
+  CHECK(nearest_word("--nprocs", flags) == "--nproc-per-node");
+  CHECK(nearest_word("--max_restart", flags) == "--max-restarts");
+  CHECK_FALSE(nearest_word("--bogus", flags));
+  CHECK_FALSE(nearest_word("--nnodes", flags));  // not a typo: the flag itself
+  CHECK(nearest_word("statuss", dtrun::launcher::subcommands()) == "status");
+  CHECK_FALSE(nearest_word("train", dtrun::launcher::subcommands()));
+  CHECK_FALSE(nearest_word("x", dtrun::launcher::subcommands()));
+}
+
+TEST_CASE("python named where the script goes is recognised") {
+  using dtrun::launcher::names_a_python_interpreter;
+  CHECK(names_a_python_interpreter("python"));
+  CHECK(names_a_python_interpreter("python3.11"));
+  CHECK(names_a_python_interpreter("/opt/venv/bin/python3"));
+  CHECK_FALSE(names_a_python_interpreter("python_train.py"));
+  CHECK_FALSE(names_a_python_interpreter("train.py"));
+}
+
+TEST_CASE("torchrun flags after the script are found, generic script flags are not") {
+  using dtrun::launcher::launcher_flags_among;
+  CHECK(launcher_flags_among({"--standalone", "--lr=3", "--nproc_per_node=2", "--standalone"}) ==
+        std::vector<std::string>{"--standalone", "--nproc_per_node"});
+  CHECK(launcher_flags_among({"--verbose", "--log-dir", "x", "-v", "--role=a"}).empty());
+}
+
+TEST_CASE("a flag's separate value is never taken for the script, and is named when it was") {
+  CHECK_THROWS_WITH(parse({"--standalone", "--nproc-per-node", "train.py"}),
+                    "--nproc-per-node took the script 'train.py' as its value, so no script is "
+                    "left; give --nproc-per-node its value first (--nproc-per-node=VALUE "
+                    "train.py)");
 }

@@ -1,0 +1,86 @@
+#include "launcher/program_lookup.h"
+
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <system_error>
+
+#include <fmt/format.h>
+
+#include "agent/exit_status.h"
+#include "agent/worker_process.h"
+
+namespace dtrun::launcher {
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string path_of(const agent::env_map& env) {
+  auto it = env.find("PATH");
+  return it == env.end() ? std::string() : it->second;
+}
+
+std::string absolute(const std::string& path) {
+  std::error_code ec;
+  auto full = fs::absolute(path, ec);
+  return ec ? path : full.lexically_normal().string();
+}
+
+// The script Python will open: a file path, unless the worker's argument
+// is built per rank (${local_rank}) or is not a file (-m module, "-c").
+bool names_a_script_file(const launch_config& c) {
+  if (!c.program_is_python || c.script.empty() || c.script[0] == '-') return false;
+  if (c.script.find('$') != std::string::npos) return false;
+  // -m: the module name comes right after "-m" in the arguments.
+  for (std::size_t i = 0; i + 1 < c.args.size(); ++i) {
+    if (c.args[i] == "-m" && c.args[i + 1] == c.script) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string interpreter_choice(const launch_config& config) {
+  return config.python_source.empty() ? "python3 on PATH" : config.python_source;
+}
+
+std::string describe_interpreter(const launch_config& config) {
+  if (!config.program_is_python) return "";
+  const std::string& path = config.program_path.empty() ? config.program : config.program_path;
+  return fmt::format("{} ({})", path, interpreter_choice(config));
+}
+
+std::optional<program_problem> find_program(launch_config& config, const agent::env_map& env) {
+  auto found = agent::resolve_program(config.program, path_of(env));
+  if (!found) {
+    if (config.program_is_python) {
+      return program_problem{
+          agent::exit_not_found,
+          fmt::format("Python interpreter '{}'{} not found on PATH; pass --python=/path/to/python "
+                      "or set DTRUN_PYTHON",
+                      config.program,
+                      config.python_source.empty()
+                          ? ""
+                          : fmt::format(" (from {})", config.python_source))};
+    }
+    return program_problem{agent::exit_not_found,
+                           fmt::format("program '{}' not found on PATH", config.program)};
+  }
+  config.program_path = absolute(*found);
+  if (auto failure = agent::check_program(*found)) {
+    return program_problem{failure->exit_code, failure->error};
+  }
+  if (names_a_script_file(config)) {
+    struct stat st {};
+    if (::stat(config.script.c_str(), &st) != 0) {
+      return program_problem{
+          agent::exit_not_found,
+          fmt::format("script '{}' not found: looked for {} (a relative path is taken from the "
+                      "folder dtrun runs in); no worker was started",
+                      config.script, absolute(config.script))};
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace dtrun::launcher
