@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "agent/exit_status.h"
+#include "agent/wall_clock.h"
 #include "rendezvous/printable.h"
 
 namespace dtrun::agent {
@@ -23,10 +24,6 @@ namespace {
 // The longest wait armed at once (10 years, as dtrun's other durations):
 // a far-future deadline cannot overflow the steady clock.
 constexpr double max_wait_seconds = 315360000.0;
-
-double wall_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 [[noreturn]] void fail(const std::string& path, const std::string& what) {
   throw std::runtime_error(fmt::format(
@@ -194,7 +191,7 @@ void file_timer::rearm() {
     deadline_.cancel();
     return;
   }
-  double wait = std::clamp(*earliest - wall_now(), 0.0, max_wait_seconds);
+  double wait = std::clamp(*earliest - wall_clock_seconds(), 0.0, max_wait_seconds);
   // Rounded up, so the timer never fires just before the deadline it is for.
   deadline_.expires_after(std::chrono::ceil<std::chrono::microseconds>(
                               std::chrono::duration<double>(wait)) +
@@ -207,7 +204,7 @@ void file_timer::rearm() {
 }
 
 void file_timer::on_deadline() {
-  for (const auto& e : table_.take_expired(wall_now())) {
+  for (const auto& e : table_.take_expired(wall_clock_seconds())) {
     if (e.signal <= 0) {
       hooks_.debug(fmt::format("watchdog: pid {} passed its deadline (scope {}) but asked for no "
                                "signal; not killed",

@@ -11,16 +11,12 @@
 #include "agent/gpu_stats.h"
 #include "agent/metrics_server.h"
 #include "agent/proc_stats.h"
+#include "agent/wall_clock.h"
 
 namespace dtrun::agent {
 namespace asio = boost::asio;
 
 namespace {
-
-double wall_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 }  // namespace
 
@@ -28,7 +24,7 @@ job_monitor::job_monitor(asio::io_context& io, options opts, hooks callbacks)
     : io_(io),
       options_(std::move(opts)),
       hooks_(std::move(callbacks)),
-      started_at_(wall_now()),
+      started_at_(wall_clock_seconds()),
       publish_timer_(io) {
   auto log_or_nothing = [](const std::function<void(const std::string&)>& f) {
     return [f](const std::string& line) {
@@ -80,7 +76,7 @@ job_status job_monitor::snapshot() {
   s.nnodes = facts.nnodes;
   s.phase = facts.phase;
   s.started_at = started_at_;
-  s.generated_at = wall_now();
+  s.generated_at = wall_clock_seconds();
   s.hangs_detected = facts.hangs;
   s.failures = facts.failures;
   s.rounds = facts.rounds;

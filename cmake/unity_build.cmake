@@ -16,7 +16,9 @@ if(DTRUN_UNITY)
   set(CMAKE_UNITY_BUILD ON)
   # 16: few enough batches per library for both cores to stay busy, and a
   # one-line change recompiles one batch (about 30 s), not a whole library.
-  set(CMAKE_UNITY_BUILD_BATCH_SIZE 16)
+  if(NOT DEFINED CMAKE_UNITY_BUILD_BATCH_SIZE)
+    set(CMAKE_UNITY_BUILD_BATCH_SIZE 16)
+  endif()
   if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
     # GCC warns when a class with external linkage (a pimpl's impl) has a
     # member whose type is in an anonymous namespace and the class is

@@ -16,6 +16,7 @@
 
 #include "agent/control_client.h"
 #include "agent/job_status.h"
+#include "agent/wall_clock.h"
 #include "launcher/status_store.h"
 #include "launcher/status_table.h"
 #include "rendezvous/endpoint.h"
@@ -34,10 +35,6 @@ const char* const no_job_hint =
     "no running dtrun job found for this user on this machine; start one with `dtrun "
     "--standalone --nproc-per-node=N train.py`, or reach a multi-node job with "
     "--rdzv-endpoint HOST:PORT --rdzv-id ID";
-
-double wall_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 // CLI11's own exit handling, into a string (tests read it).
 std::optional<int> parse_with(CLI::App& app, int argc, const char* const* argv, std::string& output) {
@@ -124,7 +121,7 @@ int show(const status_options& o, const gathered& g, std::string& out) {
     for (const auto& s : g.statuses) all.push_back(agent::to_json(s));
     out += all.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   } else {
-    double now = wall_now();
+    double now = agent::wall_clock_seconds();
     for (std::size_t i = 0; i < g.statuses.size(); ++i) {
       if (i > 0) out += "\n";
       out += render_status(g.statuses[i], now);
