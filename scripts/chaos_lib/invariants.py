@@ -155,7 +155,7 @@ CAUSES = [
     ("store", {"store_kill"}),            # the rendezvous store (c10d) lost
     ("rendezvous", {"store_kill"}),
     ("restart", {"kill_worker", "kill_agent", "kill_host", "stop_agent", "stop_worker",
-                 "link_down", "partition", "loss", "store_kill"}),
+                 "link_down", "partition", "loss", "store_kill", "disk_full"}),
     ("space", {"disk_full"}),
 ]
 

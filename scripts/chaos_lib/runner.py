@@ -175,7 +175,16 @@ class Run:
             kids = Path(f"/proc/{a.proc.pid}/task/{a.proc.pid}/children").read_text().split()
         except OSError:
             return []
-        return sorted(int(k) for k in kids)
+        # The agent's children are its workers and its orphan guard (a
+        # forked dtrun, docs/agent.md): only the workers are targets.
+        out = []
+        for k in kids:
+            try:
+                if b"worker.py" in Path(f"/proc/{k}/cmdline").read_bytes():
+                    out.append(int(k))
+            except OSError:
+                pass
+        return sorted(out)
 
     def netns_pids(self, i: int) -> list[int]:
         r = sh("ip", "netns", "pids", self.ns(i))
