@@ -150,6 +150,46 @@ def training_monotone(journal: list[dict]) -> list[str]:
     return bad
 
 
+def event_time(e: dict) -> float:
+    """An event's wall-clock time (its `time`, ISO 8601 UTC with ms)."""
+    from datetime import datetime, timezone
+    return datetime.strptime(e["time"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(
+        tzinfo=timezone.utc).timestamp()
+
+
+def node_loss_costs_no_restart(events: list[dict], kills: list[tuple[float, str]]) -> list[str]:
+    """A node that dies is a membership change, not a failure
+    (docs/agent.md: "Neither counts as a restart"): its connection closes,
+    the store runs its last will, and the others stop their workers.
+    `kills`: (wall time, host) of every agent or host the harness SIGKILLed.
+    For each, the round its agent was running then must not have spent a
+    restart, unless a worker had already failed in it before the kill."""
+    bad = []
+    for when, host in kills:
+        mine = [e for e in events if e.get("host") == host and event_time(e) <= when]
+        done = [e for e in mine if e.get("event") == "rendezvous_completed"]
+        if not done:
+            continue
+        last = done[-1]
+        r, pid = last["round"], last["agent_pid"]
+        if any(e.get("event") in ("membership_change", "group_stopping", "restart",
+                                  "job_failed", "job_succeeded")
+               and e.get("agent_pid") == pid and e.get("round", e.get("after_round")) == r
+               for e in mine):
+            continue  # its round was already over when it died
+        failed_before = any(e.get("event") == "worker_failed" and e.get("round") == r
+                            and event_time(e) < when for e in events)
+        spent = [e for e in events if e.get("event") == "restart" and e.get("after_round") == r]
+        if spent and not failed_before:
+            causes = sorted({f"{e['host']}: rank {e['rank']} {e.get('signal') or e['exit_code']}"
+                             for e in events
+                             if e.get("event") == "worker_failed" and e.get("round") == r})
+            bad.append(f"round {r}: {host} (group rank {last['group_rank']}) was killed and the "
+                       f"round spent restart {spent[0]['count']} (failures: {causes}); a node's "
+                       f"death must end the round through its last will, as a membership change")
+    return bad
+
+
 # A failure's reason or root cause, and the faults that may explain it.
 CAUSES = [
     ("store", {"store_kill"}),            # the rendezvous store (c10d) lost
@@ -179,8 +219,9 @@ def outcome_explained(outcome: dict, applied_kinds: set[str]) -> list[str]:
 
 
 def check_all(events, journal, max_restarts, outcome, applied_kinds, leftovers,
-              etcd_keys=None) -> dict[str, list[str]]:
+              kills=(), etcd_keys=None) -> dict[str, list[str]]:
     out = {
+        "node loss is no restart": node_loss_costs_no_restart(events, list(kills)),
         "rounds agree (event log)": rounds_agree(events),
         "ranks a permutation (workers)": workers_agree(journal),
         "restarts consistent": restarts_consistent(events, max_restarts),

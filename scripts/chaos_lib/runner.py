@@ -356,6 +356,7 @@ class Run:
                         why = self.apply(f)
                     t = time.monotonic()
                     self.results.append({"fault": f, "status": why or "applied", "t_apply": t,
+                                         "wall": time.time(),
                                          "round_at": self.progress[-1][1] if self.progress else 0})
                     if why is None and f.hold:
                         pending.append((t + f.hold, "undo", f))
@@ -457,7 +458,10 @@ def execute(cfg: Config, schedule: list[Fault]) -> dict:
         "exit_codes": {f"h{a.host}#{i}": a.exit_code for i, a in enumerate(run.agents)},
     }
     applied = {r["fault"].kind for r in run.results if r["status"] == "applied"}
-    checks = invariants.check_all(events, journal, cfg.max_restarts, outcome, applied, left)
+    kills = [(r["wall"], f"h{r['fault'].host}") for r in run.results
+             if r["status"] == "applied" and r["fault"].kind in ("kill_agent", "kill_host")]
+    checks = invariants.check_all(events, journal, cfg.max_restarts, outcome, applied, left,
+                                  kills=kills)
     # Time to recover: the longest stall of training from the fault's start
     # to the first step trained after it was undone (or, for an instantaneous
     # fault, after it struck): how long the job did not train because of it.
