@@ -193,6 +193,8 @@ def node_loss_costs_no_restart(events: list[dict], kills: list[tuple[float, str]
 # A failure's reason or root cause, and the faults that may explain it.
 CAUSES = [
     ("store", {"store_kill"}),            # the rendezvous store (c10d) lost
+    ("etcd", {"store_kill"}),
+    ("lease", {"store_kill"}),
     ("rendezvous", {"store_kill"}),
     ("restart", {"kill_worker", "kill_agent", "kill_host", "stop_agent", "stop_worker",
                  "link_down", "partition", "loss", "store_kill", "disk_full"}),

@@ -34,6 +34,10 @@ KEEP_ALIVE, ATTEMPTS, JOIN_TIMEOUT = 1, 3, 30
 RDZV_CONF = (f"join_timeout={JOIN_TIMEOUT},last_call_timeout=1,keep_alive_interval={KEEP_ALIVE},"
              f"keep_alive_max_attempt={ATTEMPTS},close_timeout=10")
 STOP_TIMEOUT = 5
+# etcd: lease_ttl 3 s is the least that is safe with etcd's 1 s election
+# timeout (tests/e2e/test_etcd_rendezvous.py).
+LEASE_TTL = 3
+ETCD_CONF = RDZV_CONF + f",lease_ttl={LEASE_TTL},request_timeout=5"
 
 
 def sh(*argv, check=False) -> subprocess.CompletedProcess:
@@ -110,6 +114,21 @@ class Agent:
     exit_code: int | None = None
 
 
+class _EtcdHosts:
+    """What tests/pyhelpers/etcd_cluster.py needs of netns_hosts.Hosts."""
+
+    def __init__(self, run: "Run"):
+        self.name = run.name
+        self.procs: list[subprocess.Popen] = []
+
+    @staticmethod
+    def addr(i: int) -> str:
+        return f"10.77.0.{i}"
+
+    def command(self, i: int, argv: list[str]) -> list[str]:
+        return [str(NETNS), "exec", self.name, str(i), *map(str, argv)]
+
+
 class Run:
     def __init__(self, cfg: Config, schedule: list[Fault]):
         self.cfg = cfg
@@ -127,6 +146,9 @@ class Run:
         self.progress: list[tuple[float, int, int]] = []  # (monotonic, round, step)
         self.t_train = None
         self.mounted = False
+        self.etcd = None
+        # etcd members live on hosts of their own after the training hosts.
+        self.total_hosts = cfg.hosts + (3 if cfg.backend == "etcd" else 0)
 
     # --- hosts and agents ---------------------------------------------------
 
@@ -145,10 +167,15 @@ class Run:
         c = self.cfg
         n = sum(1 for a in self.agents if a.host == i)
         log = self.dir / f"agent-h{i}-{n}.log"
+        if c.backend == "etcd":
+            rdzv = ["--rdzv-backend=etcd-v3", f"--rdzv-endpoint={self.etcd.endpoints}",
+                    f"--rdzv-conf={ETCD_CONF}"]
+        else:
+            rdzv = ["--rdzv-backend=c10d", f"--rdzv-endpoint={self.addr(1)}:{PORT}",
+                    f"--rdzv-conf={RDZV_CONF}"]
         argv = [NETNS, "exec", self.name, i, c.dtrun, f"--nnodes=1:{c.hosts}",
-                f"--nproc-per-node={c.nproc}", "--rdzv-backend=c10d",
-                f"--rdzv-endpoint={self.addr(1)}:{PORT}", "--rdzv-id=chaos",
-                f"--rdzv-conf={RDZV_CONF}", f"--max-restarts={c.max_restarts}",
+                f"--nproc-per-node={c.nproc}", *rdzv, "--rdzv-id=chaos",
+                f"--max-restarts={c.max_restarts}",
                 f"--stop-timeout={STOP_TIMEOUT}", f"--event-log={self.events}",
                 f"--log-dir={self.logs}/h{i}", "--redirects=3", "--python", PYTHON,
                 HERE / "worker.py", "--journal", self.journal, "--ckpt-dir", self.dir,
@@ -217,6 +244,8 @@ class Run:
             if k == "kill_agent":
                 a.killed_by_harness = True
             os.kill(a.proc.pid, signal.SIGKILL if k == "kill_agent" else signal.SIGSTOP)
+        elif k == "store_kill" and self.cfg.backend == "etcd":
+            self.etcd.kill(self.cfg.hosts + f.host)
         elif k in ("kill_host", "store_kill"):
             if a is not None:
                 a.killed_by_harness = True
@@ -246,8 +275,17 @@ class Run:
                 except OSError:
                     pass  # ENOSPC: the disk is full, which is the point
         elif k == "hostile_clients":
+            # c10d: the endpoint store; etcd: the workers' store on group
+            # rank 0's host (etcd is not dtrun's code), from the event log.
+            addr, port = self.addr(1), PORT
+            if self.cfg.backend == "etcd":
+                done = [e for e in invariants.read_jsonl(self.events)
+                        if e.get("event") == "rendezvous_completed"]
+                if not done:
+                    return "skipped: no round has completed yet"
+                addr, port = done[-1]["master_addr"], done[-1]["master_port"]
             p = subprocess.Popen([str(NETNS), "exec", self.name, str(f.host), PYTHON,
-                                  str(HERE / "hostile.py"), self.addr(1), str(PORT),
+                                  str(HERE / "hostile.py"), addr, str(port),
                                   str(f.hold), str(self.cfg.seed * 100 + f.index)],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             self.helpers.append(p)
@@ -266,6 +304,10 @@ class Run:
             sh("ip", "netns", "exec", self.ns(f.host), "nft", "delete", "table", "inet", "chaos")
         elif k == "disk_full":
             (self.logs / "filler").unlink(missing_ok=True)
+        elif k == "store_kill" and self.cfg.backend == "etcd":
+            # The member comes back from its data dir; not awaited (the loop
+            # goes on serving the job's events meanwhile).
+            self.etcd._start(self.cfg.hosts + f.host, "existing")
         elif k in ("kill_agent", "kill_host"):
             # The host comes back: a new agent joins the running job (a
             # scale-up), unless the job has already ended.
@@ -285,7 +327,14 @@ class Run:
     def setup(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(exist_ok=True)
-        sh(NETNS, "create", self.name, self.cfg.hosts, check=True)
+        sh(NETNS, "create", self.name, self.total_hosts, check=True)
+        if self.cfg.backend == "etcd":
+            sys.path.insert(0, str(SOURCE_DIR / "tests" / "pyhelpers"))
+            import etcd_cluster
+            h = self.cfg.hosts
+            self.etcd = etcd_cluster.EtcdCluster(_EtcdHosts(self), self.dir,
+                                                 members=(h + 1, h + 2, h + 3))
+            self.etcd.__enter__()
         # A small disk of its own for --log-dir, so disk_full fills it and
         # nothing else.
         if sh("mount", "-t", "tmpfs", "-o", "size=4m", "chaoslogs", self.logs).returncode == 0:
@@ -305,6 +354,8 @@ class Run:
             if p.poll() is None:
                 p.kill()
             p.wait()
+        if self.etcd is not None:
+            self.etcd.__exit__(None, None, None)
         sh(NETNS, "destroy", self.name)
         if self.mounted:
             sh("umount", self.logs)
@@ -387,6 +438,21 @@ class Run:
         self.read_progress()
         return {"timed_out": timed_out, "elapsed": time.monotonic() - t0}
 
+    def etcd_keys_left(self) -> list[str]:
+        """Keys of the job still in etcd once every agent has exited. A
+        finished job's last node deletes them at once; those on the lease
+        of an agent that was killed go lease_ttl after its last renewal
+        (docs/etcd.md), so the scan allows 2 x lease_ttl + 5 s."""
+        end = time.monotonic() + 2 * LEASE_TTL + 5
+        while True:
+            try:
+                keys = self.etcd.keys("/dtrun/")
+            except (AssertionError, subprocess.TimeoutExpired) as e:
+                return [f"(etcdctl failed: {str(e)[:200]})"]
+            if not keys or time.monotonic() > end:
+                return keys
+            select.select([], [], [], 0.5)  # a bounded scan, not a synchronisation
+
     def leftovers(self) -> list[str]:
         """Processes still in a host's namespace once every agent has
         exited: each gets up to 10 s (an upper bound; the scan ends as soon
@@ -437,6 +503,11 @@ def execute(cfg: Config, schedule: list[Fault]) -> dict:
             for a in run.live():
                 a.killed_by_harness = True
         left = run.leftovers() if not loop["timed_out"] else []
+        etcd_keys = None
+        if run.etcd is not None and not loop["timed_out"]:
+            # Bring every member back first: a job over a dead member is
+            # still a job over a cluster with quorum.
+            etcd_keys = run.etcd_keys_left()
     finally:
         run.teardown()
     events = invariants.read_jsonl(run.events)
@@ -461,7 +532,7 @@ def execute(cfg: Config, schedule: list[Fault]) -> dict:
     kills = [(r["wall"], f"h{r['fault'].host}") for r in run.results
              if r["status"] == "applied" and r["fault"].kind in ("kill_agent", "kill_host")]
     checks = invariants.check_all(events, journal, cfg.max_restarts, outcome, applied, left,
-                                  kills=kills)
+                                  kills=kills, etcd_keys=etcd_keys)
     # Time to recover: the longest stall of training from the fault's start
     # to the first step trained after it was undone (or, for an instantaneous
     # fault, after it struck): how long the job did not train because of it.

@@ -42,12 +42,15 @@ class Fault:
     peer: int = 0      # partition: the host whose packets are dropped
     pick: int = 0      # which worker (index into the host's live workers, mod their count)
     percent: int = 0   # loss
+    member: bool = False  # store_kill on etcd: `host` is the etcd member's index
+
 
     def describe(self) -> str:
         extra = {"partition": f" from h{self.peer}", "loss": f" {self.percent}%",
                  "kill_worker": f" worker #{self.pick}", "stop_worker": f" worker #{self.pick}"}
         hold = f" for {self.hold:.1f}s" if self.hold else ""
-        return f"t+{self.at:5.1f}s {self.kind} h{self.host}{extra.get(self.kind, '')}{hold}"
+        target = f"etcd member e{self.host}" if self.member else f"h{self.host}"
+        return f"t+{self.at:5.1f}s {self.kind} {target}{extra.get(self.kind, '')}{hold}"
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -74,5 +77,6 @@ def draw(seed: int, hosts: int, faults: int, duration: float, kinds: list[str],
             hold = round(rng.uniform(2.0, 6.0), 1)
         peer = rng.choice([h for h in range(1, hosts + 1) if h != host] or [host])
         out.append(Fault(index=i, at=round(at, 1), kind=kind, host=host, hold=hold, peer=peer,
-                         pick=rng.randrange(8), percent=rng.choice([10, 30, 50])))
+                         pick=rng.randrange(8), percent=rng.choice([10, 30, 50]),
+                         member=kind == "store_kill" and backend != "c10d"))
     return out
