@@ -207,7 +207,9 @@ class Run:
         out = []
         for k in kids:
             try:
-                if b"worker.py" in Path(f"/proc/{k}/cmdline").read_bytes():
+                argv = Path(f"/proc/{k}/cmdline").read_bytes().split(b"\0")
+                # The guard's argv is dtrun's own, worker.py included.
+                if not argv[0].endswith(b"dtrun") and any(a.endswith(b"worker.py") for a in argv):
                     out.append(int(k))
             except OSError:
                 pass

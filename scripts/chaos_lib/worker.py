@@ -36,6 +36,8 @@ def main() -> int:
     p.add_argument("--ckpt-every", type=int, default=5)
     p.add_argument("--step-sleep", type=float, default=0.2)
     p.add_argument("--progress", default="")
+    p.add_argument("--collective-timeout", type=float, default=5.0,
+                   help="seconds a training collective may wait for a peer")
     a = p.parse_args()
 
     rnd = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
@@ -52,6 +54,12 @@ def main() -> int:
     # gloo's default 30 minutes (dtrun stops us when the round ends anyway).
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
     rank, world = dist.get_rank(), dist.get_world_size()
+    # Training collectives time out as a real job's do (NCCL/gloo timeouts),
+    # but sooner: a peer stopped or cut off for longer makes every other
+    # worker fail at about the same moment on several nodes, the case where
+    # one failed round must still cost one restart. (init above keeps 60 s:
+    # the workers of a round start torch at different speeds.)
+    pg = dist.new_group(timeout=datetime.timedelta(seconds=a.collective_timeout))
     torch.manual_seed(0)
     model = nn.Linear(8, 4)
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
@@ -64,7 +72,7 @@ def main() -> int:
         resume = state["step"]
     record("start", rank=rank, world=world, group_rank=group_rank, local_rank=local_rank,
            resume=resume)
-    ddp = DDP(model)
+    ddp = DDP(model, process_group=pg)
     loss_fn = nn.MSELoss()
     progress = -1
     if rank == 0 and a.progress:
@@ -94,7 +102,7 @@ def main() -> int:
             except OSError as e:  # a full FIFO (harness busy) loses a line, no more
                 if e.errno not in (errno.EAGAIN, errno.EPIPE):
                     raise
-    dist.barrier()
+    dist.barrier(group=pg)
     record("done", rank=rank, world=world, step=step)
     dist.destroy_process_group()
     return 0
