@@ -196,7 +196,7 @@ CAUSES = [
     ("etcd", {"store_kill"}),
     ("lease", {"store_kill"}),
     ("rendezvous", {"store_kill"}),
-    ("restart", {"kill_worker", "kill_agent", "kill_host", "stop_agent", "stop_worker",
+    ("restart", {"kill_worker", "kill_all_workers", "kill_agent", "kill_host", "stop_agent", "stop_worker",
                  "link_down", "partition", "loss", "store_kill", "disk_full"}),
     ("space", {"disk_full"}),
 ]

@@ -239,6 +239,17 @@ class Run:
                 return "skipped: no worker running at that moment (between rounds)"
             f._pid = ws[f.pick % len(ws)]
             os.kill(f._pid, signal.SIGKILL if k == "kill_worker" else signal.SIGSTOP)
+        elif k == "kill_all_workers":
+            # Every pid first, then the kills back to back: the failures
+            # land on every node within a millisecond or so.
+            pids = [w for x in self.live() for w in self.workers_of(x)]
+            if not pids:
+                return "skipped: no worker running at that moment (between rounds)"
+            for w in pids:
+                try:
+                    os.kill(w, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
         elif k in ("kill_agent", "stop_agent"):
             if not alive:
                 return "skipped: no agent on that host now"
