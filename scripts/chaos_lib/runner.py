@@ -278,15 +278,17 @@ class Run:
                             f"chain in {{ type filter hook input priority 0; {rule} }}\n"
                             f"chain out {{ type filter hook output priority 0; {rule} }}\n}}\n")
         elif k == "disk_full":
-            filler = self.logs / "filler"
-            with open(filler, "wb") as out:
-                chunk = b"\0" * 65536
-                try:
-                    while True:
-                        out.write(chunk)
-                        out.flush()
-                except OSError:
-                    pass  # ENOSPC: the disk is full, which is the point
+            # Unbuffered writes until ENOSPC: a buffered file would raise
+            # it again from its close.
+            fd = os.open(self.logs / "filler", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            chunk = b"\0" * 65536
+            try:
+                while True:
+                    os.write(fd, chunk)
+            except OSError:
+                pass  # ENOSPC: the disk is full, which is the point
+            finally:
+                os.close(fd)
         elif k == "hostile_clients":
             # c10d: the endpoint store; etcd: the workers' store on group
             # rank 0's host (etcd is not dtrun's code), from the event log.
