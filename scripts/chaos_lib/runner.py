@@ -419,7 +419,12 @@ class Run:
                         continue
                     why = not_applicable(f.kind, cfg.backend)
                     if why is None:
-                        why = self.apply(f)
+                        try:
+                            why = self.apply(f)
+                        except (OSError, subprocess.SubprocessError) as e:
+                            # The harness's own failure: said, never taken
+                            # for dtrun's, and the run goes on.
+                            why = f"harness error: {e}"
                     t = time.monotonic()
                     self.results.append({"fault": f, "status": why or "applied", "t_apply": t,
                                          "wall": time.time(),
