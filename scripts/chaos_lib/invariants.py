@@ -196,10 +196,16 @@ CAUSES = [
     ("etcd", {"store_kill"}),
     ("lease", {"store_kill"}),
     ("rendezvous", {"store_kill"}),
+    ("report the failure", {"kill_worker", "kill_all_workers", "link_down", "partition",
+                            "loss", "stop_agent", "store_kill"}),
     ("restart", {"kill_worker", "kill_all_workers", "kill_agent", "kill_host", "stop_agent", "stop_worker",
                  "link_down", "partition", "loss", "store_kill", "disk_full"}),
     ("space", {"disk_full"}),
 ]
+
+
+# --check reads records without a schedule: any fault may have happened.
+CAUSE_KINDS = sorted({k for _, kinds in CAUSES for k in kinds})
 
 
 def outcome_explained(outcome: dict, applied_kinds: set[str]) -> list[str]:
@@ -213,6 +219,14 @@ def outcome_explained(outcome: dict, applied_kinds: set[str]) -> list[str]:
             return ["every agent exited 0 but training did not reach its last step"]
         return []
     reasons = " | ".join(outcome.get("reasons", [])).lower()
+    # A summary that blames the restarts must have spent them (dtrun once
+    # said "all 8 restart(s) used" with none spent, when the failure could
+    # not be reported to the store: seeds 52 and 69).
+    import re
+    used = re.search(r"all (\d+) restart\(s\) used", reasons)
+    if used and outcome.get("restarts_spent", 0) < int(used.group(1)):
+        return [f"the failure summary says all {used.group(1)} restarts were used, but the "
+                f"job spent {outcome.get('restarts_spent', 0)}: {reasons[:200]}"]
     for word, kinds in CAUSES:
         if word in reasons and kinds & applied_kinds:
             return []

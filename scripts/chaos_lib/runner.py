@@ -546,6 +546,8 @@ def execute(cfg: Config, schedule: list[Fault]) -> dict:
         "success": bool(own) and all(a.exit_code == 0 for a in own),
         "finished_training": bool(steps) and max(steps) == cfg.steps,
         "reasons": reasons,
+        "restarts_spent": max([e["count"] for e in events if e.get("event") == "restart"],
+                              default=0),
         "exit_codes": {f"h{a.host}#{i}": a.exit_code for i, a in enumerate(run.agents)},
     }
     applied = {r["fault"].kind for r in run.results if r["status"] == "applied"}

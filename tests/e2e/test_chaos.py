@@ -91,6 +91,17 @@ def test_records_that_break_the_invariants_are_violations(tmp_path):
     assert "round 1 rank 0 resumed from step 0 although step 5 was checkpointed" in out
     assert re.search(r"chaos: 0 runs, 0 faults, [1-9]\d* violations", out), out
 
+    # A failure summary that blames restarts the job never spent.
+    d = tmp_path / "unspent"
+    d.mkdir()
+    write_jsonl(d / "events.jsonl", events[:2] + [
+        {"time": "2026-11-26T05:00:02.000Z", "event": "job_failed", "host": "h3",
+         "agent_pid": 30, "round": 0, "reason": "all 8 restart(s) used", "failures": 1}])
+    write_jsonl(d / "journal.jsonl", journal[:3])
+    r = chaos("--check", d, "--max-restarts", "8")
+    assert r.returncode == 1, r.stdout
+    assert "the failure summary says all 8 restarts were used, but the job spent 0" in r.stdout
+
     # The same job without the faults in its records passes.
     write_jsonl(tmp_path / "events.jsonl", events[:2] + events[5:6] + [
         completed(1, "h2", 20, 1, 2, 1, 1, 2)])
