@@ -918,10 +918,15 @@ class elastic_agent::impl {
       if (phase_ == phase::done) return;
       if (error) {
         log_error("could not reach the rendezvous to report the failure; not restarting");
-        restarts = options_.spec.max_restarts + 1;
+        // The count is unknown, not used up: the summary must say so
+        // (it said "all N restart(s) used" with none spent; scripts/chaos
+        // seeds 52 and 69, a link down while a worker failed).
+        unreported_ = true;
+        job_restarts_ = options_.spec.max_restarts + 1;
+      } else {
+        job_restarts_ = restarts;
+        restarts_seen_ = restarts;
       }
-      job_restarts_ = restarts;
-      restarts_seen_ = restarts;
       if (awaiting_restart_count_) {
         awaiting_restart_count_ = false;
         decide_restart();
@@ -947,7 +952,9 @@ class elastic_agent::impl {
     int code = failure_->status.code;
     bool said_why = failure_->spawn_failed;  // in one line already
     std::string outcome =
-        options_.spec.max_restarts == 0
+        unreported_ ? std::string("the failure could not be reported to the rendezvous, so no "
+                                  "restart could be counted")
+        : options_.spec.max_restarts == 0
             ? std::string("no restarts allowed: --max-restarts=0")
             : fmt::format("all {} restart(s) used", options_.spec.max_restarts);
     rendezvous_.fail_job(
@@ -1070,6 +1077,7 @@ class elastic_agent::impl {
   int node_rank_ = 0;
   bool round_over_ = false;
   std::optional<int> job_restarts_;
+  bool unreported_ = false;  // the last failure's report never reached the rendezvous
   bool awaiting_restart_count_ = false;
   int exit_code_ = 1;
   std::uint64_t stop_armed_ = 0;  // generation of stop_timer_: bumped by each arm and cancel

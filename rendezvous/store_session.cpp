@@ -412,7 +412,15 @@ void store_session::execute_wills() {
     if (current == nullptr || *current != will) continue;  // withdrawn or replaced
     auto newline = will.find('\n');
     table.erase(key);
-    table.set(will.substr(0, newline), will.substr(newline + 1));
+    // The first reason wins (as dynamic_rendezvous's end_round_first): a
+    // will must not overwrite what its target already says. A node whose
+    // worker failed sets `over` to that failure, then reconnects for the
+    // next round with its will still standing; executed as a plain SET the
+    // will turned the reason the others read into "node N was lost" (found
+    // by scripts/chaos, seed 5).
+    auto target = will.substr(0, newline);
+    if (const std::string* now = table.find(target); now != nullptr && !now->empty()) continue;
+    table.set(target, will.substr(newline + 1));
   }
   wills_.clear();
 }

@@ -242,3 +242,21 @@ TEST_CASE("a last will fires when its connection closes, and only then") {
   CHECK_FALSE(watcher->check({"never"}));
   CHECK(watcher->get("dtrun/will/plain") == "no newline");
 }
+
+TEST_CASE("a last will does not overwrite a reason its target already holds") {
+  testing::server_thread server;
+  auto watcher = server.client();
+  {
+    auto failing = server.client();
+    failing->set("dtrun/will/node1", "/round/2/over\nnode 1 was lost");
+    // A second will on a fresh key: the server runs a connection's wills
+    // together, so once it is set the first one has been run too.
+    failing->set("dtrun/will/marker", "/round/2/marker\nran");
+    // The node ends the round itself (its worker failed), then its
+    // connection closes with the will still set.
+    failing->set("round/2/over", "node 1: worker rank 1 was killed by signal 9");
+  }
+  CHECK(watcher->get("round/2/marker") == "ran");
+  CHECK(watcher->get("round/2/over") == "node 1: worker rank 1 was killed by signal 9");
+  CHECK_FALSE(watcher->check({"dtrun/will/node1"}));
+}
