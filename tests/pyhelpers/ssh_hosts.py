@@ -50,6 +50,7 @@ UsePAM no
 StrictModes no
 UseDNS no
 LogLevel INFO
+SetEnv HOME={dir}/home
 """
 
 
@@ -73,6 +74,12 @@ class SshHosts:
                 subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f",
                                 str(self.dir / name)], check=True, capture_output=True)
             shutil.copy(self.dir / "id.pub", self.dir / "authorized_keys")
+            # The sessions' HOME (SetEnv above): an empty folder, so the
+            # remote shell reads no rc file of this machine's root. bash
+            # sources ~/.bashrc for an ssh command, and one that runs
+            # `pyenv init` waited 60 s for a lock a killed session had
+            # left behind, which made every login of the suite time out.
+            (self.dir / "home").mkdir()
             for i in self.sshd_on:
                 self._start_sshd(i)
         except BaseException:
