@@ -843,8 +843,12 @@ class elastic_agent::impl {
       job_stop_stored_ = true;
       if (finish_pending_) finish(*std::exchange(finish_pending_, std::nullopt));
     });
+    // The workers get the Ctrl-C itself, as the stopped node's do: one
+    // signal for the whole job, whichever reaches this node first (with
+    // --hosts the launcher also forwards the SIGINT to every host, and the
+    // store's word may come before it).
     if (phase_ == phase::running) {
-      begin_stop(SIGTERM);
+      begin_stop(SIGINT);
     } else {
       finish_after_job_stop(128 + SIGINT);
     }
