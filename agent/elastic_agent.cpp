@@ -30,6 +30,7 @@
 #include "agent/stack_capture.h"
 #include "agent/stack_dump.h"
 #include "agent/stdin_watch.h"
+#include "agent/wall_clock.h"
 #include "agent/worker_output.h"
 #include "agent/worker_process.h"
 #include "rendezvous/printable.h"
@@ -536,9 +537,7 @@ class elastic_agent::impl {
   void watchdog_expired(const timer_table::expired& e) {
     worker* w = live_worker(e.pid);
     if (w == nullptr) return;
-    auto late = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-                    .count() -
-                e.expiration_time;
+    double late = wall_clock_seconds() - e.expiration_time;
     w->watchdog_signal = e.signal;
     w->watchdog = fmt::format("deadline of scope {} passed {:.1f} s ago; {} sent",
                               printable(e.scope_id), std::max(late, 0.0), signal_name(e.signal));
