@@ -4,7 +4,7 @@
 
 #include <cerrno>
 
-#include "rendezvous/printable.h"
+#include "rendezvous/base/printable.h"
 
 namespace dtrun::agent {
 namespace {

@@ -33,7 +33,7 @@
 #include "agent/wall_clock.h"
 #include "agent/worker_output.h"
 #include "agent/worker_process.h"
-#include "rendezvous/printable.h"
+#include "rendezvous/base/printable.h"
 
 namespace dtrun::agent {
 namespace asio = boost::asio;

@@ -28,7 +28,7 @@
 #include "agent/worker_args.h"
 #include "agent/run_reporter.h"
 #include "agent/worker_env.h"
-#include "rendezvous/rendezvous_handler.h"
+#include "rendezvous/algorithm/rendezvous_handler.h"
 
 namespace dtrun::agent {
 

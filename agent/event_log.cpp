@@ -10,7 +10,7 @@
 
 #include <fmt/format.h>
 
-#include "rendezvous/printable.h"
+#include "rendezvous/base/printable.h"
 
 namespace dtrun::agent {
 

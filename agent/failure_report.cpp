@@ -14,7 +14,7 @@
 
 #include "agent/event_log.h"
 #include "agent/failure_hint.h"
-#include "rendezvous/printable.h"
+#include "rendezvous/base/printable.h"
 
 namespace dtrun::agent {
 namespace {

@@ -14,7 +14,7 @@
 
 #include "agent/exit_status.h"
 #include "agent/wall_clock.h"
-#include "rendezvous/printable.h"
+#include "rendezvous/base/printable.h"
 
 namespace dtrun::agent {
 namespace asio = boost::asio;

@@ -11,7 +11,7 @@
 #include <boost/beast/http.hpp>
 #include <fmt/format.h>
 
-#include "rendezvous/printable.h"
+#include "rendezvous/base/printable.h"
 
 namespace dtrun::agent {
 

@@ -12,7 +12,7 @@
 
 #include <boost/filesystem.hpp>
 
-#include "rendezvous/printable.h"
+#include "rendezvous/base/printable.h"
 
 namespace dtrun::agent {
 

@@ -6,7 +6,7 @@
 #include <boost/asio/ip/host_name.hpp>
 #include <fmt/format.h>
 
-#include "rendezvous/printable.h"
+#include "rendezvous/base/printable.h"
 
 namespace dtrun::agent {
 namespace {

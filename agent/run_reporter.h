@@ -21,7 +21,7 @@
 #include "agent/exit_status.h"
 #include "agent/failure_report.h"
 #include "agent/report_options.h"
-#include "rendezvous/rendezvous_handler.h"
+#include "rendezvous/algorithm/rendezvous_handler.h"
 
 namespace dtrun::agent {
 

@@ -16,7 +16,7 @@
 
 #include <boost/asio/post.hpp>
 
-#include "rendezvous/printable.h"
+#include "rendezvous/base/printable.h"
 
 namespace dtrun::agent {
 namespace asio = boost::asio;

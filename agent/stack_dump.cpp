@@ -6,7 +6,7 @@
 #include <map>
 #include <tuple>
 
-#include "rendezvous/printable.h"
+#include "rendezvous/base/printable.h"
 
 namespace dtrun::agent {
 

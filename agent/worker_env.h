@@ -10,7 +10,7 @@
 #include <map>
 #include <string>
 
-#include "rendezvous/rendezvous_handler.h"
+#include "rendezvous/algorithm/rendezvous_handler.h"
 
 namespace dtrun::agent {
 

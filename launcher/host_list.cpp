@@ -15,7 +15,7 @@
 #include "launcher/cli.h"
 #include "launcher/number_parse.h"
 #include "launcher/slurm_hostlist.h"
-#include "rendezvous/printable.h"
+#include "rendezvous/base/printable.h"
 
 namespace dtrun::launcher {
 namespace {

@@ -18,7 +18,7 @@
 #include "agent/worker_env.h"
 #include "launcher/cli.h"
 #include "launcher/rendezvous_config.h"
-#include "rendezvous/store_access.h"
+#include "rendezvous/store/store_access.h"
 
 namespace dtrun::launcher {
 

@@ -33,11 +33,11 @@
 #include "launcher/ssh_fanout.h"
 #include "launcher/ssh_plan.h"
 #include "launcher/status_command.h"
-#include "rendezvous/dynamic_rendezvous.h"
-#include "rendezvous/etcd_round_store.h"
-#include "rendezvous/etcd_session.h"
-#include "rendezvous/printable.h"
-#include "rendezvous/standalone_rendezvous.h"
+#include "rendezvous/algorithm/dynamic_rendezvous.h"
+#include "rendezvous/etcd/etcd_round_store.h"
+#include "rendezvous/etcd/etcd_session.h"
+#include "rendezvous/base/printable.h"
+#include "rendezvous/algorithm/standalone_rendezvous.h"
 
 namespace {
 

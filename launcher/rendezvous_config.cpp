@@ -6,9 +6,9 @@
 #include <fmt/format.h>
 
 #include "launcher/number_parse.h"
-#include "rendezvous/endpoint.h"
-#include "rendezvous/printable.h"
-#include "rendezvous/store_server.h"
+#include "rendezvous/base/endpoint.h"
+#include "rendezvous/base/printable.h"
+#include "rendezvous/store/store_server.h"
 
 namespace dtrun::launcher {
 namespace {

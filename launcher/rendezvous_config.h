@@ -19,8 +19,8 @@
 #include <nlohmann/json.hpp>
 
 #include "launcher/cli.h"
-#include "rendezvous/dynamic_rendezvous.h"
-#include "rendezvous/etcd_options.h"
+#include "rendezvous/algorithm/dynamic_rendezvous.h"
+#include "rendezvous/etcd/etcd_options.h"
 
 namespace dtrun::launcher {
 

@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-#include "rendezvous/printable.h"
+#include "rendezvous/base/printable.h"
 
 namespace dtrun::launcher {
 namespace {

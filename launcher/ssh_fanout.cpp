@@ -28,7 +28,7 @@
 #include "launcher/number_parse.h"
 #include "launcher/remote_command.h"
 #include "launcher/summary_merge.h"
-#include "rendezvous/printable.h"
+#include "rendezvous/base/printable.h"
 
 extern char** environ;
 

@@ -19,9 +19,9 @@
 #include "agent/wall_clock.h"
 #include "launcher/status_store.h"
 #include "launcher/status_table.h"
-#include "rendezvous/endpoint.h"
-#include "rendezvous/printable.h"
-#include "rendezvous/tcp_store_client.h"
+#include "rendezvous/base/endpoint.h"
+#include "rendezvous/base/printable.h"
+#include "rendezvous/store/tcp_store_client.h"
 
 namespace dtrun::launcher {
 

@@ -12,7 +12,7 @@
 #include <string>
 
 #include "agent/job_status.h"
-#include "rendezvous/store.h"
+#include "rendezvous/store/store.h"
 
 namespace dtrun::launcher {
 

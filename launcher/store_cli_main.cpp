@@ -30,10 +30,10 @@
 #include "launcher/build_version.h"
 #include "launcher/cli.h"
 #include "launcher/number_checks.h"
-#include "rendezvous/endpoint.h"
-#include "rendezvous/store_access.h"
-#include "rendezvous/store_server.h"
-#include "rendezvous/tcp_store_client.h"
+#include "rendezvous/base/endpoint.h"
+#include "rendezvous/store/store_access.h"
+#include "rendezvous/store/store_server.h"
+#include "rendezvous/store/tcp_store_client.h"
 
 namespace {
 

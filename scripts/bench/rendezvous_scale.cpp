@@ -37,7 +37,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include "rendezvous/dynamic_rendezvous.h"
+#include "rendezvous/algorithm/dynamic_rendezvous.h"
 
 using namespace dtrun::rendezvous;
 namespace bp = boost::process;

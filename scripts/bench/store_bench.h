@@ -12,7 +12,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "rendezvous/wire_codec.h"
+#include "rendezvous/store/wire_codec.h"
 
 namespace dtrun::bench {
 

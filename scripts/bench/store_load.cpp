@@ -46,7 +46,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "rendezvous/wire_codec.h"
+#include "rendezvous/store/wire_codec.h"
 #include "scripts/bench/store_bench.h"
 
 namespace {

@@ -1,6 +1,6 @@
 // Feeds the etcd client's reading side what a member (or anything posing
 // as one) could send: the input is a whole HTTP response, read by Beast's
-// parser into capped_body (rendezvous/etcd_body.h) the way a connection
+// parser into capped_body (rendezvous/etcd/etcd_body.h) the way a connection
 // reads it, once as a unary reply and once as a watch stream; the body, or
 // each line of the stream, then goes through every parser of etcd_parse.
 // The input is also given to the parsers as a bare body. Seeds under
@@ -20,8 +20,8 @@
 #include <boost/asio/buffer.hpp>
 #include <boost/beast/http/parser.hpp>
 
-#include "rendezvous/etcd_body.h"
-#include "rendezvous/etcd_parse.h"
+#include "rendezvous/etcd/etcd_body.h"
+#include "rendezvous/etcd/etcd_parse.h"
 
 using namespace dtrun::rendezvous;
 namespace http = boost::beast::http;

@@ -25,7 +25,7 @@
 #include <span>
 #include <string>
 
-#include "rendezvous/store_session.h"
+#include "rendezvous/store/store_session.h"
 
 using namespace dtrun::rendezvous;
 

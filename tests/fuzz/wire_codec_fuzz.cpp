@@ -14,8 +14,8 @@
 #include <string_view>
 #include <vector>
 
-#include "rendezvous/server_key_table.h"
-#include "rendezvous/wire_codec.h"
+#include "rendezvous/store/server_key_table.h"
+#include "rendezvous/store/wire_codec.h"
 
 using namespace dtrun::rendezvous;
 

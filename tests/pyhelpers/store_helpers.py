@@ -183,7 +183,7 @@ def torch_server(timeout_s: float = 15):
 
 V2_HANDSHAKE = bytes.fromhex("00cef7853c")  # VALIDATE + magic 0x3C85F7CE
 
-# Command bytes (see rendezvous/wire_codec.cpp).
+# Command bytes (see rendezvous/store/wire_codec.cpp).
 V1 = dict(SET=0, COMPARE_SET=1, GET=2, ADD=3, CHECK=4, WAIT=5, GETNUMKEYS=6,
           WATCH_KEY=7, DELETE_KEY=8)
 V2 = dict(VALIDATE=0, SET=1, COMPARE_SET=2, GET=3, ADD=4, CHECK=5, WAIT=6, GETNUMKEYS=7,

@@ -7,7 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include "agent/elastic_agent.h"
-#include "rendezvous/standalone_rendezvous.h"
+#include "rendezvous/algorithm/standalone_rendezvous.h"
 
 using namespace dtrun;
 

@@ -7,7 +7,7 @@
 #include "launcher/status_command.h"
 #include "launcher/status_store.h"
 #include "launcher/status_table.h"
-#include "rendezvous/memory_store.h"
+#include "rendezvous/store/memory_store.h"
 
 using namespace dtrun;
 using namespace dtrun::launcher;

@@ -10,8 +10,8 @@
 #include <boost/asio/steady_timer.hpp>
 #include <fmt/format.h>
 
-#include "rendezvous/async_store_client.h"
-#include "rendezvous/store_server.h"
+#include "rendezvous/store/async_store_client.h"
+#include "rendezvous/store/store_server.h"
 #include "random_timeouts.h"
 #include "server_fixture.h"
 

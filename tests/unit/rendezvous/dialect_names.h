@@ -1,7 +1,7 @@
 // Short names for the two wire dialects, as the store tests write them.
 #pragma once
 
-#include "rendezvous/wire_codec.h"
+#include "rendezvous/store/wire_codec.h"
 
 namespace dtrun::rendezvous::testing {
 

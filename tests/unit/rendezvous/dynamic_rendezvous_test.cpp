@@ -16,9 +16,9 @@
 #include <boost/asio/steady_timer.hpp>
 #include <fmt/format.h>
 
-#include "rendezvous/dynamic_rendezvous.h"
-#include "rendezvous/store.h"
-#include "rendezvous/store_server.h"
+#include "rendezvous/algorithm/dynamic_rendezvous.h"
+#include "rendezvous/store/store.h"
+#include "rendezvous/store/store_server.h"
 #include "random_timeouts.h"
 #include <boost/asio/ip/host_name.hpp>
 

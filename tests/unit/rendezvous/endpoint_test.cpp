@@ -1,6 +1,6 @@
 #include <catch2/catch.hpp>
 
-#include "rendezvous/endpoint.h"
+#include "rendezvous/base/endpoint.h"
 
 using namespace dtrun::rendezvous;
 

@@ -11,11 +11,11 @@
 #include <boost/asio/steady_timer.hpp>
 #include <fmt/format.h>
 
-#include "rendezvous/etcd_connection.h"
-#include "rendezvous/etcd_round_store.h"
-#include "rendezvous/etcd_session.h"
-#include "rendezvous/etcd_watch.h"
-#include "rendezvous/store.h"
+#include "rendezvous/etcd/etcd_connection.h"
+#include "rendezvous/etcd/etcd_round_store.h"
+#include "rendezvous/etcd/etcd_session.h"
+#include "rendezvous/etcd/etcd_watch.h"
+#include "rendezvous/store/store.h"
 #include "tests/unit/rendezvous/fake_etcd_member.h"
 
 using namespace dtrun::rendezvous;

@@ -2,8 +2,8 @@
 
 #include <stdexcept>
 
-#include "rendezvous/etcd_connection.h"
-#include "rendezvous/etcd_options.h"
+#include "rendezvous/etcd/etcd_connection.h"
+#include "rendezvous/etcd/etcd_options.h"
 
 using namespace dtrun::rendezvous;
 

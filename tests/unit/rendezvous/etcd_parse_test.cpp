@@ -2,7 +2,7 @@
 // other shape are an error saying which field is wrong, never an exception.
 #include <catch2/catch.hpp>
 
-#include "rendezvous/etcd_parse.h"
+#include "rendezvous/etcd/etcd_parse.h"
 
 using namespace dtrun::rendezvous;
 using Catch::Matchers::Contains;

@@ -5,7 +5,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 
-#include "rendezvous/heartbeat_ring.h"
+#include "rendezvous/algorithm/heartbeat_ring.h"
 
 using namespace dtrun::rendezvous;
 namespace asio = boost::asio;

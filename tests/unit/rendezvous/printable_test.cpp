@@ -1,6 +1,6 @@
 #include <catch2/catch.hpp>
 
-#include "rendezvous/printable.h"
+#include "rendezvous/base/printable.h"
 
 using dtrun::printable;
 

@@ -1,6 +1,6 @@
 #include <catch2/catch.hpp>
 
-#include "rendezvous/rank_table.h"
+#include "rendezvous/algorithm/rank_table.h"
 
 using namespace dtrun::rendezvous;
 

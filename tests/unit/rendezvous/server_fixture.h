@@ -8,8 +8,8 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 
-#include "rendezvous/store_server.h"
-#include "rendezvous/tcp_store_client.h"
+#include "rendezvous/store/store_server.h"
+#include "rendezvous/store/tcp_store_client.h"
 
 namespace dtrun::rendezvous::testing {
 

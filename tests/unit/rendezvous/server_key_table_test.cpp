@@ -1,7 +1,7 @@
 #include <catch2/catch.hpp>
 
-#include "rendezvous/server_key_table.h"
-#include "rendezvous/wire_codec.h"
+#include "rendezvous/store/server_key_table.h"
+#include "rendezvous/store/wire_codec.h"
 
 using namespace dtrun::rendezvous;
 

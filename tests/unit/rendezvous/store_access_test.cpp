@@ -10,8 +10,8 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ip/v6_only.hpp>
 
-#include "rendezvous/peer_credentials.h"
-#include "rendezvous/store_access.h"
+#include "rendezvous/store/peer_credentials.h"
+#include "rendezvous/store/store_access.h"
 #include "server_fixture.h"
 
 using namespace dtrun::rendezvous;

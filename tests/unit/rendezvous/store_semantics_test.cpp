@@ -1,6 +1,6 @@
 #include <catch2/catch.hpp>
 
-#include "rendezvous/store_semantics.h"
+#include "rendezvous/store/store_semantics.h"
 
 using namespace dtrun::rendezvous;
 

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <new>
 
-#include "rendezvous/store_session.h"
+#include "rendezvous/store/store_session.h"
 #include "tests/unit/rendezvous/dialect_names.h"
 
 using namespace dtrun::rendezvous;

@@ -6,8 +6,8 @@
 
 #include <thread>
 
-#include "rendezvous/memory_store.h"
-#include "rendezvous/prefix_store.h"
+#include "rendezvous/store/memory_store.h"
+#include "rendezvous/store/prefix_store.h"
 #include "server_fixture.h"
 
 using namespace dtrun::rendezvous;

@@ -2,7 +2,7 @@
 // whatever a caller passes must neither overflow the clock nor hang.
 #include <catch2/catch.hpp>
 
-#include "rendezvous/tcp_store_client.h"
+#include "rendezvous/store/tcp_store_client.h"
 #include "server_fixture.h"
 
 using namespace dtrun::rendezvous;

@@ -7,7 +7,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "rendezvous/wire_codec.h"
+#include "rendezvous/store/wire_codec.h"
 
 using namespace dtrun::rendezvous::wire;
 

@@ -1,0 +1,132 @@
+// The multi-node rendezvous (torchrun's c10d backend, redone): nodes meet
+// in a store that one of them hosts, agree on a round, get deterministic
+// group ranks, and learn at once when the round is over because a node
+// failed, died or wants to join.
+//
+// Every store operation is O(1) per node per round (ADD, SET, WAIT, GET of
+// one key); only the node that closes a round reads all N descriptors. The
+// protocol and its keys are described in docs/rendezvous.md.
+//
+// Everything runs on the agent's event loop through async_store_client; a
+// node that hosts the store runs the server on the same loop.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <boost/asio/io_context.hpp>
+
+#include "rendezvous/algorithm/rendezvous_handler.h"
+#include "rendezvous/store/round_store.h"
+#include "rendezvous/store/store_access.h"
+#include "rendezvous/store/store_session.h"
+
+namespace dtrun::rendezvous {
+
+struct dynamic_rendezvous_options {
+  std::string run_id = "none";
+  std::string endpoint_host;
+  std::uint16_t endpoint_port = 29400;
+  // Host the store on this node: from is_host in --rdzv-conf, else decided
+  // by matching endpoint_host against this machine's names and addresses.
+  bool host_store = false;
+  // When host_store came from that matching (not from is_host): if the
+  // port is taken, join as a client instead, as torchrun does (several
+  // nodes of one machine, e.g. a loopback test, all match the endpoint).
+  bool join_if_store_port_in_use = false;
+  int min_nodes = 1;
+  int max_nodes = 1;
+  int local_world_size = 1;
+  // True: workers bootstrap from a store of the agents: in a dynamic
+  // rendezvous a fresh one per round that the endpoint's host opens
+  // (MASTER_ADDR = the endpoint host, MASTER_PORT = that store's port),
+  // else the endpoint store itself (docs/rendezvous.md, "Addresses"). False: group rank 0's worker hosts its own store on a
+  // port its agent reserved, as torchrun 1.13 does.
+  bool workers_use_agent_store = true;
+  // With workers_use_agent_store: the node hosting the endpoint store
+  // opens a fresh store for each round's workers (torch >= 2.x workers,
+  // unlike 1.13's, do not prefix their keys by round). False for the
+  // static backend, whose MASTER_PORT stays --master-port, as torchrun's.
+  bool fresh_worker_store = true;
+  // Static rendezvous (--node-rank with --master-addr/--master-port): this
+  // node's group rank, the same in every round. -1: assigned.
+  int fixed_rank = -1;
+  // The address others reach this node at (--local-addr). Empty: the local
+  // address of our connection to the store, which is reachable by
+  // construction, unlike the hostname in many clusters.
+  std::string local_addr;
+  std::chrono::milliseconds join_timeout = std::chrono::seconds(600);
+  std::chrono::milliseconds last_call_timeout = std::chrono::seconds(30);
+  std::chrono::milliseconds close_timeout = std::chrono::seconds(30);
+  std::chrono::milliseconds keep_alive_interval = std::chrono::seconds(5);
+  int keep_alive_max_attempt = 3;
+  std::chrono::milliseconds exit_barrier_timeout = std::chrono::seconds(300);
+  // Job-wide: a failure beyond this many restarts fails the job on every
+  // node (the others learn it when they try to rejoin).
+  int max_restarts = 0;
+  // How long to wait for the store before saying that nobody hosts it.
+  std::chrono::milliseconds no_host_warning = std::chrono::seconds(5);
+  // Who may connect to the store this node hosts (--store-allow-networks).
+  store_access_options store_access;
+  // Threads of their own for the stores this node hosts (the rendezvous
+  // store and each round's workers' store; --rdzv-conf store_threads): 0
+  // serves them on the agent's event loop. On a host node of a large job
+  // every worker's init_process_group lands on the workers' store; its
+  // own threads keep that load off the loop that supervises the workers.
+  unsigned store_threads = 0;
+  // The etcd backend: clients of an external store (no node hosts it;
+  // host_store is false). Empty: the c10d TCPStore at the endpoint.
+  round_store_factory store_factory;
+  // With an external store nobody hosts the workers' store either: every
+  // node opens one when it joins, and the round uses group rank 0's
+  // (MASTER_ADDR = rank 0's address). The others close theirs.
+  bool worker_store_on_every_node = false;
+  std::function<void(const std::string&)> log;
+};
+
+class dynamic_rendezvous final : public rendezvous_handler {
+ public:
+  // Hosting nodes bind the store at once (store_error when they cannot).
+  dynamic_rendezvous(boost::asio::io_context& io, dynamic_rendezvous_options options);
+  ~dynamic_rendezvous() override;
+
+  // As rendezvous_handler's; calling it again before `done` ran abandons
+  // that call, which then completes with a store_error, and no reply of
+  // the abandoned round acts on the new one.
+  void next_round(completion done) override;
+  const std::string& run_id() const override;
+  void shutdown() override;
+  void watch_round(std::function<void(std::string)> on_over) override;
+  void report_failure(std::string reason, restart_completion done) override;
+  void fail_job(std::string reason, std::function<void()> done) override;
+  void stop_job(std::string reason, std::function<void()> done) override;
+  void stop_seen(std::function<void()> done) override;
+  void finish(std::function<void(std::exception_ptr)> done) override;
+  void publish_failure(std::int64_t round, std::string record, std::function<void()> done) override;
+  void round_failures(std::int64_t round, failures_completion done) override;
+  void share_progress(bool progressed, std::function<void(std::int64_t)> done) override;
+  void publish_status(std::string status_json, std::function<void()> stored) override;
+
+  // The store's port when this node hosts it (0 otherwise).
+  std::uint16_t store_port() const;
+  // The port of the store this node opened for the workers of its latest
+  // round (0 when it opened none: not the host, or it does not apply).
+  std::uint16_t worker_store_port() const;
+  // What the hosted store has served so far (all zero when not hosting):
+  // the rendezvous benchmark's requests and bytes per node.
+  store_server_stats store_stats() const;
+
+  class impl;
+
+ private:
+  std::shared_ptr<impl> impl_;
+};
+
+// True when `host` names this machine: localhost, a loopback or local
+// interface address, the hostname or its canonical name.
+bool is_this_machine(const std::string& host);
+
+}  // namespace dtrun::rendezvous

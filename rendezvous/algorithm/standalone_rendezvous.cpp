@@ -1,0 +1,61 @@
+#include "rendezvous/algorithm/standalone_rendezvous.h"
+
+#include <utility>
+
+#include <boost/asio/post.hpp>
+
+#include "rendezvous/store/store.h"
+
+namespace dtrun::rendezvous {
+
+standalone_rendezvous::standalone_rendezvous(boost::asio::io_context& io,
+                                             standalone_rendezvous_options options)
+    : io_(io), options_(std::move(options)) {
+  // Fail the launch with one line, rather than refuse every worker, where
+  // the same-user rule cannot work (no socket diagnostics in a sandbox).
+  if (auto why = same_user_rule_unavailable(options_.access); !why.empty()) {
+    throw store_error(why);
+  }
+  store_server_options server_options;
+  server_options.host = options_.host;
+  server_options.port = options_.port;
+  server_options.admit = make_admit(options_.access);
+  server_ = std::make_unique<store_server>(io_, std::move(server_options));
+}
+
+standalone_rendezvous::~standalone_rendezvous() = default;
+
+std::uint16_t standalone_rendezvous::store_port() const { return server_->port(); }
+
+void standalone_rendezvous::next_round(completion done) {
+  rendezvous_info info;
+  info.round = next_round_++;
+  // Each round's workers start on an empty store. torch >= 2.6 workers no
+  // longer put their keys under /worker/attempt_<restart> (torch expects a
+  // new store per retry), so a restarted group would find the previous
+  // round's keys (gloo's peer addresses, NCCL's unique id) and connect to
+  // dead peers: torchrun 2.6 --standalone fails such restarts that way.
+  // Every worker of the last round has exited by now (the agent starts a
+  // round only once the group is reaped), and the standalone store holds
+  // nothing of dtrun's own.
+  if (info.round > 0) server_->clear_keys();
+  info.group_rank = 0;
+  info.group_world_size = 1;
+  info.local_world_size = options_.local_world_size;
+  info.world_size = options_.local_world_size;
+  info.master_addr = options_.host;
+  info.master_port = server_->port();
+  info.store_host = options_.host;
+  info.store_port = server_->port();
+  // Posted, not called inline: the contract says completion comes from the
+  // loop, so callers never re-enter themselves.
+  boost::asio::post(io_, [done = std::move(done), info = std::move(info)]() mutable {
+    done(nullptr, std::move(info));
+  });
+}
+
+void standalone_rendezvous::shutdown() {
+  if (server_) server_->stop();
+}
+
+}  // namespace dtrun::rendezvous

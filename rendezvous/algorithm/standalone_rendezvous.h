@@ -1,0 +1,53 @@
+// The rendezvous of a single-node run: one node, group rank 0, and a store
+// on loopback that the workers use (TORCHELASTIC_USE_AGENT_STORE=True).
+//
+// The store server runs on the agent's event loop; this handler only
+// hosts it and reports its address, so it never blocks the loop.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <boost/asio/io_context.hpp>
+
+#include "rendezvous/algorithm/rendezvous_handler.h"
+#include "rendezvous/store/store_access.h"
+#include "rendezvous/store/store_server.h"
+
+namespace dtrun::rendezvous {
+
+struct standalone_rendezvous_options {
+  std::string run_id;
+  // Workers per node (this node is the only one).
+  int local_world_size = 1;
+  // Loopback only: a standalone job must not be reachable from outside.
+  std::string host = "127.0.0.1";
+  // 0 picks a free port (no EADDRINUSE races on a fixed port).
+  std::uint16_t port = 0;
+  // Who may connect: by default only this user's processes, since any
+  // local user can reach loopback (docs/store.md, "Who may connect").
+  store_access_options access{.same_user_only = true};
+};
+
+class standalone_rendezvous final : public rendezvous_handler {
+ public:
+  // Binds the store at once; throws store_error with an actionable message
+  // when the port cannot be bound.
+  standalone_rendezvous(boost::asio::io_context& io, standalone_rendezvous_options options);
+  ~standalone_rendezvous() override;
+
+  void next_round(completion done) override;
+  const std::string& run_id() const override { return options_.run_id; }
+  void shutdown() override;
+
+  std::uint16_t store_port() const;
+
+ private:
+  boost::asio::io_context& io_;
+  standalone_rendezvous_options options_;
+  std::unique_ptr<store_server> server_;
+  std::int64_t next_round_ = 0;
+};
+
+}  // namespace dtrun::rendezvous
