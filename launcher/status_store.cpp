@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "rendezvous/algorithm/rendezvous_keys.h"
 #include "rendezvous/base/printable.h"
 
 namespace dtrun::launcher {
@@ -13,12 +14,13 @@ namespace {
 constexpr int max_nodes = 100'000;  // as --nnodes
 }
 
+// The keys the agents publish under (rendezvous_keys, docs/rendezvous.md).
 std::string status_count_key(const std::string& run_id) {
-  return fmt::format("dtrun/status/{}/nodes", run_id);
+  return rendezvous::rendezvous_keys(run_id).status_nodes();
 }
 
 std::string status_node_key(const std::string& run_id, int node_rank) {
-  return fmt::format("dtrun/status/{}/{}", run_id, node_rank);
+  return rendezvous::rendezvous_keys(run_id).status_node(node_rank);
 }
 
 std::optional<agent::job_status> read_job_status(rendezvous::store& store,

@@ -7,8 +7,12 @@
 // one key); only the node that closes a round reads all N descriptors. The
 // protocol and its keys are described in docs/rendezvous.md.
 //
-// Everything runs on the agent's event loop through async_store_client; a
-// node that hosts the store runs the server on the same loop.
+// Everything runs on the agent's event loop. The algorithm does no I/O of
+// its own: it talks to a round_store its connector opens, hosts stores
+// through a store_host, and asks the OS through rendezvous_os
+// (rendezvous_parts). The production parts are the c10d TCPStore (or the
+// launcher's store_factory) and the real OS; the unit tests pass an
+// in-memory store and fakes (docs/design.md, "The rendezvous core").
 #pragma once
 
 #include <chrono>
@@ -20,9 +24,11 @@
 #include <boost/asio/io_context.hpp>
 
 #include "rendezvous/algorithm/rendezvous_handler.h"
+#include "rendezvous/algorithm/rendezvous_os.h"
+#include "rendezvous/algorithm/store_host.h"
 #include "rendezvous/store/round_store.h"
 #include "rendezvous/store/store_access.h"
-#include "rendezvous/store/store_session.h"
+#include "rendezvous/store/store_server.h"
 
 namespace dtrun::rendezvous {
 
@@ -87,10 +93,30 @@ struct dynamic_rendezvous_options {
   std::function<void(const std::string&)> log;
 };
 
+// The parts of a dynamic_rendezvous that do I/O. Every field is required.
+struct rendezvous_parts {
+  std::shared_ptr<const rendezvous_os> os;
+  // The stores this node hosts (the rendezvous store when its
+  // endpoint_port() is nonzero, each round's workers' store).
+  std::unique_ptr<store_host> host;
+  // Opens this node's clients of the rendezvous store, once per round.
+  round_store_connector connect;
+};
+
+// The production parts for `options`: the real OS, a tcp_store_host
+// (binding the store at once when options.host_store; store_error when it
+// cannot), and the c10d client or, with options.store_factory, its clients.
+rendezvous_parts production_parts(boost::asio::io_context& io,
+                                  const dynamic_rendezvous_options& options);
+
 class dynamic_rendezvous final : public rendezvous_handler {
  public:
-  // Hosting nodes bind the store at once (store_error when they cannot).
+  // With the production parts: hosting nodes bind the store at once
+  // (store_error when they cannot).
   dynamic_rendezvous(boost::asio::io_context& io, dynamic_rendezvous_options options);
+  // With the given parts (the unit tests: an in-memory store, fakes).
+  dynamic_rendezvous(boost::asio::io_context& io, dynamic_rendezvous_options options,
+                     rendezvous_parts parts);
   ~dynamic_rendezvous() override;
 
   // As rendezvous_handler's; calling it again before `done` ran abandons
@@ -124,9 +150,5 @@ class dynamic_rendezvous final : public rendezvous_handler {
  private:
   std::shared_ptr<impl> impl_;
 };
-
-// True when `host` names this machine: localhost, a loopback or local
-// interface address, the hostname or its canonical name.
-bool is_this_machine(const std::string& host);
 
 }  // namespace dtrun::rendezvous

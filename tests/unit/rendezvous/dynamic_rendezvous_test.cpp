@@ -1,37 +1,145 @@
-// Several agents' rendezvous handlers in one process, on one event loop,
-// meeting in a store the first of them hosts: the multi-node protocol
-// without the network namespaces (those are in tests/e2e).
+// The rendezvous algorithm (dynamic_rendezvous, the production class) with
+// every node of a cluster in one process, on one event loop, meeting in an
+// in-memory store (memory_round_store.h): no socket, no OS call, so these
+// run in milliseconds and inside `unshare -n`. The node hosting the store
+// and each round's workers' store is a fake store_host, and the OS
+// (host name, pid, reserved ports) a fake rendezvous_os. The same
+// scenarios over the real TCPStore and hosting: store_host_test.cpp and
+// tests/integration, tests/e2e.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
-#include <cstdlib>
+#include <cstdint>
 #include <functional>
-#include <random>
-#include <map>
-#include <set>
+#include <memory>
 #include <optional>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <fmt/format.h>
 
-#include "rendezvous/algorithm/dynamic_rendezvous.h"
-#include "rendezvous/store/store.h"
-#include "rendezvous/store/store_server.h"
 #include "random_timeouts.h"
-#include <boost/asio/ip/host_name.hpp>
+#include "rendezvous/algorithm/dynamic_rendezvous.h"
+#include "rendezvous/algorithm/rendezvous_keys.h"
+#include "rendezvous/algorithm/rendezvous_os.h"
+#include "rendezvous/algorithm/store_host.h"
+#include "rendezvous/store/memory_round_store.h"
+#include "rendezvous/store/store.h"
 
 using namespace dtrun::rendezvous;
 using namespace std::chrono_literals;
 
-namespace {
+// Everything in a namespace of its own, test cases included: a unity batch
+// compiles the test files of the folder together.
+namespace memory_cluster {
+
+
+class fake_os final : public rendezvous_os {
+ public:
+  explicit fake_os(int node) : node_(node) {}
+  bool is_this_machine(const std::string& host) const override { return host == "localhost"; }
+  int reserve_port(const std::string&) const override { return 50000 + node_; }
+  std::string host_name() const override { return fmt::format("host{}", node_); }
+  long pid() const override { return 1000 + node_; }
+
+ private:
+  int node_;
+};
+
+// Hosts nothing real: ports are numbers from a counter the cluster shares.
+class fake_store_host final : public store_host {
+ public:
+  fake_store_host(std::uint16_t endpoint, int& next_port) : endpoint_(endpoint), next_(next_port) {}
+  std::uint16_t endpoint_port() const override { return endpoint_; }
+  std::uint16_t open_worker_store() override {
+    worker_ = static_cast<std::uint16_t>(next_++);
+    return worker_;
+  }
+  std::uint16_t worker_store_port() const override { return worker_; }
+  void close_worker_store() override { worker_ = 0; }
+  store_server_stats stats() const override { return {}; }
+  void stop() override { worker_ = 0; }
+
+ private:
+  std::uint16_t endpoint_;
+  std::uint16_t worker_ = 0;
+  int& next_;
+};
+
+// A node whose process hangs (SIGSTOP) with its connection open: from
+// hang() on, its requests are never answered, and no will runs.
+class hanging_store final : public round_store {
+ public:
+  hanging_store(std::shared_ptr<round_store> inner, const bool& hung)
+      : inner_(std::move(inner)), hung_(hung) {}
+  void connect(store_callback done) override { inner_->connect(gate(done)); }
+  void set(std::string k, std::string v, store_callback done) override {
+    if (!hung_) inner_->set(std::move(k), std::move(v), std::move(done));
+  }
+  void multi_set(std::vector<std::string> k, std::vector<std::string> v,
+                 store_callback done) override {
+    if (!hung_) inner_->multi_set(std::move(k), std::move(v), std::move(done));
+  }
+  void get(std::string k, store_duration t, store_callback done) override {
+    if (!hung_) inner_->get(std::move(k), t, gate(done));
+  }
+  void add(std::string k, std::int64_t d, store_callback done) override {
+    if (!hung_) inner_->add(std::move(k), d, gate(done));
+  }
+  void compare_set(std::string k, std::string e, std::string d, store_callback done) override {
+    if (!hung_) inner_->compare_set(std::move(k), std::move(e), std::move(d), gate(done));
+  }
+  void check(std::vector<std::string> k, store_callback done) override {
+    if (!hung_) inner_->check(std::move(k), gate(done));
+  }
+  void wait(std::vector<std::string> k, store_duration t, store_callback done) override {
+    if (!hung_) inner_->wait(std::move(k), t, gate(done));
+  }
+  void delete_key(std::string k, store_callback done) override {
+    if (!hung_) inner_->delete_key(std::move(k), gate(done));
+  }
+  void multi_get(std::vector<std::string> k, store_duration t, store_callback done) override {
+    if (!hung_) inner_->multi_get(std::move(k), t, gate(done));
+  }
+  void read_now(std::vector<std::string> k, store_callback done) override {
+    if (!hung_) inner_->read_now(std::move(k), gate(done));
+  }
+  void set_will(std::string w, std::string t, std::string v, store_callback done) override {
+    if (!hung_) inner_->set_will(std::move(w), std::move(t), std::move(v), gate(done));
+  }
+  void withdraw_will(std::string w, store_callback done) override {
+    if (!hung_) inner_->withdraw_will(std::move(w), gate(done));
+  }
+  // A hung process closes nothing: its will must not run.
+  void close() override {
+    if (!hung_) inner_->close();
+  }
+  std::string local_address() const override { return inner_->local_address(); }
+
+ private:
+  // Replies that arrive once the node hangs are never seen.
+  store_callback gate(store_callback done) const {
+    return [&hung = hung_, done = std::move(done)](store_result r) {
+      if (!hung) done(std::move(r));
+    };
+  }
+  std::shared_ptr<round_store> inner_;
+  const bool& hung_;
+};
 
 struct cluster {
   boost::asio::io_context io;
+  memory_round_server store{io};
   std::vector<std::unique_ptr<dynamic_rendezvous>> nodes;
   std::vector<std::string> log;
-  std::uint16_t port = 0;
+  std::uint16_t port = 29400;  // the endpoint store's, hosted by node 0
+  int next_port = 41000;       // the workers' stores'
+  std::vector<std::unique_ptr<bool>> hung;  // per node: hang(i)
 
   dynamic_rendezvous_options options(int min_nodes, int max_nodes, int nproc) {
     dynamic_rendezvous_options o;
@@ -51,15 +159,23 @@ struct cluster {
     return o;
   }
 
-  dynamic_rendezvous& add(int min_nodes, int max_nodes, int nproc = 1) {
-    nodes.push_back(
-        std::make_unique<dynamic_rendezvous>(io, options(min_nodes, max_nodes, nproc)));
-    if (port == 0) port = nodes.back()->store_port();
+  // Node i with fakes for the OS and hosting and clients of `store`.
+  dynamic_rendezvous& add_node(dynamic_rendezvous_options o) {
+    int index = static_cast<int>(nodes.size());
+    hung.push_back(std::make_unique<bool>(false));
+    rendezvous_parts parts;
+    parts.os = std::make_shared<fake_os>(index);
+    parts.host = std::make_unique<fake_store_host>(o.host_store ? port : 0, next_port);
+    parts.connect = [this, &h = *hung.back()](std::chrono::milliseconds) {
+      return round_store_clients{std::make_shared<hanging_store>(store.client(), h),
+                                 std::make_shared<hanging_store>(store.client(), h)};
+    };
+    nodes.push_back(std::make_unique<dynamic_rendezvous>(io, std::move(o), std::move(parts)));
     return *nodes.back();
   }
 
-  void shutdown_all() {
-    for (auto& n : nodes) n->shutdown();
+  dynamic_rendezvous& add(int min_nodes, int max_nodes, int nproc = 1) {
+    return add_node(options(min_nodes, max_nodes, nproc));
   }
 
   // Adds a node with options(min, max, 1) adjusted by `tweak`.
@@ -67,9 +183,20 @@ struct cluster {
                                const std::function<void(dynamic_rendezvous_options&)>& tweak) {
     auto o = options(min_nodes, max_nodes, 1);
     tweak(o);
-    nodes.push_back(std::make_unique<dynamic_rendezvous>(io, o));
-    if (port == 0) port = nodes.back()->store_port();
-    return *nodes.back();
+    return add_node(std::move(o));
+  }
+
+  // Node i hangs: alive to its connection, silent to the store.
+  void hang(std::size_t i) { *hung.at(i) = true; }
+
+  void shutdown_all() {
+    for (auto& n : nodes) n->shutdown();
+  }
+
+  std::size_t log_count(const std::string& text) const {
+    return static_cast<std::size_t>(std::count_if(log.begin(), log.end(), [&](const auto& l) {
+      return l.find(text) != std::string::npos;
+    }));
   }
 };
 
@@ -79,8 +206,7 @@ struct round_result {
   bool done = false;
 };
 
-// Starts a round on `node`, recording the outcome; `then` runs once every
-// recorded round of `expected` results has completed.
+// Starts a round on `node`, recording the outcome; `then` runs after.
 void join(dynamic_rendezvous& node, round_result& out, std::function<void()> then = {}) {
   node.next_round([&out, then](std::exception_ptr e, rendezvous_info info) {
     out = {e, std::move(info), true};
@@ -109,9 +235,8 @@ std::string message_of(const std::exception_ptr& e) {
   }
 }
 
-}  // namespace
 
-TEST_CASE("three nodes get distinct ranks and every node's worker count") {
+TEST_CASE("three nodes get distinct ranks and every node's worker count", "[dynamic_rendezvous]") {
   cluster c;
   std::vector<round_result> results(3);
   int completed = 0;
@@ -153,7 +278,8 @@ TEST_CASE("three nodes get distinct ranks and every node's worker count") {
   CHECK(first_by_rank[2] == nproc_by_rank[0] + nproc_by_rank[1]);
 }
 
-TEST_CASE("with MIN:MAX the round closes after the last call with the nodes present") {
+TEST_CASE("with MIN:MAX the round closes after the last call with the nodes present",
+          "[dynamic_rendezvous]") {
   cluster c;
   std::vector<round_result> results(2);
   int completed = 0;
@@ -171,7 +297,8 @@ TEST_CASE("with MIN:MAX the round closes after the last call with the nodes pres
   }
 }
 
-TEST_CASE("a failure on one node ends the round everywhere, and ranks survive the restart") {
+TEST_CASE("a failure on one node ends the round everywhere, and ranks survive the restart",
+          "[dynamic_rendezvous]") {
   cluster c;
   for (int i = 0; i < 3; ++i) c.add(3, 3);
   std::vector<round_result> first(3), second(3);
@@ -215,7 +342,8 @@ TEST_CASE("a failure on one node ends the round everywhere, and ranks survive th
   }
 }
 
-TEST_CASE("nodes whose workers fail together in one round count one restart") {
+TEST_CASE("nodes whose workers fail together in one round count one restart",
+          "[dynamic_rendezvous]") {
   // Both nodes report before either hears that the round ended (the
   // workers of one collective fail together): the job has used one restart
   // after round 0 and two after round 1, on both nodes.
@@ -252,7 +380,8 @@ TEST_CASE("nodes whose workers fail together in one round count one restart") {
   CHECK(counts[1] == std::vector<int>{1, 2});
 }
 
-TEST_CASE("a node whose connection dies ends the round at once (last will)") {
+TEST_CASE("a node whose connection dies ends the round at once (last will)",
+          "[dynamic_rendezvous]") {
   cluster c;
   for (int i = 0; i < 3; ++i) c.add(2, 3);
   std::vector<round_result> first(3), second(2);
@@ -282,7 +411,7 @@ TEST_CASE("a node whose connection dies ends the round at once (last will)") {
   }
 }
 
-TEST_CASE("a node arriving at a running round below MAX is let in") {
+TEST_CASE("a node arriving at a running round below MAX is let in", "[dynamic_rendezvous]") {
   cluster c;
   c.add(2, 3);
   c.add(2, 3);
@@ -320,7 +449,7 @@ TEST_CASE("a node arriving at a running round below MAX is let in") {
 // A newcomer joins a round without asking first whether it has closed; at
 // a full round it must learn from its arrival index that it came late and
 // wait, not end the round or take a rank in it.
-TEST_CASE("a node arriving at a full round waits for the next one") {
+TEST_CASE("a node arriving at a full round waits for the next one", "[dynamic_rendezvous]") {
   cluster c;
   c.add(2, 2);
   c.add(2, 2);
@@ -368,7 +497,8 @@ TEST_CASE("a node arriving at a full round waits for the next one") {
   CHECK(newcomer.info.group_rank == 1 - first[0].info.group_rank);
 }
 
-TEST_CASE("the exit barrier releases every node when the last one finishes") {
+TEST_CASE("the exit barrier releases every node when the last one finishes",
+          "[dynamic_rendezvous]") {
   cluster c;
   for (int i = 0; i < 3; ++i) c.add(3, 3);
   std::vector<round_result> results(3);
@@ -388,7 +518,8 @@ TEST_CASE("the exit barrier releases every node when the last one finishes") {
   CHECK(finished == 3);
 }
 
-TEST_CASE("a node lost during the exit barrier ends it with the loss, not a release") {
+TEST_CASE("a node lost during the exit barrier ends it with the loss, not a release",
+          "[dynamic_rendezvous]") {
   cluster c;
   for (int i = 0; i < 3; ++i) c.add(3, 3);
   std::vector<round_result> results(3);
@@ -415,7 +546,8 @@ TEST_CASE("a node lost during the exit barrier ends it with the loss, not a rele
   }
 }
 
-TEST_CASE("the exit barrier lets a node go alone after exit_barrier_timeout") {
+TEST_CASE("the exit barrier lets a node go alone after exit_barrier_timeout",
+          "[dynamic_rendezvous]") {
   cluster c;
   c.add_with(2, 2, [](dynamic_rendezvous_options& o) { o.exit_barrier_timeout = 200ms; });
   c.add(2, 2);
@@ -444,7 +576,8 @@ TEST_CASE("the exit barrier lets a node go alone after exit_barrier_timeout") {
 // The barrier's timeout belongs to that barrier: armed in round 0, it must
 // not fire in round 1, where it stopped node 0's heartbeats (its ring
 // predecessor then declared it lost) and could have let it leave alone.
-TEST_CASE("an exit barrier that a failure ended does not time out in the next round") {
+TEST_CASE("an exit barrier that a failure ended does not time out in the next round",
+          "[dynamic_rendezvous]") {
   cluster c;
   c.add_with(2, 2, [](dynamic_rendezvous_options& o) {
     o.exit_barrier_timeout = 300ms;
@@ -500,7 +633,8 @@ TEST_CASE("an exit barrier that a failure ended does not time out in the next ro
   CHECK(released == std::vector<std::string>{"", ""});
 }
 
-TEST_CASE("a node waiting for the next round of a job that finishes is told so") {
+TEST_CASE("a node waiting for the next round of a job that finishes is told so",
+          "[dynamic_rendezvous]") {
   cluster c;
   c.add(2, 2);
   c.add(2, 2);
@@ -540,7 +674,8 @@ TEST_CASE("a node waiting for the next round of a job that finishes is told so")
 // Below MAX a latecomer asks to be let in by ending the round; once every
 // node finished, that must neither overwrite the release in `over` nor
 // leave the latecomer waiting join_timeout for a round nobody will join.
-TEST_CASE("a node arriving below MAX after every node finished is told the job finished") {
+TEST_CASE("a node arriving below MAX after every node finished is told the job finished",
+          "[dynamic_rendezvous]") {
   cluster c;
   c.add(2, 3);
   c.add(2, 3);
@@ -570,41 +705,13 @@ TEST_CASE("a node arriving below MAX after every node finished is told the job f
   REQUIRE(newcomer.error);
   CHECK_THAT(message_of(newcomer.error),
              Catch::Contains("the job finished (round 0) before this node could join"));
+  // The release stays in `over`: the latecomer's request did not cover it.
+  CHECK(c.store.value(rendezvous_keys("job1").over(0)).value_or("(absent)") ==
+        "every node finished");
 }
 
-TEST_CASE("nobody hosting the store is reported clearly, then times out") {
-  boost::asio::io_context io;
-  std::uint16_t port;
-  {
-    store_server probe(io, {.host = "127.0.0.1"});
-    port = probe.port();
-  }
-  std::vector<std::string> log;
-  dynamic_rendezvous_options o;
-  o.endpoint_host = "127.0.0.1";
-  o.endpoint_port = port;
-  o.join_timeout = 600ms;
-  o.no_host_warning = 100ms;
-  o.log = [&](const std::string& line) { log.push_back(line); };
-  dynamic_rendezvous node(io, o);
-  round_result r;
-  join(node, r);
-  io.run();
-  REQUIRE(r.error);
-  CHECK_THAT(message_of(r.error), Catch::Contains("could not reach the store"));
-  REQUIRE_FALSE(log.empty());
-  CHECK_THAT(log.front(), Catch::Contains("no store answers") && Catch::Contains("is_host"));
-}
-
-TEST_CASE("endpoint hosts that name this machine are recognised") {
-  CHECK(is_this_machine("localhost"));
-  CHECK(is_this_machine("127.0.0.1"));
-  CHECK(is_this_machine("::1"));
-  CHECK(is_this_machine(boost::asio::ip::host_name()));
-  CHECK_FALSE(is_this_machine("192.0.2.1"));  // TEST-NET-1, never local
-}
-
-TEST_CASE("static rendezvous pins each node's rank and rejects a duplicate") {
+TEST_CASE("static rendezvous pins each node's rank and rejects a duplicate",
+          "[dynamic_rendezvous]") {
   cluster c;
   std::vector<round_result> results;
   auto run_with_node_ranks = [&](std::vector<int> node_ranks) {
@@ -636,46 +743,8 @@ TEST_CASE("static rendezvous pins each node's rank and rejects a duplicate") {
   }
 }
 
-TEST_CASE("without a member hosting the store the workers use the endpoint store") {
-  // An external store (dtrun-store serve): no node hosts it, so none opens
-  // a workers' store and MASTER_PORT falls back to the endpoint's port.
-  cluster c;
-  store_server external(c.io, store_server_options{.host = "127.0.0.1"});
-  c.port = external.port();
-  for (int i = 0; i < 2; ++i) c.add_with(2, 2, [](auto& o) { o.host_store = false; });
-  std::vector<round_result> results(2);
-  int completed = 0;
-  for (int i = 0; i < 2; ++i) {
-    join(*c.nodes[i], results[i], [&] {
-      if (++completed < 2) return;
-      c.shutdown_all();
-      external.stop();
-    });
-  }
-  c.io.run();
-  for (auto& r : results) {
-    REQUIRE(r.done);
-    REQUIRE_FALSE(r.error);
-    CHECK(r.info.master_port == c.port);
-  }
-  for (auto& n : c.nodes) CHECK(n->worker_store_port() == 0);
-}
-
-TEST_CASE("with worker_store=rank0, MASTER_ADDR:PORT is rank 0's reserved port") {
-  cluster c;
-  for (int i = 0; i < 2; ++i) c.add_with(2, 2, [](auto& o) { o.workers_use_agent_store = false; });
-  auto results = run_round(c);
-  for (auto& r : results) {
-    REQUIRE_FALSE(r.error);
-    CHECK(r.info.master_port != 0);
-    CHECK(r.info.master_port != c.port);  // not the agents' store
-    CHECK(r.info.master_addr == "127.0.0.1");
-    CHECK(r.info.store_port == c.port);
-  }
-  CHECK(results[0].info.master_port == results[1].info.master_port);
-}
-
-TEST_CASE("failure reports reach every node, and the store's host waits until all read them") {
+TEST_CASE("failure reports reach every node, and the store's host waits until all read them",
+          "[dynamic_rendezvous]") {
   // The failing node is the host (node 0): it must not finish reading (and
   // so leave, taking the store along) before node 1 has read the reports.
   cluster c;
@@ -731,65 +800,8 @@ TEST_CASE("failure reports reach every node, and the store's host waits until al
   }
 }
 
-// --- timeouts at 0 and at random points -------------------------------------
-
-namespace {
-
-using testing::test_seed;
-using testing::up_to;
-
-bool is_store_error(const std::exception_ptr& e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const store_error&) {
-    return true;
-  } catch (...) {
-    return false;
-  }
-}
-
-}  // namespace
-
-TEST_CASE("rounds with zero and random tiny timeouts complete exactly once without crashing") {
-  auto seed = test_seed();
-  fmt::print(stderr, "rendezvous timeouts: DTRUN_TEST_SEED={}\n", seed);
-  INFO("DTRUN_TEST_SEED=" << seed);
-  std::mt19937 rng(seed);
-  int succeeded = 0;
-  for (int trial = 0; trial < 150; ++trial) {
-    cluster c;
-    int max_ms = trial < 50 ? 0 : 2;  // the first third at exactly 0
-    auto tweak = [&](dynamic_rendezvous_options& o) {
-      o.join_timeout = up_to(rng, max_ms);
-      o.last_call_timeout = up_to(rng, max_ms);
-      o.close_timeout = up_to(rng, max_ms);
-      o.keep_alive_interval = up_to(rng, max_ms);
-      o.no_host_warning = up_to(rng, max_ms);
-    };
-    int nodes = 1 + trial % 2;
-    for (int i = 0; i < nodes; ++i) c.add_with(1, 2, tweak);
-    std::vector<int> calls(nodes, 0);
-    int completed = 0;
-    for (int i = 0; i < nodes; ++i) {
-      c.nodes[i]->next_round([&, i](std::exception_ptr e, rendezvous_info) {
-        ++calls[i];
-        if (e) {
-          INFO("node " << i << ": " << message_of(e));
-          CHECK(is_store_error(e));
-        } else {
-          ++succeeded;
-        }
-        if (++completed == nodes) c.shutdown_all();
-      });
-    }
-    c.io.run();
-    for (int i = 0; i < nodes; ++i) CHECK(calls[i] == 1);
-  }
-  INFO("rounds that succeeded: " << succeeded);
-  SUCCEED();
-}
-
-TEST_CASE("a round started again at once ignores the abandoned round's replies") {
+TEST_CASE("a round started again at once ignores the abandoned round's replies",
+          "[dynamic_rendezvous]") {
   // The second next_round() closes the first's connections, whose
   // callbacks then fail: they must not fail the new round, and the first
   // call still completes, once, with an error.
@@ -818,3 +830,127 @@ TEST_CASE("a round started again at once ignores the abandoned round's replies")
   CHECK_FALSE(other.error);
   CHECK(again.info.group_rank != other.info.group_rank);
 }
+
+// A node that hangs with its connection open (no will runs) is named by its
+// ring predecessor, which ends the round; the others go on without it.
+TEST_CASE("a node that stops sending heartbeats is declared lost by its ring predecessor",
+          "[dynamic_rendezvous]") {
+  cluster c;
+  for (int i = 0; i < 3; ++i) {
+    c.add_with(2, 3, [](dynamic_rendezvous_options& o) {
+      o.keep_alive_interval = 10ms;
+      o.keep_alive_max_attempt = 3;
+    });
+  }
+  std::vector<round_result> first(3), second(2);
+  std::vector<std::string> reasons(2);
+  int first_done = 0, second_done = 0;
+  for (int i = 0; i < 3; ++i) {
+    join(*c.nodes[i], first[i], [&, i] {
+      if (i < 2) {
+        c.nodes[i]->watch_round([&, i](std::string why) {
+          reasons[i] = why;
+          join(*c.nodes[i], second[i], [&] {
+            if (++second_done == 2) c.shutdown_all();
+          });
+        });
+      }
+      if (++first_done == 3) c.hang(2);
+    });
+  }
+  c.io.run();
+  REQUIRE(first[2].done);
+  auto lost = fmt::format("node {} stopped sending heartbeats", first[2].info.group_rank);
+  CHECK(reasons[0] == lost);
+  CHECK(reasons[1] == lost);
+  for (auto& r : second) {
+    REQUIRE_FALSE(r.error);
+    CHECK(r.info.round == 1);
+    CHECK(r.info.group_world_size == 2);
+  }
+}
+
+// A node may start its next round at once (its workers failed and it does
+// not wait to hear it from the store): the previous round's WAIT on `over`
+// then fails when the new round closes its client. That stale reply must
+// not end the new round (before 2026-11-22 it set the round-over flag of
+// the new round: no `over` was ever reported again, and the exit barrier
+// waited out its timeout).
+TEST_CASE("a reply of the previous round neither ends nor blocks the next round",
+          "[dynamic_rendezvous]") {
+  cluster c;
+  for (int i = 0; i < 2; ++i) {
+    c.add_with(2, 2, [](dynamic_rendezvous_options& o) { o.exit_barrier_timeout = 3s; });
+  }
+  std::vector<round_result> first(2), second(2);
+  std::vector<std::string> told_round1, released;
+  int first_done = 0, second_done = 0;
+  auto start_second = [&](int i) {
+    join(*c.nodes[i], second[i], [&, i] {
+      REQUIRE_FALSE(second[i].error);
+      c.nodes[i]->watch_round([&](std::string why) { told_round1.push_back(why); });
+      if (++second_done < 2) return;
+      for (int n = 0; n < 2; ++n) {
+        c.nodes[n]->finish([&](std::exception_ptr e) {
+          released.push_back(e ? message_of(e) : "");
+          if (released.size() == 2) c.shutdown_all();
+        });
+      }
+    });
+  };
+  for (int i = 0; i < 2; ++i) {
+    join(*c.nodes[i], first[i], [&, i] {
+      REQUIRE_FALSE(first[i].error);
+      if (i == 1) c.nodes[1]->watch_round([&](std::string) { start_second(1); });
+      if (++first_done < 2) return;
+      // Node 0 rejoins at once; its will tells node 1 that round 0 is over.
+      start_second(0);
+    });
+  }
+  c.io.run();
+  CHECK(told_round1.empty());
+  CHECK(released == std::vector<std::string>{"", ""});
+  CHECK(c.log_count("exit barrier: not every node finished") == 0);
+  for (auto& r : second) CHECK(r.info.round == 1);
+}
+
+TEST_CASE("in memory, rounds with zero and random tiny timeouts complete exactly once",
+          "[dynamic_rendezvous]") {
+  auto seed = testing::test_seed();
+  INFO("DTRUN_TEST_SEED=" << seed);
+  std::mt19937 rng(seed);
+  for (int trial = 0; trial < 150; ++trial) {
+    cluster c;
+    int max_ms = trial < 50 ? 0 : 2;  // the first third at exactly 0
+    auto tweak = [&](dynamic_rendezvous_options& o) {
+      o.join_timeout = testing::up_to(rng, max_ms);
+      o.last_call_timeout = testing::up_to(rng, max_ms);
+      o.close_timeout = testing::up_to(rng, max_ms);
+      o.keep_alive_interval = testing::up_to(rng, max_ms);
+      o.no_host_warning = testing::up_to(rng, max_ms);
+    };
+    int nodes = 1 + trial % 2;
+    for (int i = 0; i < nodes; ++i) c.add_with(1, 2, tweak);
+    std::vector<int> calls(nodes, 0);
+    int completed = 0;
+    for (int i = 0; i < nodes; ++i) {
+      c.nodes[i]->next_round([&, i](std::exception_ptr e, rendezvous_info) {
+        ++calls[i];
+        if (e) {
+          INFO("node " << i << ": " << message_of(e));
+          try {
+            std::rethrow_exception(e);
+          } catch (const store_error&) {
+          } catch (...) {
+            FAIL("not a store_error");
+          }
+        }
+        if (++completed == nodes) c.shutdown_all();
+      });
+    }
+    c.io.run();
+    for (int i = 0; i < nodes; ++i) CHECK(calls[i] == 1);
+  }
+}
+
+}  // namespace memory_cluster

@@ -1,0 +1,180 @@
+// The rendezvous algorithm behind dynamic_rendezvous (docs/rendezvous.md),
+// private to rendezvous/algorithm. One object per node, on the agent's
+// event loop; its I/O goes through its parts (rendezvous_parts): the
+// round_store clients a connector opens, the store_host, the OS interface.
+// Its member functions live in files of one job each:
+//   dynamic_rendezvous.cpp  construction, the parts, shutdown
+//   round_join.cpp          next_round: connect, read the job, join, close
+//   round_close.cpp         await the close, latecomers, the round's info
+//   round_run.cpp           while the round runs: `over`, the ring,
+//                           failures, progress, status
+//   round_leave.cpp         the exit barrier, stopping, leaving
+//
+// Completion handlers do not throw; every value read from the store is
+// parsed with a guard.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "rendezvous/algorithm/dynamic_rendezvous.h"
+#include "rendezvous/algorithm/heartbeat_ring.h"
+#include "rendezvous/algorithm/rank_table.h"
+#include "rendezvous/algorithm/rendezvous_keys.h"
+
+namespace dtrun::rendezvous {
+
+// `r/<r>/over` when the round ended because every node finished: the exit
+// barrier's release. No failure reason reads like it (they name a node).
+inline constexpr std::string_view every_node_finished = "every node finished";
+
+// Where this node stands in its current round. Replaces the flags of old
+// (round_over_, all_done_, whichever callback was pending): each phase says
+// what may still happen, and the data it owns is named beside it.
+enum class round_phase {
+  idle,       // no round asked for yet
+  joining,    // next_round() runs; owns done_ (until it completes)
+  running,    // ranked; the WAIT on `over` stands; on_over_ may be set
+  finishing,  // in the exit barrier; owns finish_done_
+  released,   // every node finished: a lost store now is the job's end
+  over,       // the round ended (told by `over`, or ended here: a failure,
+              // fail_job, a stop); owns pending_over_ until the agent
+              // watches
+  shut_down,  // shutdown(): nothing more happens
+};
+const char* to_string(round_phase p);
+
+// What a callback was issued for: the next_round() call (epoch) and the
+// round. A reply or expiry acts only while both are still current.
+struct round_ticket {
+  std::uint64_t epoch = 0;
+  std::int64_t round = -1;
+};
+
+class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_rendezvous::impl> {
+ public:
+  impl(boost::asio::io_context& io, dynamic_rendezvous_options options, rendezvous_parts parts);
+
+  // --- rendezvous_handler's calls (dynamic_rendezvous.h) -------------------
+  void next_round(completion done);
+  void watch_round(std::function<void(std::string)> on_over);
+  void report_failure(std::string reason, restart_completion done);
+  void fail_job(std::string reason, std::function<void()> done);
+  void stop_job(std::string reason, std::function<void()> done);
+  void stop_seen(std::function<void()> done);
+  void finish(std::function<void(std::exception_ptr)> done);
+  void publish_failure(std::int64_t r, std::string record, std::function<void()> done);
+  void round_failures(std::int64_t r, failures_completion done);
+  void share_progress(bool progressed, std::function<void(std::int64_t)> done);
+  void publish_status(std::string status_json, std::function<void()> stored);
+  void shutdown();
+
+  const dynamic_rendezvous_options& options() const { return options_; }
+  const store_host& host() const { return *host_; }
+  round_phase phase() const { return phase_; }
+
+ private:
+  // --- the one check of every callback -------------------------------------
+  round_ticket ticket() const { return {epoch_, round_}; }
+  // The call and round the callback was issued for are still current.
+  bool current(const round_ticket& t) const { return t.epoch == epoch_ && t.round == round_; }
+  // ... and the round has not ended (nor the handler been shut down).
+  bool still_running(const round_ticket& t) const {
+    return current(t) && phase_ != round_phase::over && phase_ != round_phase::shut_down;
+  }
+  // Ends the round here (our own doing: the agent is not told by on_over).
+  void end_here();
+  bool hosting() const { return host_->endpoint_port() != 0; }
+  bool external_store() const { return static_cast<bool>(options_.store_factory); }
+
+  // --- round_join.cpp -------------------------------------------------------
+  void abandon_pending_call();
+  void reconnect(std::function<void(std::exception_ptr)> then);
+  void connected(std::exception_ptr error, const std::function<void(std::exception_ptr)>& then);
+  void warn_if_no_host();
+  void read_job(const round_ticket& t);
+  void report_job_failed();
+  void join(std::int64_t r);
+  void joined(std::int64_t r, int index);
+  node_descriptor describe_self(int worker_store_port) const;
+  void arm_last_call(std::int64_t r);
+  void close_round(std::int64_t r, int members);
+  void publish_ranks(std::int64_t r, int members);
+  int open_worker_store(std::int64_t r);
+
+  // --- round_close.cpp ------------------------------------------------------
+  void await_close(std::int64_t r);
+  void join_timed_out(std::int64_t r, const std::exception_ptr& error);
+  void read_assignment(std::int64_t r);
+  void wait_for_next_round(std::int64_t r, int members);
+  void end_round_first(std::int64_t r, std::string reason,
+                       store_callback done = [](store_result) {});
+  void fail_job_finished(std::int64_t r);
+  void fail_corrupt_count(std::int64_t r);
+  void complete_round(std::int64_t r, int members, const std::string& assignment_text);
+  void point_workers(rendezvous_info& info, const rank_assignment& mine, std::int64_t r);
+  void start_round(std::int64_t r, const rank_assignment& mine);
+
+  // --- round_run.cpp --------------------------------------------------------
+  void watch_over(std::int64_t r);
+  void round_ended(std::int64_t r, std::string reason);
+  void watch_successor(std::int64_t r, int successor_arrival);
+  std::string lost_store_reason(const std::exception_ptr& error) const;
+  void count_restart(std::int64_t r, std::string reason, restart_completion done);
+  void end_failed_round(std::int64_t r, const std::string& reason, std::int64_t restarts,
+                        const restart_completion& done);
+  void mark_job_failed(const std::string& why);
+  void mark_failures_read(std::int64_t r, std::function<void()> done);
+
+  // --- round_leave.cpp ------------------------------------------------------
+  void await_stop_seen(std::function<void()> done);
+  void count_stop_seen(std::function<void(bool last)> done);
+  void leave(std::int64_t r, bool everyone_done);
+  void await_all_left(std::int64_t r);
+  void release_job(std::function<void()> done);
+  void finish_with(std::exception_ptr error);
+
+  // --- dynamic_rendezvous.cpp -----------------------------------------------
+  void fail(std::exception_ptr error);
+  static void cancel(boost::asio::steady_timer& timer, std::uint64_t& armed);
+  // A timer setting that cannot overflow the clock, whatever value the
+  // options hold: negative is "now", beyond no_timeout is no_timeout.
+  static std::chrono::milliseconds bounded(std::chrono::milliseconds d);
+  void log(const std::string& line) const { options_.log(line); }
+
+  boost::asio::io_context& io_;
+  dynamic_rendezvous_options options_;
+  rendezvous_keys keys_;
+  std::shared_ptr<const rendezvous_os> os_;
+  std::unique_ptr<store_host> host_;
+  round_store_connector connect_;
+  std::shared_ptr<round_store> ops_, waits_;
+  std::shared_ptr<heartbeat_ring> ring_;
+  boost::asio::steady_timer deadline_timer_, warning_timer_, barrier_timer_;
+  // Generations of the timers: bumped by every arm and cancel.
+  std::uint64_t deadline_armed_ = 0, warning_armed_ = 0, barrier_armed_ = 0;
+
+  // The round's state.
+  round_phase phase_ = round_phase::idle;
+  std::uint64_t epoch_ = 0;  // next_round() calls so far
+  std::int64_t round_ = -1;  // the round joined or being joined
+  std::int64_t last_round_ = -1;  // the last round this node was ranked in
+  int arrival_ = 0, group_rank_ = -1, members_ = 0;
+  std::string advertised_addr_;
+  completion done_;  // the pending next_round() call
+  std::function<void(std::string)> on_over_;  // the agent's watch of the round
+  std::string pending_over_;  // why the round ended, before the agent watched
+  std::function<void(std::exception_ptr)> finish_done_;  // the exit barrier's caller
+
+  friend class dynamic_rendezvous;
+};
+
+}  // namespace dtrun::rendezvous

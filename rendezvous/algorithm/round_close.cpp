@@ -1,0 +1,200 @@
+// Awaiting the close (docs/rendezvous.md, "A round", step 5): every node
+// WAITs for `closed`, reads the count and its own assignment, and either
+// runs the round or, arriving late, asks in and waits for the next one.
+#include <charconv>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "rendezvous/algorithm/dynamic_rendezvous_impl.h"
+
+namespace dtrun::rendezvous {
+
+namespace {
+
+// A member count as the closer wrote it; false for anything else.
+bool parse_member_count(const std::string& text, int& out) {
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+  return ec == std::errc() && end == text.data() + text.size() && out > 0;
+}
+
+}  // namespace
+
+void dynamic_rendezvous::impl::await_close(std::int64_t r) {
+  waits_->wait({keys_.closed(r)}, options_.join_timeout,
+               [self = shared_from_this(), r, t = ticket()](store_result c) {
+    if (!self->current(t)) return;  // a stale round's reply
+    if (c.error) return self->join_timed_out(r, c.error);
+    self->read_assignment(r);
+  });
+}
+
+// Only the WAIT's own deadline means the nodes did not come; a store that
+// stopped answering (close_timeout) or was lost says so.
+void dynamic_rendezvous::impl::join_timed_out(std::int64_t r, const std::exception_ptr& failure) {
+  try {
+    std::rethrow_exception(failure);
+  } catch (const store_wait_timeout&) {
+  } catch (...) {
+    return fail(failure);
+  }
+  auto error = store_error_ptr(fmt::format(
+      "round {} did not gather {} node(s) within the join timeout ({} s); start the "
+      "missing nodes or lower --nnodes",
+      r, options_.min_nodes, options_.join_timeout.count() / 1000.0));
+  if (r != 0 || arrival_ != 1) return fail(error);
+  // The first round gathered this node alone: the job never started. An
+  // external store (etcd) drops its keys now, so that a rerun with this id
+  // starts afresh, unless someone joined meanwhile (then the keys are
+  // theirs). No heartbeat after it.
+  ring_->stop();
+  ops_->release_unstarted({keys_.job_prefix(), keys_.status_prefix()}, keys_.joined(r), 1,
+                          keys_.closing(r),
+                          [self = shared_from_this(), error, t = ticket()](store_result) {
+                            if (!self->current(t)) return;  // a stale round's reply
+                            self->fail(error);
+                          });
+}
+
+// The count and our assignment in one request: a latecomer (an arrival
+// past the count) has none, and reads it as empty.
+void dynamic_rendezvous::impl::read_assignment(std::int64_t r) {
+  waits_->read_now({keys_.closed(r), keys_.assignment(r, arrival_)},
+                   [self = shared_from_this(), r, t = ticket()](store_result got) {
+    if (!self->current(t)) return;  // a stale round's reply
+    if (got.error) return self->fail(got.error);
+    int members = 0;
+    if (!parse_member_count(got.values.at(0), members)) return self->fail_corrupt_count(r);
+    // We came in after the round closed: wait for the next one.
+    if (self->arrival_ > members) return self->wait_for_next_round(r, members);
+    self->complete_round(r, members, got.values.at(1));
+  });
+}
+
+// A round that is already closed is running without us: ask to be let in
+// (when there is room) and join the next one.
+void dynamic_rendezvous::impl::wait_for_next_round(std::int64_t r, int members) {
+  auto self = shared_from_this();
+  auto t = ticket();
+  if (members < options_.max_nodes) {
+    log(fmt::format("round {} is running with {} of at most {} nodes; asking to join", r,
+                    members, options_.max_nodes));
+    // Only if the round is still running: a SET would overwrite the exit
+    // barrier's release (every node would then read "a node is waiting to
+    // join" and restart a finished job) or another node's reason.
+    end_round_first(r, "a node is waiting to join", [self, r, t](store_result o) {
+      if (!self->current(t)) return;  // a stale round's reply
+      if (o.error) return self->fail(o.error);
+      if (o.value == every_node_finished) return self->fail_job_finished(r);
+      self->join(r + 1);
+    });
+    return;
+  }
+  log(fmt::format("round {} is full ({} nodes); waiting for the next one", r, members));
+  waits_->get(keys_.over(r), options_.join_timeout, [self, r, t](store_result w) {
+    if (!self->current(t)) return;  // a stale round's reply
+    if (w.error) return self->fail(w.error);
+    if (w.value == every_node_finished) return self->fail_job_finished(r);
+    self->join(r + 1);
+  });
+}
+
+// Ends round r with `reason` unless someone ended it first: the first
+// reason in `over` wins, so neither the exit barrier's release nor a
+// reported loss can be overwritten. `done` gets what `over` holds after.
+void dynamic_rendezvous::impl::end_round_first(std::int64_t r, std::string reason,
+                                               store_callback done) {
+  ops_->compare_set(keys_.over(r), "", std::move(reason), std::move(done));
+}
+
+void dynamic_rendezvous::impl::fail_job_finished(std::int64_t r) {
+  fail(store_error_ptr(fmt::format(
+      "the job finished (round {}) before this node could join; start it with the job's "
+      "next run",
+      r)));
+}
+
+void dynamic_rendezvous::impl::fail_corrupt_count(std::int64_t r) {
+  fail(store_error_ptr(fmt::format("the member count of round {} in the store is corrupt", r)));
+}
+
+void dynamic_rendezvous::impl::complete_round(std::int64_t r, int members,
+                                              const std::string& assignment_text) {
+  rank_assignment mine;
+  try {
+    mine = assignment_from_text(assignment_text);
+  } catch (const std::exception& e) {
+    return fail(store_error_ptr(
+        fmt::format("this node's rank assignment in round {} is corrupt: {}", r, e.what())));
+  }
+  if (mine.successor_arrival > members) {
+    return fail(store_error_ptr(fmt::format(
+        "this node's rank assignment in round {} is corrupt: its ring successor arrived "
+        "{}-th of {}", r, mine.successor_arrival, members)));
+  }
+  if (options_.fixed_rank >= 0 && mine.group_rank != options_.fixed_rank) {
+    return fail(store_error_ptr(fmt::format(
+        "--node-rank={} is out of range or taken by another node; give every node a "
+        "distinct --node-rank from 0 to {}",
+        options_.fixed_rank, members - 1)));
+  }
+  rendezvous_info info;
+  info.round = r;
+  info.group_rank = mine.group_rank;
+  info.group_world_size = members;
+  info.first_rank = mine.first_rank;
+  info.local_world_size = mine.nproc;
+  info.world_size = mine.world_size;
+  info.store_host = options_.endpoint_host;
+  info.store_port = hosting() ? host_->endpoint_port() : options_.endpoint_port;
+  point_workers(info, mine, r);
+  group_rank_ = info.group_rank;
+  members_ = members;
+  last_round_ = r;
+  start_round(r, mine);
+  if (auto done = std::exchange(done_, nullptr)) done(nullptr, std::move(info));
+}
+
+// MASTER_ADDR and MASTER_PORT for the round's workers.
+void dynamic_rendezvous::impl::point_workers(rendezvous_info& info, const rank_assignment& mine,
+                                             std::int64_t r) {
+  if (!options_.workers_use_agent_store) {
+    // torchrun 1.13's way: group rank 0's worker hosts a store on the port
+    // its agent reserved.
+    info.master_addr = mine.rank0_addr;
+    info.master_port = static_cast<std::uint16_t>(mine.rank0_port);
+    return;
+  }
+  // Workers bootstrap from a store of the agents: no port to reserve, so
+  // no bind-then-release race. Each round's is a fresh one that the
+  // endpoint's host opened when it joined (torch >= 2.x workers do not
+  // prefix their keys by round, so a reused store would hand the new round
+  // the last round's gloo addresses). Without one (an external
+  // `dtrun-store serve`, a host outside this round, a static rendezvous,
+  // an older host) it is the endpoint store itself.
+  info.master_addr = mine.worker_addr.empty() ? info.store_host : mine.worker_addr;
+  info.master_port = mine.worker_port > 0 ? static_cast<std::uint16_t>(mine.worker_port)
+                                          : info.store_port;
+  // Every node opened a store; only group rank 0's serves the round.
+  if (!options_.worker_store_on_every_node || host_->worker_store_port() == 0) return;
+  if (info.group_rank == 0) {
+    log(fmt::format("round {}: this node (group rank 0) hosts the workers' store on port {}", r,
+                    host_->worker_store_port()));
+  } else {
+    host_->close_worker_store();
+  }
+}
+
+// Ranked: the round runs. If this node dies, its connection closes and the
+// server ends the round for everyone at once (its last will).
+void dynamic_rendezvous::impl::start_round(std::int64_t r, const rank_assignment& mine) {
+  if (phase_ == round_phase::joining) phase_ = round_phase::running;
+  cancel(deadline_timer_, deadline_armed_);
+  ops_->set_will(keys_.will(round_, group_rank_), keys_.over(r),
+                 fmt::format("node {} ({}) was lost", group_rank_, advertised_addr_),
+                 [](store_result) {});
+  watch_over(r);
+  watch_successor(r, mine.successor_arrival);
+}
+
+}  // namespace dtrun::rendezvous

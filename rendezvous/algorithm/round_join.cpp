@@ -1,0 +1,294 @@
+// Joining a round (docs/rendezvous.md, "A round", steps 1-4): connect, read
+// whether the job failed or stopped and the newest round, join it, and
+// close it (the MAX-th arrival, or the last call's timer after MIN).
+#include <charconv>
+#include <utility>
+
+#include <boost/asio/post.hpp>
+#include <fmt/format.h>
+
+#include "rendezvous/algorithm/dynamic_rendezvous_impl.h"
+
+namespace dtrun::rendezvous {
+
+namespace asio = boost::asio;
+
+void dynamic_rendezvous::impl::next_round(completion done) {
+  abandon_pending_call();
+  done_ = std::move(done);
+  on_over_ = nullptr;
+  pending_over_.clear();
+  // Callbacks of the previous round (its WAIT on `over` fails when
+  // reconnect() closes its client) must not touch this round's state.
+  ++epoch_;
+  phase_ = round_phase::joining;
+  ring_->stop();
+  cancel(deadline_timer_, deadline_armed_);
+  // An exit barrier of the last round that a failure ended: its timeout
+  // must not fire in this round (it would stop our heartbeats).
+  cancel(barrier_timer_, barrier_armed_);
+  reconnect([self = shared_from_this(), t = ticket()](std::exception_ptr error) {
+    if (error) return self->fail(error);
+    self->read_job(t);
+  });
+}
+
+// Still exactly once: the call the new one replaces ends with an error.
+void dynamic_rendezvous::impl::abandon_pending_call() {
+  auto abandoned = std::exchange(done_, nullptr);
+  if (!abandoned) return;
+  asio::post(io_, [abandoned] {
+    abandoned(store_error_ptr("the round was abandoned: next_round() was called again before it "
+                              "completed"),
+              {});
+  });
+}
+
+// A fresh connection each round: whatever a previous round left queued (a
+// long WAIT) cannot hold up this one.
+void dynamic_rendezvous::impl::reconnect(std::function<void(std::exception_ptr)> then) {
+  if (ops_) ops_->close();
+  if (waits_) waits_->close();
+  auto clients = connect_(options_.join_timeout);
+  ops_ = std::move(clients.ops);
+  waits_ = std::move(clients.waits);
+  auto pending = std::make_shared<int>(2);
+  auto failed = std::make_shared<std::exception_ptr>();
+  warn_if_no_host();
+  auto one_done = [self = shared_from_this(), pending, failed, then,
+                   t = ticket()](store_result r) {
+    if (!self->current(t)) return;  // clients a later round closed
+    if (r.error && !*failed) *failed = r.error;
+    if (--*pending > 0) return;
+    self->connected(*failed, then);
+  };
+  ops_->connect(one_done);
+  waits_->connect(one_done);
+}
+
+void dynamic_rendezvous::impl::connected(std::exception_ptr error,
+                                         const std::function<void(std::exception_ptr)>& then) {
+  cancel(warning_timer_, warning_armed_);
+  if (error) return then(error);
+  if (advertised_addr_.empty()) {
+    // The host talks to its own store over loopback; others see it at the
+    // endpoint's address.
+    advertised_addr_ = !options_.local_addr.empty() ? options_.local_addr
+                       : hosting()                  ? options_.endpoint_host
+                                                    : ops_->local_address();
+  }
+  then(nullptr);
+}
+
+void dynamic_rendezvous::impl::warn_if_no_host() {
+  if (hosting() || external_store()) return;
+  warning_timer_.expires_after(bounded(options_.no_host_warning));
+  warning_timer_.async_wait([self = shared_from_this(), armed = ++warning_armed_](
+                                const boost::system::error_code& ec) {
+    // Connected (or failed) meanwhile: an expiry queued before the cancel
+    // must not say that nobody answers.
+    if (ec || armed != self->warning_armed_) return;
+    self->log(fmt::format(
+        "no store answers at {}:{} yet; the agent on that host hosts it: check that "
+        "--rdzv-endpoint names the first node's address (or pass --rdzv-conf is_host=1 "
+        "there) and that it is running; still retrying for up to {} s",
+        self->options_.endpoint_host, self->options_.endpoint_port,
+        self->options_.join_timeout.count() / 1000));
+  });
+}
+
+// In one request: whether the job failed on another node (then it is over
+// for us too), whether a person stopped it, and the newest round anyone
+// started (a compare_set value, read as a value: not every store's
+// counters are values; absent before the first round). All are set with
+// non-empty values, so empty means absent.
+void dynamic_rendezvous::impl::read_job(const round_ticket& t) {
+  ops_->read_now({keys_.failed(), keys_.newest_round(), keys_.stopped()},
+                 [self = shared_from_this(), t](store_result r) {
+    if (!self->current(t)) return;  // a stale round's reply
+    if (r.error) return self->fail(r.error);
+    if (!r.values.at(0).empty()) return self->report_job_failed();
+    // A person stopped the job on another node (Ctrl-C there).
+    if (!r.values.at(2).empty()) {
+      return self->fail(std::make_exception_ptr(job_stopped_error(r.values.at(2))));
+    }
+    const auto& round = r.values.at(1);
+    // Join at once, without asking first whether the round has closed: a
+    // node that arrives late learns it from its arrival index (past the
+    // count in `closed`) and goes on to the next round, so the common case
+    // costs one request and one round trip less.
+    if (round.empty()) return self->join(self->last_round_ + 1);
+    std::int64_t newest = 0;
+    auto [end, ec] = std::from_chars(round.data(), round.data() + round.size(), newest);
+    if (ec != std::errc() || end != round.data() + round.size() || newest < 0) {
+      return self->fail(store_error_ptr(
+          fmt::format("the round counter of run {} is corrupt", self->options_.run_id)));
+    }
+    self->join(std::max<std::int64_t>(newest, self->last_round_ + 1));
+  });
+}
+
+// The job failed on another node: say which, and which round failed (set
+// before `failed`, on the same connection), for the summary.
+void dynamic_rendezvous::impl::report_job_failed() {
+  auto self = shared_from_this();
+  auto t = ticket();
+  ops_->get(keys_.failed(), options_.close_timeout, [self, t](store_result why) {
+    if (!self->current(t)) return;  // a stale round's reply
+    self->ops_->get(self->keys_.failed_round(), self->options_.close_timeout,
+                    [self, why, t](store_result r) {
+      if (!self->current(t)) return;  // a stale round's reply
+      std::int64_t failed_round = self->last_round_;
+      if (!r.error) {
+        std::int64_t parsed = 0;
+        auto [end, ec] = std::from_chars(r.value.data(), r.value.data() + r.value.size(), parsed);
+        if (ec == std::errc() && end == r.value.data() + r.value.size()) failed_round = parsed;
+      }
+      self->fail(std::make_exception_ptr(job_failed_error(
+          fmt::format("the job failed on another node ({}); its restarts "
+                      "(--max-restarts={}) are used up",
+                      why.error ? std::string("reason unknown") : why.value,
+                      self->options_.max_restarts),
+          failed_round)));
+    });
+  });
+}
+
+void dynamic_rendezvous::impl::join(std::int64_t r) {
+  round_ = r;
+  ops_->compare_set(keys_.newest_round(), std::to_string(r - 1), std::to_string(r),
+                    [](store_result) {});
+  ops_->add(keys_.joined(r), 1, [self = shared_from_this(), r, t = ticket()](store_result a) {
+    if (!self->current(t)) return;  // a stale round's reply
+    if (a.error) return self->fail(a.error);
+    self->joined(r, static_cast<int>(a.number));
+  });
+}
+
+// We are arrival `index` of round r: beat, describe ourselves, and close
+// the round when it is ours to close.
+void dynamic_rendezvous::impl::joined(std::int64_t r, int index) {
+  arrival_ = index;
+  // Beat from now on, before anyone knows our rank (heartbeat_ring.h).
+  ring_->start(ops_, keys_.heartbeat(r, index));
+  int worker_store_port = 0;
+  try {
+    worker_store_port = open_worker_store(r);
+  } catch (const std::exception& e) {
+    return fail(store_error_ptr(fmt::format(
+        "cannot open the workers' store for round {}: {}; free file descriptors or "
+        "ports on this node, or pass --rdzv-conf worker_store=rank0",
+        r, e.what())));
+  }
+  ops_->set(keys_.node(r, index), to_text(describe_self(worker_store_port)),
+            [](store_result) {});
+  if (index < options_.min_nodes) {
+    // Said once per round: what this node waits for, and how long.
+    log(fmt::format(
+        "round {}: {} of at least {} node(s) here; waiting up to {} s for the others "
+        "(--rdzv-conf join_timeout)",
+        r, index, options_.min_nodes,
+        std::chrono::duration<double>(options_.join_timeout).count()));
+  }
+  if (index == options_.max_nodes) {
+    close_round(r, index);
+  } else if (index == options_.min_nodes) {
+    arm_last_call(r);
+  }
+  await_close(r);
+}
+
+node_descriptor dynamic_rendezvous::impl::describe_self(int worker_store_port) const {
+  return node_descriptor{
+      .addr = advertised_addr_,
+      .hostname = os_->host_name(),
+      .pid = os_->pid(),
+      .nproc = options_.local_world_size,
+      .prev_rank = options_.fixed_rank >= 0 ? options_.fixed_rank : group_rank_,
+      .master_port = options_.workers_use_agent_store ? 0 : os_->reserve_port(advertised_addr_),
+      .worker_store_port = worker_store_port};
+}
+
+// Enough nodes: give latecomers last_call_timeout, then close with whoever
+// is there.
+void dynamic_rendezvous::impl::arm_last_call(std::int64_t r) {
+  deadline_timer_.expires_after(bounded(options_.last_call_timeout));
+  deadline_timer_.async_wait([self = shared_from_this(), r, t = ticket(),
+                              armed = ++deadline_armed_](const boost::system::error_code& ec) {
+    // Only this arming: not an expiry queued before the round closed or
+    // before a later round (maybe with the same number) re-armed it.
+    if (ec || armed != self->deadline_armed_ || !self->current(t)) return;
+    self->ops_->add(self->keys_.joined(r), 0, [self, r, t](store_result n) {
+      if (!self->current(t)) return;  // a stale round's reply
+      if (n.error) return self->fail(n.error);
+      self->close_round(
+          r, static_cast<int>(std::min<std::int64_t>(n.number, self->options_.max_nodes)));
+    });
+  });
+}
+
+// Several nodes may try to close a round (the max_nodes-th arrival, the
+// last call's timer); compare_set on `closing` lets the first count win.
+// The winner then publishes the assignments and `closed` in one request
+// (publish_ranks), so a node that sees `closed` finds its assignment.
+void dynamic_rendezvous::impl::close_round(std::int64_t r, int members) {
+  auto count = std::to_string(members);
+  ops_->compare_set(keys_.closing(r), "", count,
+                    [self = shared_from_this(), r, members, count, t = ticket()](store_result c) {
+    if (!self->current(t)) return;  // a stale round's reply
+    if (c.error) return self->fail(c.error);
+    if (c.value != count) return;  // someone else closed it, with another count
+    self->publish_ranks(r, members);
+  });
+}
+
+void dynamic_rendezvous::impl::publish_ranks(std::int64_t r, int members) {
+  std::vector<std::string> nodes_keys;
+  for (int i = 1; i <= members; ++i) nodes_keys.push_back(keys_.node(r, i));
+  ops_->multi_get(nodes_keys, options_.close_timeout,
+                  [self = shared_from_this(), r, t = ticket()](store_result all) {
+    if (!self->current(t)) return;  // a stale round's reply
+    if (all.error) return self->fail(all.error);
+    std::vector<node_descriptor> nodes;
+    try {
+      for (const auto& v : all.values) nodes.push_back(descriptor_from_text(v));
+    } catch (const std::exception& e) {
+      return self->fail(store_error_ptr(
+          fmt::format("a node descriptor in round {} is corrupt: {}", r, e.what())));
+    }
+    auto assignments = make_assignments(nodes, self->options_.worker_store_on_every_node
+                                                   ? worker_store_choice::group_rank_0
+                                                   : worker_store_choice::the_host);
+    // One key per node, all in one request: each node reads only its own,
+    // so a round costs every node the same whatever its size. `closed`
+    // comes last: whoever sees it finds every assignment (the etcd backend
+    // writes in order, in batches).
+    std::vector<std::string> published, texts;
+    for (std::size_t i = 0; i < assignments.size(); ++i) {
+      published.push_back(self->keys_.assignment(r, static_cast<int>(i) + 1));
+      texts.push_back(to_text(assignments[i]));
+    }
+    published.push_back(self->keys_.closed(r));
+    texts.push_back(std::to_string(assignments.size()));
+    self->ops_->multi_set(std::move(published), std::move(texts), [](store_result) {});
+  });
+}
+
+// Opens a fresh, empty store for the workers of round `r` and returns its
+// port, closing the last round's (our own workers are stopped before we
+// rejoin; other nodes' stragglers losing it only end sooner). Only the
+// node that hosts the endpoint store does this (or, with an external
+// store, every node), and only when workers use the agents' store and
+// fresh_worker_store is set (not for the static backend). Returns 0 when
+// it does not apply. Throws store_error when no port can be bound.
+int dynamic_rendezvous::impl::open_worker_store(std::int64_t r) {
+  if (!options_.workers_use_agent_store || !options_.fresh_worker_store) return 0;
+  if (!hosting() && !options_.worker_store_on_every_node) return 0;
+  auto port = host_->open_worker_store();
+  // With a store on every node, only group rank 0's serves: said once the
+  // ranks are known (complete_round).
+  if (hosting()) log(fmt::format("round {}: the workers' store is on port {}", r, port));
+  return port;
+}
+
+}  // namespace dtrun::rendezvous

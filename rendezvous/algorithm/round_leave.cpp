@@ -1,0 +1,161 @@
+// Leaving (docs/rendezvous.md, "Leaving"): the exit barrier on the WAIT on
+// `over`, the goodbye that lets the store's host go, a stop (Ctrl-C) and
+// the release of an external store's keys.
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "rendezvous/algorithm/dynamic_rendezvous_impl.h"
+
+namespace dtrun::rendezvous {
+
+// Ctrl-C on this node: `stopped` for nodes that join later, then the
+// round's `over` for those running it (unless something ended it first:
+// they then rejoin and read `stopped`). A round trip before `done`, so both
+// are applied before we leave, the store's host included.
+void dynamic_rendezvous::impl::stop_job(std::string reason, std::function<void()> done) {
+  if (!ops_) return done();
+  end_here();
+  // Before its first round this node has no rank yet: the host says where.
+  auto who = last_round_ >= 0
+                 ? fmt::format("node {} (host {}) {}", group_rank_, os_->host_name(), reason)
+                 : fmt::format("host {} {}", os_->host_name(), reason);
+  // One request after the other: an external store (etcd) may apply
+  // requests sent together in any order, and the release must come last.
+  ops_->set(keys_.stopped(), who, [self = shared_from_this(), who, done](store_result) {
+    if (self->round_ < 0) return self->await_stop_seen(done);
+    self->end_round_first(self->round_, job_stopped_prefix + who,
+                          [self, done](store_result) { self->await_stop_seen(done); });
+  });
+}
+
+// After stop_job told the others. The store's host leaves last: its store
+// goes with it, and a node that lost it before reading why would wait to
+// rejoin instead. With an external store (etcd) the job is dropped once
+// every node has seen the stop, so a rerun with this run id starts afresh
+// instead of reading `stopped`.
+void dynamic_rendezvous::impl::await_stop_seen(std::function<void()> done) {
+  auto self = shared_from_this();
+  // Leaving after a stop is no loss: a will executed later would end a
+  // round (or recreate a key of a released job) for nothing.
+  ops_->withdraw_will(keys_.will(round_, group_rank_), [](store_result) {});
+  auto release = [self, done] {
+    if (!self->external_store()) return done();
+    self->release_job(done);
+  };
+  count_stop_seen([self, release](bool last) {
+    if (last || self->members_ <= 1) return release();
+    if (!self->hosting() && !self->external_store()) return release();
+    self->log(fmt::format("{} until the other nodes have seen the stop (at most {} s)",
+                          self->hosting() ? "keeping the store up" : "waiting",
+                          self->options_.close_timeout.count() / 1000));
+    self->ops_->wait({self->keys_.stop_seen_by_all()}, self->options_.close_timeout,
+                     [release](store_result) { release(); });
+  });
+}
+
+// Another node stopped the job (its reason ended our round): count
+// ourselves in, so that node may leave (await_stop_seen).
+void dynamic_rendezvous::impl::stop_seen(std::function<void()> done) {
+  if (!ops_) return done();
+  end_here();
+  ops_->withdraw_will(keys_.will(round_, group_rank_), [](store_result) {});
+  count_stop_seen([done](bool) { done(); });
+}
+
+// Each node of the round counts itself once it knows the job was stopped;
+// the last one releases the node that stopped it (stop_job).
+void dynamic_rendezvous::impl::count_stop_seen(std::function<void(bool last)> done) {
+  ops_->add(keys_.stop_seen(), 1, [self = shared_from_this(), done](store_result n) {
+    if (n.error || n.number < self->members_) return done(false);
+    self->ops_->set(self->keys_.stop_seen_by_all(), "1", [done](store_result) { done(true); });
+  });
+}
+
+// Exit barrier: count ourselves done; the last node releases everyone by
+// ending the round with `every_node_finished`. The WAIT on `over` that
+// every node holds anyway (watch_over) is the barrier: a node lost
+// meanwhile ends it too, with its own reason, and a node needs no second
+// connection (10,000 nodes finishing together would otherwise open 10,000
+// at once).
+void dynamic_rendezvous::impl::finish(std::function<void(std::exception_ptr)> done) {
+  finish_done_ = std::move(done);
+  if (phase_ == round_phase::running) phase_ = round_phase::finishing;
+  // Heartbeats go on: a node waiting here is alive, and its ring
+  // predecessor, maybe still training, must not declare it lost.
+  auto self = shared_from_this();
+  auto r = round_;
+  barrier_timer_.expires_after(bounded(options_.exit_barrier_timeout));
+  barrier_timer_.async_wait([self, r, t = ticket(), armed = ++barrier_armed_](
+                                const boost::system::error_code& ec) {
+    if (ec || armed != self->barrier_armed_ || !self->current(t)) return;
+    self->log(fmt::format("exit barrier: not every node finished within {} s; leaving anyway",
+                          self->options_.exit_barrier_timeout.count() / 1000));
+    self->leave(r, false);
+  });
+  // Leaving on purpose is not a loss: withdraw the will first.
+  ops_->withdraw_will(keys_.will(round_, group_rank_), [](store_result) {});
+  ops_->add(keys_.done(r), 1, [self, r](store_result n) {
+    if (n.error) return self->finish_with(n.error);
+    if (n.number < self->members_) return;
+    // Only if no one ended the round first: a node lost just now must not
+    // be covered up.
+    self->end_round_first(r, std::string(every_node_finished));
+  });
+}
+
+// After the barrier: every node says it saw the end before the host, whose
+// exit takes the store away, may go. Without this, a node whose connection
+// closed before it read the release would think the round had ended badly
+// and try to rejoin a store that is gone.
+void dynamic_rendezvous::impl::leave(std::int64_t r, bool everyone_done) {
+  cancel(barrier_timer_, barrier_armed_);
+  if (everyone_done) phase_ = round_phase::released;
+  ring_->stop();
+  if (!everyone_done) return finish_with(nullptr);
+  ops_->add(keys_.left(r), 1, [self = shared_from_this(), r](store_result n) {
+    if (n.error) return self->finish_with(nullptr);
+    // The last to leave releases the host, and the job's keys when the
+    // store outlives the job (etcd).
+    if (n.number >= self->members_) {
+      self->ops_->set(self->keys_.all_left(r), "1", [](store_result) {});
+      return self->release_job([self] { self->finish_with(nullptr); });
+    }
+    if (!self->hosting()) return self->finish_with(nullptr);
+    self->await_all_left(r);
+  });
+}
+
+// The host waits until every node said goodbye (at most close_timeout).
+// The watch lane is free: its WAIT on `over` has returned.
+void dynamic_rendezvous::impl::await_all_left(std::int64_t r) {
+  waits_->wait({keys_.all_left(r)}, options_.close_timeout,
+               [self = shared_from_this()](store_result w) {
+    // Said, so that a lost goodbye (a bug: the last node sends it before it
+    // exits) is seen.
+    if (w.error) {
+      self->log(fmt::format(
+          "exit: not every node confirmed the end within {} s; leaving anyway",
+          self->options_.close_timeout.count() / 1000.0));
+    }
+    self->finish_with(nullptr);
+  });
+}
+
+// Drops dtrun/<run_id>/, the job's status keys and its (withdrawn) wills,
+// which live on their agents' leases and would otherwise stay until those
+// expire; best effort.
+void dynamic_rendezvous::impl::release_job(std::function<void()> done) {
+  ops_->release(keys_.status_prefix(), [](store_result) {});
+  ops_->release(keys_.will_prefix(), [](store_result) {});
+  ops_->release(keys_.job_prefix(), [done](store_result) { done(); });
+}
+
+// The exit barrier's answer. Without a release (an error, or leaving alone
+// after exit_barrier_timeout) the round goes on as far as this node knows.
+void dynamic_rendezvous::impl::finish_with(std::exception_ptr error) {
+  if (phase_ == round_phase::finishing) phase_ = round_phase::running;
+  if (auto f = std::exchange(finish_done_, nullptr)) f(error);
+}
+
+}  // namespace dtrun::rendezvous

@@ -1,0 +1,218 @@
+// While a round runs (docs/rendezvous.md, "Ending a round", "Failure
+// reports"): the WAIT on `over`, the heartbeat ring, a failure's restart
+// count, failing the job, the failure board, progress and status.
+#include <charconv>
+#include <utility>
+
+#include <boost/asio/post.hpp>
+#include <fmt/format.h>
+
+#include "rendezvous/algorithm/dynamic_rendezvous_impl.h"
+#include "rendezvous/algorithm/failure_board.h"
+
+namespace dtrun::rendezvous {
+
+namespace asio = boost::asio;
+
+void dynamic_rendezvous::impl::watch_over(std::int64_t r) {
+  waits_->get(keys_.over(r), no_timeout, [self = shared_from_this(), r, t = ticket()](
+                                             store_result o) {
+    if (!self->still_running(t)) return;
+    // Once every node is done the host leaves and its store with it: a
+    // lost connection then is the end of the job, not of the round.
+    if (o.error && self->phase_ == round_phase::released) return;
+    // The exit barrier's release (finish): the round ended well.
+    if (!o.error && o.value == every_node_finished && self->phase_ == round_phase::finishing) {
+      return self->leave(r, true);
+    }
+    self->round_ended(r, o.error ? self->lost_store_reason(o.error) : o.value);
+  });
+}
+
+// Another node (or the store) ended round r: tell the agent, now or when
+// it watches, and end an exit barrier this node waits in.
+void dynamic_rendezvous::impl::round_ended(std::int64_t r, std::string reason) {
+  phase_ = round_phase::over;
+  ring_->stop();
+  cancel(barrier_timer_, barrier_armed_);
+  if (auto cb = std::exchange(on_over_, nullptr)) {
+    cb(reason);
+  } else {
+    pending_over_ = reason;
+  }
+  if (auto f = std::exchange(finish_done_, nullptr)) {
+    f(store_error_ptr(fmt::format("round {} ended before every node finished: {}", r, reason)));
+  }
+}
+
+// The heartbeat ring (heartbeat_ring.h) of round r: read the counter of the
+// node one group rank up, which arrived `successor_arrival`-th (0: not
+// known, an older closer; a round of one has no one to watch).
+void dynamic_rendezvous::impl::watch_successor(std::int64_t r, int successor_arrival) {
+  if (members_ <= 1 || successor_arrival == 0) return;
+  std::weak_ptr<impl> weak = shared_from_this();
+  ring_->watch(keys_.heartbeat(r, successor_arrival), (group_rank_ + 1) % members_,
+               [weak, r, t = ticket()](int lost) {
+                 auto self = weak.lock();
+                 if (!self || !self->still_running(t)) return;
+                 // From empty only: once every node finished, a successor
+                 // that stopped beating because it left is not lost, and the
+                 // release must not be overwritten.
+                 self->end_round_first(r,
+                                       fmt::format("node {} stopped sending heartbeats", lost));
+               });
+}
+
+// Why a WAIT on `over` failed, for the log: the etcd backend says why (its
+// lease, the cluster's quorum); a TCPStore connection just closes.
+std::string dynamic_rendezvous::impl::lost_store_reason(const std::exception_ptr& error) const {
+  if (!external_store()) return "the connection to the rendezvous store was lost";
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    return fmt::format("the rendezvous store was lost: {}", e.what());
+  }
+}
+
+void dynamic_rendezvous::impl::watch_round(std::function<void(std::string)> on_over) {
+  if (!pending_over_.empty()) {
+    auto reason = std::exchange(pending_over_, std::string());
+    asio::post(io_, [on_over, reason] { on_over(reason); });
+    return;
+  }
+  on_over_ = std::move(on_over);
+}
+
+// r/<r>/progress: ADD 1 by each node whose workers progressed since its
+// last tick (ADD 0 only reads), so every node sees the job's progress.
+void dynamic_rendezvous::impl::share_progress(bool progressed,
+                                              std::function<void(std::int64_t)> done) {
+  if (!ops_ || round_ < 0) return;
+  ops_->add(keys_.progress(round_), progressed ? 1 : 0, [done](store_result n) {
+    if (!n.error) done(n.number);
+  });
+}
+
+// dtrun/status/<run_id>/<node rank> and .../nodes, read by `dtrun status`.
+void dynamic_rendezvous::impl::publish_status(std::string status_json,
+                                              std::function<void()> stored) {
+  if (!ops_ || round_ < 0) return;
+  ops_->set(keys_.status_node(group_rank_), std::move(status_json), [](store_result) {});
+  ops_->set(keys_.status_nodes(), std::to_string(members_), [stored](store_result r) {
+    if (!r.error && stored) stored();
+  });
+}
+
+// A round that ends in failure costs the job one restart, however many
+// nodes report it: workers of one collective often fail together, so
+// several nodes may get here for the same round before any has seen the
+// round end. The first reporter of the round (by ADD) counts it and
+// publishes the count; the others read that count.
+void dynamic_rendezvous::impl::report_failure(std::string reason, restart_completion done) {
+  end_here();  // our own doing: no on_over callback
+  auto r = round_;
+  ops_->add(keys_.failure_reports(r), 1,
+            [self = shared_from_this(), r, reason, done](store_result first) {
+    if (first.error) return done(first.error, 0);
+    if (first.number == 1) return self->count_restart(r, reason, done);
+    self->ops_->get(self->keys_.round_restarts(r), self->options_.close_timeout,
+                    [self, r, reason, done](store_result counted) {
+      if (counted.error) return done(counted.error, 0);
+      std::int64_t restarts = 0;
+      const auto& v = counted.value;
+      auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), restarts);
+      if (ec != std::errc() || end != v.data() + v.size()) {
+        return done(store_error_ptr(fmt::format("the restart count of round {} is corrupt", r)),
+                    0);
+      }
+      self->end_failed_round(r, reason, restarts, done);
+    });
+  });
+}
+
+// The first reporter of round r: count the job's restart and publish it.
+void dynamic_rendezvous::impl::count_restart(std::int64_t r, std::string reason,
+                                             restart_completion done) {
+  ops_->add(keys_.restarts(), 1, [self = shared_from_this(), r, reason, done](store_result n) {
+    if (n.error) return done(n.error, 0);
+    if (n.number > self->options_.max_restarts) {
+      // Out of restarts: the job is over for every node, not just us.
+      self->mark_job_failed(fmt::format("node {}: {}", self->group_rank_, reason));
+    }
+    self->ops_->set(self->keys_.round_restarts(r), std::to_string(n.number), [](store_result) {});
+    self->end_failed_round(r, reason, n.number, done);
+  });
+}
+
+// Tells every node that round r is over, then answers with the job's
+// restart count.
+void dynamic_rendezvous::impl::end_failed_round(std::int64_t r, const std::string& reason,
+                                                std::int64_t restarts,
+                                                const restart_completion& done) {
+  auto over = keys_.over(r);
+  ops_->set(over, fmt::format("node {}: {}", group_rank_, reason), [](store_result) {});
+  // A round trip before we answer: the caller may start the next round at
+  // once, which closes this client, and the others must be told.
+  ops_->check({over}, [done, restarts = static_cast<int>(restarts)](store_result) {
+    done(nullptr, restarts);
+  });
+}
+
+// Marks the job failed for every node. `failed_round` goes first, on the
+// same connection, so a node woken by `failed` finds the round whose
+// failure reports to read (report_job_failed).
+void dynamic_rendezvous::impl::mark_job_failed(const std::string& why) {
+  ops_->set(keys_.failed_round(), std::to_string(round_), [](store_result) {});
+  ops_->set(keys_.failed(), why, [](store_result) {});
+}
+
+void dynamic_rendezvous::impl::fail_job(std::string reason, std::function<void()> done) {
+  end_here();
+  auto why = fmt::format("node {}: {}", group_rank_, reason);
+  mark_job_failed(why);
+  ops_->set(keys_.over(round_), why, [](store_result) {});
+  // A round trip, so both are applied before we leave (and close).
+  ops_->check({keys_.failed()}, [done](store_result) { done(); });
+}
+
+// Failure reports (failure_board.h).
+void dynamic_rendezvous::impl::publish_failure(std::int64_t r, std::string record,
+                                               std::function<void()> done) {
+  if (!ops_) return done();
+  failure_board::publish(ops_, keys_, r, std::move(record), std::move(done));
+}
+
+void dynamic_rendezvous::impl::round_failures(std::int64_t r, failures_completion done) {
+  if (!ops_) return done({}, 0);
+  failure_board::read(ops_, keys_, r,
+                      [self = shared_from_this(), r, done](std::vector<std::string> records,
+                                                           std::size_t total) {
+                        if (total == 0) return done({}, 0);
+                        self->mark_failures_read(
+                            r, [done, records = std::move(records), total]() mutable {
+                              done(std::move(records), total);
+                            });
+                      });
+}
+
+// The agent reads the failures just before it leaves a failed job. The
+// store's host must not leave first, or the others could not read them
+// (nor learn that the job failed): every node counts itself in, and the
+// host waits, bounded by close_timeout, until all members of the round
+// have.
+void dynamic_rendezvous::impl::mark_failures_read(std::int64_t r, std::function<void()> done) {
+  failure_board::mark_read(ops_, keys_, r, members_, [self = shared_from_this(), r,
+                                                      done](bool last) {
+    // The last reader: everyone knows; an external store (etcd) drops the
+    // job, so a new run with this id starts afresh.
+    if (last) return self->release_job(done);
+    if (!self->hosting()) return done();
+    self->log(fmt::format(
+        "keeping the store up until the other nodes have read the failure reports (at most "
+        "{} s)", self->options_.close_timeout.count() / 1000));
+    failure_board::await_all_read(self->ops_, self->keys_, r, self->options_.close_timeout,
+                                  done);
+  });
+}
+
+}  // namespace dtrun::rendezvous
