@@ -1,0 +1,231 @@
+// The fixture of the rendezvous algorithm's unit tests
+// (dynamic_rendezvous_test.cpp, dynamic_rendezvous_exit_test.cpp): every
+// node of a cluster in one process, on one event loop, running the
+// production dynamic_rendezvous against one in-memory store
+// (memory_round_store.h), with a fake store_host (port numbers from a
+// counter) and a fake rendezvous_os. No socket, no OS call.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <fmt/format.h>
+
+#include "rendezvous/algorithm/dynamic_rendezvous.h"
+#include "rendezvous/algorithm/rendezvous_os.h"
+#include "rendezvous/algorithm/store_host.h"
+#include "rendezvous/store/memory_round_store.h"
+#include "rendezvous/store/round_store.h"
+
+// A namespace of its own, the test cases' too: a unity batch compiles the
+// test files of the folder together.
+namespace memory_cluster {
+
+using namespace dtrun::rendezvous;
+using namespace std::chrono_literals;
+
+class fake_os final : public rendezvous_os {
+ public:
+  explicit fake_os(int node) : node_(node) {}
+  bool is_this_machine(const std::string& host) const override { return host == "localhost"; }
+  int reserve_port(const std::string&) const override { return 50000 + node_; }
+  std::string host_name() const override { return fmt::format("host{}", node_); }
+  long pid() const override { return 1000 + node_; }
+
+ private:
+  int node_;
+};
+
+// Hosts nothing real: ports are numbers from a counter the cluster shares.
+class fake_store_host final : public store_host {
+ public:
+  fake_store_host(std::uint16_t endpoint, int& next_port) : endpoint_(endpoint), next_(next_port) {}
+  std::uint16_t endpoint_port() const override { return endpoint_; }
+  std::uint16_t open_worker_store() override {
+    worker_ = static_cast<std::uint16_t>(next_++);
+    return worker_;
+  }
+  std::uint16_t worker_store_port() const override { return worker_; }
+  void close_worker_store() override { worker_ = 0; }
+  store_server_stats stats() const override { return {}; }
+  void stop() override { worker_ = 0; }
+
+ private:
+  std::uint16_t endpoint_;
+  std::uint16_t worker_ = 0;
+  int& next_;
+};
+
+// A node whose process hangs (SIGSTOP) with its connection open: from
+// hang() on, its requests are never answered, and no will runs.
+class hanging_store final : public round_store {
+ public:
+  hanging_store(std::shared_ptr<round_store> inner, const bool& hung)
+      : inner_(std::move(inner)), hung_(hung) {}
+  void connect(store_callback done) override { inner_->connect(gate(done)); }
+  void set(std::string k, std::string v, store_callback done) override {
+    if (!hung_) inner_->set(std::move(k), std::move(v), std::move(done));
+  }
+  void multi_set(std::vector<std::string> k, std::vector<std::string> v,
+                 store_callback done) override {
+    if (!hung_) inner_->multi_set(std::move(k), std::move(v), std::move(done));
+  }
+  void get(std::string k, store_duration t, store_callback done) override {
+    if (!hung_) inner_->get(std::move(k), t, gate(done));
+  }
+  void add(std::string k, std::int64_t d, store_callback done) override {
+    if (!hung_) inner_->add(std::move(k), d, gate(done));
+  }
+  void compare_set(std::string k, std::string e, std::string d, store_callback done) override {
+    if (!hung_) inner_->compare_set(std::move(k), std::move(e), std::move(d), gate(done));
+  }
+  void check(std::vector<std::string> k, store_callback done) override {
+    if (!hung_) inner_->check(std::move(k), gate(done));
+  }
+  void wait(std::vector<std::string> k, store_duration t, store_callback done) override {
+    if (!hung_) inner_->wait(std::move(k), t, gate(done));
+  }
+  void delete_key(std::string k, store_callback done) override {
+    if (!hung_) inner_->delete_key(std::move(k), gate(done));
+  }
+  void multi_get(std::vector<std::string> k, store_duration t, store_callback done) override {
+    if (!hung_) inner_->multi_get(std::move(k), t, gate(done));
+  }
+  void read_now(std::vector<std::string> k, store_callback done) override {
+    if (!hung_) inner_->read_now(std::move(k), gate(done));
+  }
+  void set_will(std::string w, std::string t, std::string v, store_callback done) override {
+    if (!hung_) inner_->set_will(std::move(w), std::move(t), std::move(v), gate(done));
+  }
+  void withdraw_will(std::string w, store_callback done) override {
+    if (!hung_) inner_->withdraw_will(std::move(w), gate(done));
+  }
+  // A hung process closes nothing: its will must not run.
+  void close() override {
+    if (!hung_) inner_->close();
+  }
+  std::string local_address() const override { return inner_->local_address(); }
+
+ private:
+  // Replies that arrive once the node hangs are never seen.
+  store_callback gate(store_callback done) const {
+    return [&hung = hung_, done = std::move(done)](store_result r) {
+      if (!hung) done(std::move(r));
+    };
+  }
+  std::shared_ptr<round_store> inner_;
+  const bool& hung_;
+};
+
+struct cluster {
+  boost::asio::io_context io;
+  memory_round_server store{io};
+  std::vector<std::unique_ptr<dynamic_rendezvous>> nodes;
+  std::vector<std::string> log;
+  std::uint16_t port = 29400;  // the endpoint store's, hosted by node 0
+  int next_port = 41000;       // the workers' stores'
+  std::vector<std::unique_ptr<bool>> hung;  // per node: hang(i)
+
+  dynamic_rendezvous_options options(int min_nodes, int max_nodes, int nproc) {
+    dynamic_rendezvous_options o;
+    o.run_id = "job1";
+    o.endpoint_host = "127.0.0.1";
+    o.endpoint_port = port;
+    o.host_store = nodes.empty();
+    o.min_nodes = min_nodes;
+    o.max_nodes = max_nodes;
+    o.local_world_size = nproc;
+    o.join_timeout = 10s;
+    o.last_call_timeout = 200ms;
+    o.close_timeout = 5s;
+    o.keep_alive_interval = 100ms;
+    o.max_restarts = 10;
+    o.log = [this](const std::string& line) { log.push_back(line); };
+    return o;
+  }
+
+  // Node i with fakes for the OS and hosting and clients of `store`.
+  dynamic_rendezvous& add_node(dynamic_rendezvous_options o) {
+    int index = static_cast<int>(nodes.size());
+    hung.push_back(std::make_unique<bool>(false));
+    rendezvous_parts parts;
+    parts.os = std::make_shared<fake_os>(index);
+    parts.host = std::make_unique<fake_store_host>(o.host_store ? port : 0, next_port);
+    parts.connect = [this, &h = *hung.back()](std::chrono::milliseconds) {
+      return round_store_clients{std::make_shared<hanging_store>(store.client(), h),
+                                 std::make_shared<hanging_store>(store.client(), h)};
+    };
+    nodes.push_back(std::make_unique<dynamic_rendezvous>(io, std::move(o), std::move(parts)));
+    return *nodes.back();
+  }
+
+  dynamic_rendezvous& add(int min_nodes, int max_nodes, int nproc = 1) {
+    return add_node(options(min_nodes, max_nodes, nproc));
+  }
+
+  // Adds a node with options(min, max, 1) adjusted by `tweak`.
+  dynamic_rendezvous& add_with(int min_nodes, int max_nodes,
+                               const std::function<void(dynamic_rendezvous_options&)>& tweak) {
+    auto o = options(min_nodes, max_nodes, 1);
+    tweak(o);
+    return add_node(std::move(o));
+  }
+
+  // Node i hangs: alive to its connection, silent to the store.
+  void hang(std::size_t i) { *hung.at(i) = true; }
+
+  void shutdown_all() {
+    for (auto& n : nodes) n->shutdown();
+  }
+
+  std::size_t log_count(const std::string& text) const {
+    return static_cast<std::size_t>(std::count_if(log.begin(), log.end(), [&](const auto& l) {
+      return l.find(text) != std::string::npos;
+    }));
+  }
+};
+
+struct round_result {
+  std::exception_ptr error;
+  rendezvous_info info;
+  bool done = false;
+};
+
+// Starts a round on `node`, recording the outcome; `then` runs after.
+inline void join(dynamic_rendezvous& node, round_result& out, std::function<void()> then = {}) {
+  node.next_round([&out, then](std::exception_ptr e, rendezvous_info info) {
+    out = {e, std::move(info), true};
+    if (then) then();
+  });
+}
+
+// One round on every node of `c`; returns when all have completed.
+inline std::vector<round_result> run_round(cluster& c) {
+  std::vector<round_result> results(c.nodes.size());
+  std::size_t completed = 0;
+  for (std::size_t i = 0; i < c.nodes.size(); ++i) {
+    join(*c.nodes[i], results[i], [&] {
+      if (++completed == c.nodes.size()) c.shutdown_all();
+    });
+  }
+  c.io.run();
+  return results;
+}
+
+inline std::string message_of(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& ex) {
+    return ex.what();
+  }
+}
+
+}  // namespace memory_cluster
