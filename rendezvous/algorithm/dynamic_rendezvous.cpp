@@ -24,19 +24,6 @@ dynamic_rendezvous_options with_default_log(dynamic_rendezvous_options options) 
 
 }  // namespace
 
-const char* to_string(round_phase p) {
-  switch (p) {
-    case round_phase::idle: return "idle";
-    case round_phase::joining: return "joining";
-    case round_phase::running: return "running";
-    case round_phase::finishing: return "finishing";
-    case round_phase::released: return "released";
-    case round_phase::over: return "over";
-    case round_phase::shut_down: return "shut down";
-  }
-  return "?";
-}
-
 rendezvous_parts production_parts(asio::io_context& io, const dynamic_rendezvous_options& o) {
   rendezvous_parts parts;
   parts.os = system_rendezvous_os();

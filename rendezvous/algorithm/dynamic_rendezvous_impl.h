@@ -50,7 +50,6 @@ enum class round_phase {
               // watches
   shut_down,  // shutdown(): nothing more happens
 };
-const char* to_string(round_phase p);
 
 // What a callback was issued for: the next_round() call (epoch) and the
 // round. A reply or expiry acts only while both are still current.
@@ -79,7 +78,6 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
 
   const dynamic_rendezvous_options& options() const { return options_; }
   const store_host& host() const { return *host_; }
-  round_phase phase() const { return phase_; }
 
  private:
   // --- the one check of every callback -------------------------------------

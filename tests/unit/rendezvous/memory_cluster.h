@@ -126,13 +126,15 @@ class hanging_store final : public round_store {
 };
 
 struct cluster {
+  // Declared before `nodes`, so destroyed after: a node's destructor shuts
+  // it down, which still reaches its store, its hung flag and its log.
   boost::asio::io_context io;
   memory_round_server store{io};
-  std::vector<std::unique_ptr<dynamic_rendezvous>> nodes;
   std::vector<std::string> log;
   std::uint16_t port = 29400;  // the endpoint store's, hosted by node 0
   int next_port = 41000;       // the workers' stores'
   std::vector<std::unique_ptr<bool>> hung;  // per node: hang(i)
+  std::vector<std::unique_ptr<dynamic_rendezvous>> nodes;
 
   dynamic_rendezvous_options options(int min_nodes, int max_nodes, int nproc) {
     dynamic_rendezvous_options o;

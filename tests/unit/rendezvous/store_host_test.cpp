@@ -34,7 +34,6 @@ using namespace std::chrono_literals;
 // compiles the test files of the folder together.
 namespace tcp_cluster {
 
-
 struct cluster {
   boost::asio::io_context io;
   std::vector<std::unique_ptr<dynamic_rendezvous>> nodes;
