@@ -109,12 +109,12 @@ TEST_CASE("an exit barrier that a failure ended does not time out in the next ro
           "[dynamic_rendezvous]") {
   cluster c;
   c.add_with(2, 2, [](dynamic_rendezvous_options& o) {
-    o.exit_barrier_timeout = 300ms;
-    o.keep_alive_interval = 50ms;
+    o.exit_barrier_timeout = 50ms;
+    o.keep_alive_interval = 10ms;
   });
   c.add_with(2, 2, [](dynamic_rendezvous_options& o) {
     o.exit_barrier_timeout = 3s;  // bounds the test if round 1 goes wrong
-    o.keep_alive_interval = 50ms;
+    o.keep_alive_interval = 10ms;
   });
   std::vector<round_result> first(2), second(2);
   std::vector<std::string> round1_over, released;
@@ -128,7 +128,7 @@ TEST_CASE("an exit barrier that a failure ended does not time out in the next ro
       if (++second_done < 2) return;
       // Round 1 runs well past node 0's round-0 barrier timeout, then both
       // nodes finish.
-      later.expires_after(1s);
+      later.expires_after(250ms);
       later.async_wait([&](const boost::system::error_code&) {
         for (int n = 0; n < 2; ++n) {
           c.nodes[n]->finish([&](std::exception_ptr e) {
