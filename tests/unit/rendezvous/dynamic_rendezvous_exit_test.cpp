@@ -296,4 +296,45 @@ TEST_CASE("failure reports reach every node, and the store's host waits until al
   }
 }
 
+
+// Ctrl-C on the store's host: the round ends with who stopped it, the host
+// keeps its store up until every node has seen the stop, and a node that
+// comes later reads `stopped` instead of joining.
+TEST_CASE("a stop on the host ends the round everywhere and the host waits until all saw it",
+          "[dynamic_rendezvous]") {
+  cluster c;
+  for (int i = 0; i < 2; ++i) c.add(2, 2);
+  std::vector<round_result> first(2);
+  round_result later;
+  std::string told;
+  std::vector<std::string> order;
+  int joined = 0;
+  auto both_done = [&](const std::string& who) {
+    order.push_back(who);
+    if (order.size() < 2) return;
+    join(c.add(2, 2), later, [&] { c.shutdown_all(); });
+  };
+  for (int i = 0; i < 2; ++i) {
+    join(*c.nodes[i], first[i], [&, i] {
+      REQUIRE_FALSE(first[i].error);
+      if (i == 1) {
+        c.nodes[1]->watch_round([&](std::string why) {
+          told = why;
+          c.nodes[1]->stop_seen([&] { both_done("node 1 saw the stop"); });
+        });
+      }
+      if (++joined < 2) return;
+      c.nodes[0]->stop_job("by SIGINT (Ctrl-C there)", [&] { both_done("host left"); });
+    });
+  }
+  c.io.run();
+  auto who = fmt::format("node {} (host host0) by SIGINT (Ctrl-C there)",
+                         first[0].info.group_rank);
+  CHECK(told == job_stopped_prefix + who);
+  CHECK(order == std::vector<std::string>{"node 1 saw the stop", "host left"});
+  CHECK(c.log_count("keeping the store up until the other nodes have seen the stop") == 1);
+  REQUIRE(later.error);
+  CHECK(message_of(later.error) == "the job was stopped on " + who);
+}
+
 }  // namespace memory_cluster
