@@ -28,8 +28,8 @@
 #include <fmt/format.h>
 
 #include "launcher/build_version.h"
-#include "launcher/cli.h"
 #include "launcher/number_checks.h"
+#include "launcher/usage_error.h"
 #include "rendezvous/base/endpoint.h"
 #include "rendezvous/store/store_access.h"
 #include "rendezvous/store/store_server.h"
