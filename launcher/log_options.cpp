@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "agent/line_filter.h"
+#include "rendezvous/base/parse_whole.h"
 
 namespace dtrun::launcher {
 namespace {
@@ -31,11 +32,9 @@ std::vector<std::string> split(const std::string& text, char separator) {
 
 // A local rank: digits only, at most six of them.
 std::optional<int> parse_rank(const std::string& text) {
-  if (text.empty() || text.size() > 6 ||
-      !std::all_of(text.begin(), text.end(), [](unsigned char c) { return std::isdigit(c); })) {
-    return std::nullopt;
-  }
-  return std::stoi(text);
+  auto rank = parse_whole<unsigned>(text);
+  if (!rank || text.size() > 6) return std::nullopt;
+  return static_cast<int>(*rank);
 }
 
 std::optional<unsigned> parse_streams(const std::string& text) {

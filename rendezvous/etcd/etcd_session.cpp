@@ -1,11 +1,12 @@
 #include "rendezvous/etcd/etcd_session.h"
 
 #include <algorithm>
-#include <charconv>
 
 #include <boost/asio/post.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+
+#include "rendezvous/base/parse_whole.h"
 
 namespace dtrun::rendezvous {
 
@@ -18,10 +19,9 @@ namespace {
 // A lease ID read back from etcd (the job's lease key): a positive 64-bit
 // decimal, or "" when it is not one.
 std::string lease_id_of(const std::string& text) {
-  std::int64_t id = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), id);
-  if (ec != std::errc() || end != text.data() + text.size() || id <= 0) return {};
-  return std::to_string(id);
+  auto id = parse_whole<std::int64_t>(text);
+  if (!id || *id <= 0) return {};
+  return std::to_string(*id);
 }
 
 }  // namespace
