@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "rendezvous/base/parse_whole.h"
+#include "rendezvous/base/trim.h"
 
 namespace fs = std::filesystem;
 
@@ -26,13 +27,6 @@ namespace {
 std::string lower(std::string text) {
   for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return text;
-}
-
-std::string trim(const std::string& text) {
-  auto first = text.find_first_not_of(" \t\r\n\f\v");
-  if (first == std::string::npos) return "";
-  auto last = text.find_last_not_of(" \t\r\n\f\v");
-  return text.substr(first, last - first + 1);
 }
 
 // Python's str.split(","): "" gives one empty item.
@@ -75,7 +69,7 @@ std::string read_first_line(const fs::path& path) {
   std::ifstream in(path);
   std::string line;
   std::getline(in, line);
-  return trim(line);
+  return std::string(trim(line));
 }
 
 // "key value" lines (kfd's properties) or "KEY=value" lines (uevent).
@@ -85,7 +79,7 @@ std::map<std::string, std::string> read_pairs(const fs::path& path, char separat
   std::string line;
   while (std::getline(in, line)) {
     auto at = line.find(separator);
-    if (at != std::string::npos) pairs[trim(line.substr(0, at))] = trim(line.substr(at + 1));
+    if (at != std::string::npos) pairs[std::string(trim(line.substr(0, at)))] = std::string(trim(line.substr(at + 1)));
   }
   return pairs;
 }
@@ -192,7 +186,7 @@ std::vector<accelerator> apply_ze_affinity_mask(const std::optional<std::string>
   }
   std::map<int, std::string> named;
   for (const auto& entry : split_commas(*mask)) {
-    std::string root_device = trim(entry.substr(0, entry.find('.')));
+    std::string root_device(trim(entry.substr(0, entry.find('.'))));
     auto index = parse_whole<unsigned>(root_device);
     if (!index || root_device.size() > 6) continue;
     if (*index < devices.size()) named.emplace(static_cast<int>(*index), root_device);
@@ -254,7 +248,7 @@ std::vector<accelerator> apply_visible_devices(const std::optional<std::string>&
   std::vector<long long> ordinals;
   std::vector<std::string> texts;
   for (const auto& entry : split_commas(var)) {
-    long long ordinal = leading_ordinal(trim(entry));
+    long long ordinal = leading_ordinal(std::string(trim(entry)));
     if (std::find(ordinals.begin(), ordinals.end(), ordinal) != ordinals.end()) return {};
     if (ordinal < 0) break;
     ordinals.push_back(ordinal);

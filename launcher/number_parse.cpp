@@ -8,6 +8,7 @@
 
 #include "launcher/usage_error.h"
 #include "rendezvous/base/parse_whole.h"
+#include "rendezvous/base/trim.h"
 
 namespace dtrun::launcher {
 namespace {
@@ -15,10 +16,7 @@ namespace {
 // The token without surrounding blanks and without a leading '+' (which
 // Python accepts and std::from_chars does not).
 std::string_view token(std::string_view text) {
-  const char* blanks = " \t\n\r\f\v";
-  auto begin = text.find_first_not_of(blanks);
-  if (begin == std::string_view::npos) return {};
-  text = text.substr(begin, text.find_last_not_of(blanks) - begin + 1);
+  text = trim(text);
   if (text.size() > 1 && text[0] == '+' && text[1] != '-' && text[1] != '+') text.remove_prefix(1);
   return text;
 }
