@@ -296,10 +296,9 @@ std::optional<int> pci_numa_node(const std::string& root, const std::string& pci
   if (pci_address.empty()) return std::nullopt;
   fs::path path = fs::path(root.empty() ? "/" : root) / "sys/bus/pci/devices" / pci_address /
                   "numa_node";
-  std::ifstream in(path);
-  long node = 0;
-  if (!(in >> node)) return std::nullopt;
-  return node < 0 ? 0 : static_cast<int>(std::min<long>(node, INT_MAX));
+  auto node = parse_whole<long>(read_first_line(path));  // "-1" without NUMA
+  if (!node) return std::nullopt;
+  return *node < 0 ? 0 : static_cast<int>(std::min<long>(*node, INT_MAX));
 }
 
 int online_cpu_count() {
