@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "rendezvous/base/env_map.h"
 #include "rendezvous/base/parse_whole.h"
 
 namespace dtrun::launcher::env_derivation {

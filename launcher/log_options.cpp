@@ -104,7 +104,7 @@ std::optional<std::set<int>> parse_local_ranks_filter(const std::string& text) {
 }
 
 agent::log_spec resolve_log_spec(const launch_options& options, int nproc_per_node,
-                                 const agent::env_map& env, std::vector<std::string>& warnings) {
+                                 const env_map& env, std::vector<std::string>& warnings) {
   agent::log_spec spec;
   spec.redirects = parse_std_setting("--redirects", options.redirects);
   spec.tee = parse_std_setting("--tee", options.tee);
