@@ -5,13 +5,19 @@
 #include <algorithm>
 #include <cctype>
 #include <climits>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
+#include <string_view>
 
 #include <fmt/format.h>
+
+#include "rendezvous/base/parse_whole.h"
+#include "rendezvous/base/trim.h"
 
 namespace fs = std::filesystem;
 
@@ -21,13 +27,6 @@ namespace {
 std::string lower(std::string text) {
   for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return text;
-}
-
-std::string trim(const std::string& text) {
-  auto first = text.find_first_not_of(" \t\r\n\f\v");
-  if (first == std::string::npos) return "";
-  auto last = text.find_last_not_of(" \t\r\n\f\v");
-  return text.substr(first, last - first + 1);
 }
 
 // Python's str.split(","): "" gives one empty item.
@@ -50,12 +49,13 @@ long long leading_ordinal(const std::string& s) {
   bool negative = false;
   if (i < s.size() && (s[i] == '+' || s[i] == '-')) negative = s[i++] == '-';
   std::size_t digits_start = i;
-  long long value = 0;
-  while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) {
-    value = std::min<long long>(value * 10 + (s[i] - '0'), INT_MAX);
-    ++i;
-  }
+  while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) ++i;
   if (i == digits_start) return -1;
+  // Only too many digits fail here: clamped, as said.
+  long long value = std::min<long long>(
+      parse_whole<long long>(std::string_view(s).substr(digits_start, i - digits_start))
+          .value_or(INT_MAX),
+      INT_MAX);
   return negative ? -value : value;
 }
 
@@ -69,7 +69,7 @@ std::string read_first_line(const fs::path& path) {
   std::ifstream in(path);
   std::string line;
   std::getline(in, line);
-  return trim(line);
+  return std::string(trim(line));
 }
 
 // "key value" lines (kfd's properties) or "KEY=value" lines (uevent).
@@ -79,7 +79,7 @@ std::map<std::string, std::string> read_pairs(const fs::path& path, char separat
   std::string line;
   while (std::getline(in, line)) {
     auto at = line.find(separator);
-    if (at != std::string::npos) pairs[trim(line.substr(0, at))] = trim(line.substr(at + 1));
+    if (at != std::string::npos) pairs[std::string(trim(line.substr(0, at)))] = std::string(trim(line.substr(at + 1)));
   }
   return pairs;
 }
@@ -132,18 +132,19 @@ std::vector<accelerator> amd_devices(const fs::path& root) {
     accelerator a;
     a.kind = accelerator_kind::rocm;
     a.physical_index = static_cast<int>(devices.size());
-    try {
-      unsigned long domain = std::stoul(props.at("domain"));
-      unsigned long location = std::stoul(props.at("location_id"));
-      a.pci_address = fmt::format("{:04x}:{:02x}:{:02x}.{:x}", domain, (location >> 8) & 0xff,
-                                  (location >> 3) & 0x1f, location & 7);
-    } catch (const std::exception&) {
-      // No address: the device still counts; it only cannot be placed.
-    }
+    auto number_at = [&props](const std::string& key) -> std::optional<std::uint64_t> {
+      auto it = props.find(key);
+      return it == props.end() ? std::nullopt : parse_whole<std::uint64_t>(it->second);
+    };
+    auto domain = number_at("domain");
+    auto location = number_at("location_id");
+    if (domain && location) {
+      a.pci_address = fmt::format("{:04x}:{:02x}:{:02x}.{:x}", *domain, (*location >> 8) & 0xff,
+                                  (*location >> 3) & 0x1f, *location & 7);
+    }  // else no address: the device still counts; it only cannot be placed.
     if (auto id = props.find("unique_id"); id != props.end() && id->second != "0") {
-      try {
-        a.uuid = fmt::format("{:016x}", std::stoull(id->second));
-      } catch (const std::exception&) {
+      if (auto unique = parse_whole<std::uint64_t>(id->second)) {
+        a.uuid = fmt::format("{:016x}", *unique);
       }
     }
     devices.push_back(a);
@@ -185,10 +186,10 @@ std::vector<accelerator> apply_ze_affinity_mask(const std::optional<std::string>
   }
   std::map<int, std::string> named;
   for (const auto& entry : split_commas(*mask)) {
-    std::string root_device = trim(entry.substr(0, entry.find('.')));
-    if (!all_digits(root_device) || root_device.size() > 6) continue;
-    int index = std::stoi(root_device);
-    if (index < static_cast<int>(devices.size())) named.emplace(index, root_device);
+    std::string root_device(trim(entry.substr(0, entry.find('.'))));
+    auto index = parse_whole<unsigned>(root_device);
+    if (!index || root_device.size() > 6) continue;
+    if (*index < devices.size()) named.emplace(static_cast<int>(*index), root_device);
   }
   std::vector<accelerator> visible;
   for (const auto& [index, text] : named) {
@@ -247,7 +248,7 @@ std::vector<accelerator> apply_visible_devices(const std::optional<std::string>&
   std::vector<long long> ordinals;
   std::vector<std::string> texts;
   for (const auto& entry : split_commas(var)) {
-    long long ordinal = leading_ordinal(trim(entry));
+    long long ordinal = leading_ordinal(std::string(trim(entry)));
     if (std::find(ordinals.begin(), ordinals.end(), ordinal) != ordinals.end()) return {};
     if (ordinal < 0) break;
     ordinals.push_back(ordinal);
@@ -295,10 +296,9 @@ std::optional<int> pci_numa_node(const std::string& root, const std::string& pci
   if (pci_address.empty()) return std::nullopt;
   fs::path path = fs::path(root.empty() ? "/" : root) / "sys/bus/pci/devices" / pci_address /
                   "numa_node";
-  std::ifstream in(path);
-  long node = 0;
-  if (!(in >> node)) return std::nullopt;
-  return node < 0 ? 0 : static_cast<int>(std::min<long>(node, INT_MAX));
+  auto node = parse_whole<long>(read_first_line(path));  // "-1" without NUMA
+  if (!node) return std::nullopt;
+  return *node < 0 ? 0 : static_cast<int>(std::min<long>(*node, INT_MAX));
 }
 
 int online_cpu_count() {

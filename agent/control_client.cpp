@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <charconv>
 #include <cstring>
 #include <stdexcept>
 
@@ -17,6 +16,7 @@
 
 #include "agent/control_dir.h"
 #include "agent/fd_closer.h"
+#include "rendezvous/base/parse_whole.h"
 
 namespace dtrun::agent {
 
@@ -54,9 +54,8 @@ std::vector<agent_endpoint> find_agents_in(const std::string& dir) {
     std::string_view name(e->d_name);
     if (name.size() <= 5 || name.substr(name.size() - 5) != ".sock") continue;
     auto digits = name.substr(0, name.size() - 5);
-    pid_t pid = 0;
-    auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), pid);
-    if (ec != std::errc() || end != digits.data() + digits.size() || pid <= 0) continue;
+    pid_t pid = parse_whole<pid_t>(digits).value_or(0);
+    if (pid <= 0) continue;
     std::string path = fmt::format("{}/{}", dir, name);
     struct stat st {};
     if (::lstat(path.c_str(), &st) != 0 || !S_ISSOCK(st.st_mode)) continue;

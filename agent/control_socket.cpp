@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 
 #include "agent/control_dir.h"
+#include "rendezvous/base/accept_loop.h"
 
 namespace dtrun::agent {
 
@@ -27,8 +28,7 @@ using unix_socket = asio::local::stream_protocol;
 namespace {
 
 constexpr auto idle_timeout = std::chrono::seconds(30);
-// After a failed accept (EMFILE, ENFILE, ENOBUFS) the connection stays
-// queued, so accepting again at once fails at once: a busy loop.
+// The pause after a failed accept (rendezvous/base/accept_loop.h says why).
 constexpr auto accept_retry_delay = std::chrono::milliseconds(100);
 
 class connection;
@@ -38,13 +38,12 @@ class connection;
 struct control_socket::state {
   handler_fn handler;
   log_fn debug;
-  unix_socket::acceptor acceptor;
-  asio::steady_timer accept_retry;
+  accept_loop<unix_socket> accepting;
   std::list<std::weak_ptr<connection>> connections;
   bool stopped = false;
 
   state(asio::io_context& io, handler_fn h, log_fn d)
-      : handler(std::move(h)), debug(std::move(d)), acceptor(io), accept_retry(io) {}
+      : handler(std::move(h)), debug(std::move(d)), accepting(io, accept_retry_delay) {}
 };
 
 namespace {
@@ -159,30 +158,25 @@ class connection : public std::enable_shared_from_this<connection> {
   std::list<std::weak_ptr<connection>>::iterator entry_;
 };
 
-void accept(const state_ptr& server) {
-  server->acceptor.async_accept([weak = std::weak_ptr<control_socket::state>(server)](
-                                boost::system::error_code ec, unix_socket::socket socket) {
-    auto st = weak.lock();
-    if (!st || st->stopped || ec == asio::error::operation_aborted) return;
-    if (ec) {
-      st->debug(fmt::format("control socket: accept failed: {}", ec.message()));
-      st->accept_retry.expires_after(accept_retry_delay);
-      st->accept_retry.async_wait([weak](boost::system::error_code waited) {
-        auto again = weak.lock();
-        if (again && !again->stopped && !waited) accept(again);
+// The accept loop's callbacks run only while the loop, a member of the
+// state, lives and is not stopped.
+void start_accepting(const state_ptr& server) {
+  server->accepting.start(
+      [weak = std::weak_ptr<control_socket::state>(server)](unix_socket::socket socket) {
+        auto st = weak.lock();
+        if (!st) return;
+        if (st->connections.size() >= control_socket::max_connections) {
+          boost::system::error_code ignored;
+          socket.close(ignored);  // over the limit: closed at once
+          return;
+        }
+        auto c = std::make_shared<connection>(std::move(socket), st);
+        st->connections.push_front(c);
+        c->start(st->connections.begin());
+      },
+      [st = server.get()](const boost::system::error_code& ec) {
+        st->debug(fmt::format("control socket: accept failed: {}", ec.message()));
       });
-      return;
-    }
-    if (st->connections.size() >= control_socket::max_connections) {
-      boost::system::error_code ignored;
-      socket.close(ignored);  // over the limit: closed at once
-    } else {
-      auto c = std::make_shared<connection>(std::move(socket), st);
-      st->connections.push_front(c);
-      c->start(st->connections.begin());
-    }
-    accept(st);
-  });
 }
 
 // True when something accepts connections at `path` (a live agent).
@@ -214,7 +208,7 @@ control_socket::control_socket(asio::io_context& io, const std::string& dir, han
     ::unlink(path_.c_str());  // a dead agent's (this pid was reused)
   }
   boost::system::error_code ec;
-  auto& acceptor = state_->acceptor;
+  auto& acceptor = state_->accepting.acceptor();
   unix_socket::endpoint endpoint(path_);
   acceptor.open(endpoint.protocol(), ec);
   if (!ec) {
@@ -230,14 +224,12 @@ control_socket::control_socket(asio::io_context& io, const std::string& dir, han
     device_ = st.st_dev;
     inode_ = st.st_ino;
   }
-  accept(state_);
+  start_accepting(state_);
 }
 
 control_socket::~control_socket() {
   state_->stopped = true;
-  boost::system::error_code ignored;
-  state_->acceptor.close(ignored);
-  state_->accept_retry.cancel();
+  state_->accepting.stop();
   for (auto& weak : state_->connections) {
     if (auto c = weak.lock()) c->close();
   }

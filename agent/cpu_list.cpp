@@ -1,21 +1,21 @@
 #include "agent/cpu_list.h"
 
 #include <algorithm>
-#include <charconv>
 #include <stdexcept>
 
 #include <fmt/format.h>
+
+#include "rendezvous/base/parse_whole.h"
 
 namespace dtrun::agent {
 namespace {
 
 int parse_cpu(std::string_view text, std::string_view whole) {
-  int value = -1;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || end != text.data() + text.size() || value < 0) {
+  auto value = parse_whole<int>(text);
+  if (!value || *value < 0) {
     throw std::invalid_argument(fmt::format("'{}' is not a CPU list like 0-3,8", whole));
   }
-  return value;
+  return *value;
 }
 
 }  // namespace

@@ -18,7 +18,6 @@
 #include <utility>
 
 #include <boost/asio/signal_set.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <fmt/format.h>
 
 #include "agent/exit_status.h"
@@ -33,6 +32,7 @@
 #include "agent/wall_clock.h"
 #include "agent/worker_output.h"
 #include "agent/worker_process.h"
+#include "rendezvous/base/generation_timer.h"
 #include "rendezvous/base/printable.h"
 
 namespace dtrun::agent {
@@ -864,11 +864,11 @@ class elastic_agent::impl {
       group_stopped();
       return;
     }
-    stop_timer_.expires_after(options_.stop_timeout);
-    // Only this stop's grace period: an expiry queued before cancel_stop_timer()
-    // must not SIGKILL the workers of a later stop before their grace.
-    stop_timer_.async_wait([this, armed = ++stop_armed_](const boost::system::error_code& ec) {
-      if (ec || armed != stop_armed_ || phase_ != phase::stopping) return;
+    // Only this stop's grace period (generation_timer): an expiry queued
+    // before cancel_stop_timer() must not SIGKILL the workers of a later
+    // stop before their grace.
+    stop_timer_.arm_after(options_.stop_timeout, [this] {
+      if (phase_ != phase::stopping) return;
       log(fmt::format("workers still running {} ms after the stop signal; sending SIGKILL",
                       options_.stop_timeout.count()));
       signal_workers(SIGKILL);
@@ -1033,16 +1033,13 @@ class elastic_agent::impl {
                     printable(run_dir_), why));
   }
 
-  void cancel_stop_timer() {
-    ++stop_armed_;
-    stop_timer_.cancel();
-  }
+  void cancel_stop_timer() { stop_timer_.cancel(); }
 
   asio::io_context& io_;
   agent_options options_;
   rendezvous::rendezvous_handler& rendezvous_;
   asio::signal_set signals_;
-  asio::steady_timer stop_timer_;
+  generation_timer stop_timer_;
   env_map inherited_;
   run_reporter reporter_;
   std::optional<orphan_guard> guard_;
@@ -1083,7 +1080,6 @@ class elastic_agent::impl {
   bool unreported_ = false;  // the last failure's report never reached the rendezvous
   bool awaiting_restart_count_ = false;
   int exit_code_ = 1;
-  std::uint64_t stop_armed_ = 0;  // generation of stop_timer_: bumped by each arm and cancel
 };
 
 elastic_agent::elastic_agent(asio::io_context& io, agent_options options,

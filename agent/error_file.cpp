@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "agent/fd_closer.h"
+#include "rendezvous/base/parse_whole.h"
 
 namespace dtrun::agent {
 namespace {
@@ -42,14 +43,7 @@ std::optional<std::int64_t> integer_of(const json& value) {
 // numbers in the flat one; anything else is ignored.
 std::optional<std::int64_t> timestamp_of(const json& value) {
   if (value.is_string()) {
-    const auto& text = value.get_ref<const std::string&>();
-    try {
-      std::size_t used = 0;
-      long long v = std::stoll(text, &used);
-      if (used == text.size()) return v;
-    } catch (const std::exception&) {  // not a number, or out of range
-    }
-    return std::nullopt;
+    return parse_whole<std::int64_t>(value.get_ref<const std::string&>());
   }
   return integer_of(value);
 }

@@ -10,6 +10,8 @@
 
 #include <fmt/format.h>
 
+#include "rendezvous/base/parse_whole.h"
+
 namespace dtrun::agent {
 namespace {
 
@@ -54,7 +56,7 @@ int parse_signal(const std::string& text) {
                  [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
   if (!upper.empty() && std::all_of(upper.begin(), upper.end(),
                                     [](unsigned char c) { return std::isdigit(c); })) {
-    int n = upper.size() < 4 ? std::stoi(upper) : 0;
+    int n = upper.size() < 4 ? parse_whole<int>(upper).value_or(0) : 0;
     return n > 0 && n < NSIG ? n : 0;
   }
   if (upper.rfind("SIG", 0) != 0) upper = "SIG" + upper;

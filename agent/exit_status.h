@@ -8,11 +8,9 @@
 
 #include <string>
 
-namespace dtrun::agent {
+#include "rendezvous/base/exit_codes.h"
 
-inline constexpr int exit_not_executable = 126;
-inline constexpr int exit_not_found = 127;
-inline constexpr int exit_usage = 2;
+namespace dtrun::agent {
 
 // A finished process, decoded from a waitpid() status.
 struct exit_status {

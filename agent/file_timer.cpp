@@ -14,6 +14,7 @@
 
 #include "agent/exit_status.h"
 #include "agent/wall_clock.h"
+#include "rendezvous/base/generation_timer.h"
 #include "rendezvous/base/printable.h"
 
 namespace dtrun::agent {
@@ -186,21 +187,17 @@ void file_timer::on_line(const timer_line_splitter::line& line) {
 
 void file_timer::rearm() {
   auto earliest = table_.earliest();
-  std::uint64_t generation = ++armed_;
   if (!earliest) {
     deadline_.cancel();
     return;
   }
   double wait = std::clamp(*earliest - wall_clock_seconds(), 0.0, max_wait_seconds);
   // Rounded up, so the timer never fires just before the deadline it is for.
-  deadline_.expires_after(std::chrono::ceil<std::chrono::microseconds>(
-                              std::chrono::duration<double>(wait)) +
-                          std::chrono::microseconds(1));
-  deadline_.async_wait([this, generation, alive = std::weak_ptr<int>(alive_)](
-                           const boost::system::error_code& ec) {
-    if (alive.expired() || ec || generation != armed_) return;
-    on_deadline();
-  });
+  // Replaces the earlier arming: its expiry is dropped (generation_timer).
+  deadline_.arm_after(std::chrono::ceil<std::chrono::microseconds>(
+                          std::chrono::duration<double>(wait)) +
+                          std::chrono::microseconds(1),
+                      [this] { on_deadline(); });
 }
 
 void file_timer::on_deadline() {

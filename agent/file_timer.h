@@ -5,7 +5,7 @@
 //
 // On the agent's event loop: the pipe is read with a stream_descriptor
 // (the agent holds a write end itself, so the reader never sees EOF), and
-// one steady_timer is armed for the earliest deadline; nothing is polled.
+// one timer is armed for the earliest deadline; nothing is polled.
 // Unlike torch's server, which signals any pid a request names, only the
 // agent's own live workers are ever signalled: a request for another pid
 // is ignored, since any local process of the user can write to the pipe.
@@ -24,11 +24,11 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
-#include <boost/asio/steady_timer.hpp>
 
 #include "agent/timer_request.h"
 #include "agent/timer_table.h"
 #include "agent/worker_env.h"
+#include "rendezvous/base/generation_timer.h"
 
 namespace dtrun::agent {
 
@@ -90,8 +90,7 @@ class file_timer {
   int writer_ = -1;
   dev_t device_ = 0;  // the pipe we made, to remove only that one
   ino_t inode_ = 0;
-  boost::asio::steady_timer deadline_;
-  std::uint64_t armed_ = 0;  // generation of deadline_: an old expiry is ignored
+  generation_timer deadline_;  // an old expiry is ignored
   timer_table table_;
   timer_line_splitter splitter_;
   std::vector<char> buffer_;

@@ -1,16 +1,17 @@
 #include "agent/metrics_server.h"
 
+#include <chrono>
 #include <list>
 #include <optional>
 #include <stdexcept>
 
 #include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http.hpp>
 #include <fmt/format.h>
 
+#include "rendezvous/base/accept_loop.h"
 #include "rendezvous/base/printable.h"
 
 namespace dtrun::agent {
@@ -29,8 +30,8 @@ struct metrics_server::state {
   text_fn metrics_text;
   text_fn status_json;
   log_fn log;
-  tcp::acceptor acceptor;
-  asio::steady_timer accept_retry;
+  // After a failed accept: say so, and try again a second later.
+  accept_loop<tcp> accepting;
   // Open sessions, so the destructor can close them; each removes itself.
   std::list<std::weak_ptr<session>> sessions;
   bool stopped = false;
@@ -40,8 +41,7 @@ struct metrics_server::state {
         metrics_text(std::move(m)),
         status_json(std::move(s)),
         log(std::move(l)),
-        acceptor(io),
-        accept_retry(io) {}
+        accepting(io, std::chrono::seconds(1)) {}
 };
 
 namespace {
@@ -158,33 +158,26 @@ class session : public std::enable_shared_from_this<session> {
   bool head_only_ = false;
 };
 
-void accept(const state_ptr& server) {
-  server->acceptor.async_accept([weak = std::weak_ptr<metrics_server::state>(server)](
-                                boost::system::error_code ec, tcp::socket socket) {
-    auto st = weak.lock();
-    if (!st || st->stopped || ec == asio::error::operation_aborted) return;
-    if (ec) {
-      // EMFILE and friends: say so, and try again later. The connection
-      // stays queued, so accepting again at once would fail at once (a
-      // busy loop, and a line each time).
-      st->log(fmt::format("metrics: accept failed: {}", ec.message()));
-      st->accept_retry.expires_after(std::chrono::seconds(1));
-      st->accept_retry.async_wait([weak](boost::system::error_code waited) {
-        auto again = weak.lock();
-        if (again && !again->stopped && !waited) accept(again);
+// The accept loop's callbacks run only while the loop, a member of the
+// state, lives and is not stopped.
+void start_accepting(const state_ptr& server) {
+  server->accepting.start(
+      [weak = std::weak_ptr<metrics_server::state>(server)](tcp::socket socket) {
+        auto st = weak.lock();
+        if (!st) return;
+        if (st->sessions.size() >= st->options.max_connections) {
+          boost::system::error_code ignored;
+          socket.close(ignored);  // over the limit: closed at once
+          return;
+        }
+        auto s = std::make_shared<session>(std::move(socket), st);
+        st->sessions.push_front(s);
+        s->start(st->sessions.begin());
+      },
+      // EMFILE and friends: say so (the loop tries again later).
+      [st = server.get()](const boost::system::error_code& ec) {
+        st->log(fmt::format("metrics: accept failed: {}", ec.message()));
       });
-      return;
-    }
-    if (st->sessions.size() >= st->options.max_connections) {
-      boost::system::error_code ignored;
-      socket.close(ignored);  // over the limit: closed at once
-    } else {
-      auto s = std::make_shared<session>(std::move(socket), st);
-      st->sessions.push_front(s);
-      s->start(st->sessions.begin());
-    }
-    accept(st);
-  });
 }
 
 }  // namespace
@@ -201,7 +194,7 @@ metrics_server::metrics_server(asio::io_context& io, metrics_server_options opti
   auto address = asio::ip::make_address(o.host, ec);
   if (ec) fail(fmt::format("'{}' is not an IP address; use e.g. 127.0.0.1 or 0.0.0.0", printable(o.host)));
   tcp::endpoint endpoint(address, o.port);
-  auto& acceptor = state_->acceptor;
+  auto& acceptor = state_->accepting.acceptor();
   if (acceptor.open(endpoint.protocol(), ec); ec) fail("cannot open a socket: " + ec.message());
   acceptor.set_option(asio::socket_base::reuse_address(true), ec);
   if (acceptor.bind(endpoint, ec); ec) {
@@ -213,7 +206,7 @@ metrics_server::metrics_server(asio::io_context& io, metrics_server_options opti
     fail("cannot listen: " + ec.message());
   }
   port_ = acceptor.local_endpoint().port();
-  accept(state_);
+  start_accepting(state_);
 }
 
 metrics_server::metrics_server(asio::io_context& io, const std::string& host, std::uint16_t port,
@@ -223,9 +216,7 @@ metrics_server::metrics_server(asio::io_context& io, const std::string& host, st
 
 metrics_server::~metrics_server() {
   state_->stopped = true;
-  boost::system::error_code ignored;
-  state_->acceptor.close(ignored);
-  state_->accept_retry.cancel();
+  state_->accepting.stop();
   for (auto& weak : state_->sessions) {
     if (auto s = weak.lock()) s->close();
   }

@@ -11,7 +11,11 @@
 #include <cstdio>
 #include <cstring>
 #include <set>
+#include <string>
+#include <string_view>
 #include <system_error>
+
+#include "rendezvous/base/parse_whole.h"
 
 namespace dtrun::agent {
 namespace {
@@ -32,7 +36,7 @@ namespace {
       std::string line = pending.substr(0, eol);
       pending.erase(0, eol + 1);
       if (line.size() < 2) continue;
-      pid_t pgid = static_cast<pid_t>(std::strtol(line.c_str() + 1, nullptr, 10));
+      pid_t pgid = parse_whole<pid_t>(std::string_view(line).substr(1)).value_or(0);
       if (pgid <= 0) continue;
       if (line[0] == '+') groups.insert(pgid);
       if (line[0] == '-') groups.erase(pgid);

@@ -3,10 +3,11 @@
 #include <dirent.h>
 #include <unistd.h>
 
-#include <charconv>
 #include <fstream>
 #include <sstream>
 #include <string_view>
+
+#include "rendezvous/base/parse_whole.h"
 
 namespace dtrun::agent {
 
@@ -23,8 +24,9 @@ std::optional<std::string> read_small_file(const std::string& path) {
 }
 
 bool parse_u64(std::string_view s, std::uint64_t& out) {
-  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
-  return ec == std::errc() && end == s.data() + s.size();
+  auto value = parse_whole<std::uint64_t>(s);
+  if (value) out = *value;
+  return value.has_value();
 }
 
 // Whitespace-separated fields of `s`.

@@ -9,6 +9,8 @@
 
 #include <fmt/format.h>
 
+#include "rendezvous/base/generation_timer.h"
+
 namespace dtrun::agent {
 namespace asio = boost::asio;
 
@@ -111,12 +113,9 @@ std::optional<progress_monitor::clock::time_point> progress_monitor::last_progre
 }
 
 void progress_monitor::arm_tick() {
-  timer_.expires_after(tick_);
-  timer_.async_wait([this, alive = std::weak_ptr<bool>(alive_),
-                     armed = generation_](const boost::system::error_code& ec) {
-    auto still = alive.lock();
-    if (ec || !still || !*still || armed != generation_ || !running_) return;
-    on_tick();
+  // start_round() re-arms and stop() cancels: an older tick never runs.
+  timer_.arm_after(tick_, [this] {
+    if (running_) on_tick();
   });
 }
 

@@ -33,7 +33,8 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
-#include <boost/asio/steady_timer.hpp>
+
+#include "rendezvous/base/generation_timer.h"
 
 namespace dtrun::agent {
 
@@ -94,7 +95,7 @@ class progress_monitor {
   std::chrono::milliseconds timeout_;
   std::chrono::milliseconds tick_;
   hooks hooks_;
-  boost::asio::steady_timer timer_;
+  generation_timer timer_;
   std::optional<boost::asio::posix::stream_descriptor> inotify_;
   std::vector<char> event_buffer_;
   struct watched_dir {
@@ -109,7 +110,7 @@ class progress_monitor {
   std::optional<std::int64_t> last_counter_;
   bool progressed_since_tick_ = false;
   bool running_ = false;
-  std::uint64_t generation_ = 0;  // bumped by start_round() and stop()
+  std::uint64_t generation_ = 0;  // bumped by start_round() and stop(): a read of an older round is dropped
   std::shared_ptr<bool> alive_;
 };
 

@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <charconv>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
@@ -16,6 +15,7 @@
 
 #include <boost/asio/post.hpp>
 
+#include "rendezvous/base/parse_whole.h"
 #include "rendezvous/base/printable.h"
 
 namespace dtrun::agent {
@@ -73,11 +73,10 @@ bool catches(pid_t pid, int sig) {
   std::string line;
   while (std::getline(status, line)) {
     if (line.rfind("SigCgt:", 0) != 0) continue;
-    std::uint64_t mask = 0;
     std::string hex = line.substr(7);
     hex.erase(0, hex.find_first_not_of(" \t"));
-    auto [end, ec] = std::from_chars(hex.data(), hex.data() + hex.size(), mask, 16);
-    return ec == std::errc() && ((mask >> (sig - 1)) & 1) != 0;
+    auto mask = parse_whole<std::uint64_t>(hex, 16);
+    return mask && ((*mask >> (sig - 1)) & 1) != 0;
   }
   return false;
 }

@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <cctype>
-#include <charconv>
 #include <map>
 #include <tuple>
 
+#include "rendezvous/base/parse_whole.h"
 #include "rendezvous/base/printable.h"
 
 namespace dtrun::agent {
@@ -19,14 +19,6 @@ constexpr std::string_view header_tag = "dtrun-stack-hook ";
 
 bool starts_with(std::string_view s, std::string_view prefix) {
   return s.substr(0, prefix.size()) == prefix;
-}
-
-template <typename T>
-std::optional<T> to_number(std::string_view s) {
-  T value{};
-  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
-  if (ec != std::errc() || end != s.data() + s.size() || s.empty()) return std::nullopt;
-  return value;
 }
 
 // The value of "key=" up to the next space (or the end).
@@ -55,7 +47,7 @@ std::optional<stack_frame> parse_frame(std::string_view line) {
   if (in == std::string_view::npos) return std::nullopt;
   stack_frame f;
   f.file = std::string(line.substr(open.size(), m - open.size()));
-  f.line = to_number<int>(rest.substr(0, in)).value_or(0);  // "???": 0
+  f.line = parse_whole<int>(rest.substr(0, in)).value_or(0);  // "???": 0
   f.function = std::string(rest.substr(in + 4));
   return f;
 }
@@ -110,8 +102,8 @@ std::optional<hook_header> parse_hook_header(std::string_view line) {
   auto sig = field(padded, "signal");
   if (!pid || !ident || !sig) return std::nullopt;
   hook_header h;
-  auto p = to_number<long>(*pid);
-  auto s = to_number<int>(*sig);
+  auto p = parse_whole<long>(*pid);
+  auto s = parse_whole<int>(*sig);
   if (!p || *p <= 0 || !s || *s <= 0 || !starts_with(*ident, "0x")) return std::nullopt;
   h.pid = static_cast<pid_t>(*p);
   h.signal = *s;

@@ -4,16 +4,10 @@
 
 #include <fmt/format.h>
 
+#include "rendezvous/base/trim.h"
+
 namespace dtrun::agent {
 namespace {
-
-std::string trimmed(const std::string& text) {
-  // Python's str.strip(): ASCII whitespace.
-  const char* blanks = " \t\n\r\f\v";
-  auto begin = text.find_first_not_of(blanks);
-  if (begin == std::string::npos) return {};
-  return text.substr(begin, text.find_last_not_of(blanks) - begin + 1);
-}
 
 }  // namespace
 
@@ -34,7 +28,7 @@ std::string virtual_visible_device(int local_rank, const std::optional<std::stri
         "lists {}; run at most {} worker(s) per node or list more devices",
         local_rank, *parent, devices.size(), devices.size()));
   }
-  return trimmed(devices[static_cast<std::size_t>(local_rank)]);
+  return std::string(trim(devices[static_cast<std::size_t>(local_rank)]));  // Python's str.strip()
 }
 
 }  // namespace dtrun::agent

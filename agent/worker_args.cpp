@@ -1,12 +1,12 @@
 #include "agent/worker_args.h"
 
 #include <algorithm>
-#include <charconv>
 #include <string_view>
 #include <utility>
 
 #include "agent/template_substitute.h"
 #include "agent/virtual_local_rank.h"
+#include "rendezvous/base/parse_whole.h"
 
 namespace dtrun::agent {
 namespace {
@@ -19,10 +19,7 @@ std::string get(const env_map& env, const char* key) {
 // LOCAL_RANK as a number; -1 when absent or not a number (the macro then
 // has nothing to put in, and torch would never get there).
 int local_rank_of(const env_map& env) {
-  std::string text = get(env, "LOCAL_RANK");
-  int value = -1;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  return ec == std::errc() && end == text.data() + text.size() ? value : -1;
+  return parse_whole<int>(get(env, "LOCAL_RANK")).value_or(-1);
 }
 
 }  // namespace

@@ -11,10 +11,9 @@
 #include <string>
 
 #include "rendezvous/algorithm/rendezvous_handler.h"
+#include "rendezvous/base/env_map.h"
 
 namespace dtrun::agent {
-
-using env_map = std::map<std::string, std::string>;
 
 // What the worker environment depends on besides the rendezvous round.
 struct worker_group_spec {

@@ -13,6 +13,7 @@
 
 #include "agent/line_assembler.h"
 #include "agent/line_filter.h"
+#include "rendezvous/base/generation_timer.h"
 
 namespace dtrun::agent {
 namespace asio = boost::asio;
@@ -348,17 +349,13 @@ void worker_output::when_drained(int local_rank, std::function<void()> then) {
   }
   worker_slot& slot = it->second;
   slot.waiter = std::move(then);
-  slot.grace = std::make_unique<asio::steady_timer>(io_, drain_grace_);
-  // Only this waiter's grace: destroying the timer does not stop an expiry
-  // already queued, which must not release a later waiter of this rank.
-  slot.grace_armed = ++grace_armed_;
-  slot.grace->async_wait([this, local_rank, armed = slot.grace_armed](
-                             const boost::system::error_code& ec) {
-    if (ec) return;
+  // Only this waiter's grace: replacing or destroying the timer drops an
+  // expiry already queued (generation_timer), which must not release a
+  // later waiter of this rank.
+  slot.grace = std::make_unique<generation_timer>(io_);
+  slot.grace->arm_after(drain_grace_, [this, local_rank] {
     auto found = slots_.find(local_rank);
-    if (found == slots_.end() || found->second.grace_armed != armed || !found->second.waiter) {
-      return;
-    }
+    if (found == slots_.end() || !found->second.waiter) return;
     // Something still holds the pipe; its lines keep coming until the
     // round ends, but the worker's exit is not held up any longer.
     auto waiter = std::move(found->second.waiter);

@@ -39,10 +39,10 @@
 #include <vector>
 
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/steady_timer.hpp>
 
 #include "agent/console_sink.h"
 #include "agent/log_spec.h"
+#include "rendezvous/base/generation_timer.h"
 
 namespace dtrun::agent {
 
@@ -105,8 +105,7 @@ class worker_output {
     std::vector<std::shared_ptr<piped_stream>> pipes;
     int open_pipes = 0;
     std::function<void()> waiter;
-    std::unique_ptr<boost::asio::steady_timer> grace;
-    std::uint64_t grace_armed = 0;  // which arming of the grace timer is current
+    std::unique_ptr<generation_timer> grace;
   };
 
   int open_stream(worker_slot& slot, int local_rank, stream_route route, int console_fd,
@@ -122,7 +121,6 @@ class worker_output {
   std::function<void(const std::string&)> log_;
   std::function<void(int)> on_output_;
   std::chrono::milliseconds drain_grace_;
-  std::uint64_t grace_armed_ = 0;  // last grace generation handed out
   int console_out_;
   int console_err_;
   std::optional<console_sink> stdout_sink_;

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <memory>
 #include <sstream>
+#include <string>
 #include <system_error>
 
 // Boost.Process only offers its vfork path when this is set (its own test
@@ -33,6 +34,7 @@
 #include <fmt/format.h>
 
 #include "agent/exit_status.h"
+#include "rendezvous/base/parse_whole.h"
 
 namespace bp = boost::process;
 
@@ -263,9 +265,11 @@ void kill_adopted_children(const std::vector<pid_t>& keep) {
   // One file per thread; the agent is single-threaded, so the main
   // thread's file lists every child.
   std::ifstream children(fmt::format("/proc/self/task/{}/children", ::getpid()));
-  pid_t pid = 0;
-  while (children >> pid) {
-    if (std::find(keep.begin(), keep.end(), pid) == keep.end()) ::kill(pid, SIGKILL);
+  for (std::string word; children >> word;) {  // "123 456 "
+    auto pid = parse_whole<pid_t>(word);
+    if (pid && *pid > 0 && std::find(keep.begin(), keep.end(), *pid) == keep.end()) {
+      ::kill(*pid, SIGKILL);
+    }
   }
 }
 

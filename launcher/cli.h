@@ -12,14 +12,9 @@
 #include <string>
 #include <vector>
 
-namespace dtrun::launcher {
+#include "launcher/usage_error.h"
 
-// A command line dtrun cannot run; what() is one line saying what to do.
-// dtrun exits 2 for these.
-class usage_error : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
+namespace dtrun::launcher {
 
 // The flags as given (strings where torchrun accepts several forms);
 // resolve_launch_config() validates and interprets them.

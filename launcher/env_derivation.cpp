@@ -5,6 +5,9 @@
 
 #include <fmt/format.h>
 
+#include "rendezvous/base/env_map.h"
+#include "rendezvous/base/parse_whole.h"
+
 namespace dtrun::launcher::env_derivation {
 
 std::optional<variable> first_of(const env_map& env, std::initializer_list<const char*> names) {
@@ -18,11 +21,8 @@ std::optional<variable> first_of(const env_map& env, std::initializer_list<const
 bool has(const env_map& env, const char* name) { return first_of(env, {name}).has_value(); }
 
 std::optional<std::uint64_t> as_number(const std::string& text) {
-  if (text.empty() || text.size() > 12 ||
-      !std::all_of(text.begin(), text.end(), [](unsigned char c) { return std::isdigit(c); })) {
-    return std::nullopt;
-  }
-  return std::stoull(text);
+  if (text.size() > 12) return std::nullopt;
+  return parse_whole<std::uint64_t>(text);
 }
 
 usage_error off_hint(const std::string& what) {

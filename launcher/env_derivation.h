@@ -11,10 +11,10 @@
 #include "agent/worker_env.h"
 #include "launcher/cli.h"
 #include "launcher/scheduler_env.h"
+#include "rendezvous/base/env_map.h"
 
 namespace dtrun::launcher::env_derivation {
 
-using agent::env_map;
 
 struct variable {
   std::string name;

@@ -12,20 +12,18 @@
 
 #include <fmt/format.h>
 
-#include "launcher/cli.h"
 #include "launcher/number_parse.h"
 #include "launcher/slurm_hostlist.h"
+#include "launcher/usage_error.h"
 #include "rendezvous/base/printable.h"
+#include "rendezvous/base/trim.h"
 
 namespace dtrun::launcher {
 namespace {
 
-std::string_view trim(std::string_view s) {
-  const char* blanks = " \t\r";
-  auto first = s.find_first_not_of(blanks);
-  if (first == std::string_view::npos) return {};
-  return s.substr(first, s.find_last_not_of(blanks) - first + 1);
-}
+// Blanks around hostfile words and --hosts entries (a CRLF file's '\r'
+// included).
+constexpr std::string_view host_blanks = " \t\r";
 
 // Characters a host name (or user@host) may hold: nothing the remote
 // shell or ssh's option parser would read differently (a leading '-').
@@ -103,7 +101,7 @@ std::string host_entry::address() const {
 
 std::vector<host_entry> parse_hosts_flag(std::string_view text) {
   const std::string where = "--hosts";
-  if (trim(text).empty()) {
+  if (trim(text, host_blanks).empty()) {
     throw usage_error("--hosts: the list is empty; give host[:slots],host[:slots],...");
   }
   std::vector<host_entry> hosts;
@@ -115,7 +113,7 @@ std::vector<host_entry> parse_hosts_flag(std::string_view text) {
     throw usage_error(fmt::format("{}: {}", where, printable(e.what())));
   }
   for (std::string_view entry : entries) {
-    entry = trim(entry);
+    entry = trim(entry, host_blanks);
     if (entry.empty()) {
       throw usage_error(fmt::format("--hosts: '{}' has an empty entry; give host[:slots],...",
                                     printable_excerpt(text)));
@@ -151,7 +149,7 @@ std::vector<host_entry> parse_hostfile(std::string_view text, const std::string&
       throw usage_error(fmt::format("hostfile {} has more than {} lines; is it a hostfile?",
                                     shown_name, max_hostfile_lines));
     }
-    line = trim(line.substr(0, line.find('#')));
+    line = trim(line.substr(0, line.find('#')), host_blanks);
     if (line.empty()) continue;
     std::string where = fmt::format("hostfile {} line {}", shown_name, number);
     std::istringstream words{std::string(line)};

@@ -6,6 +6,7 @@
 
 #include "launcher/env_derivation.h"
 #include "launcher/launch_config.h"
+#include "rendezvous/base/env_map.h"
 
 namespace dtrun::launcher {
 

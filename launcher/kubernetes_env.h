@@ -6,11 +6,12 @@
 #include "agent/worker_env.h"
 #include "launcher/cli.h"
 #include "launcher/scheduler_env.h"
+#include "rendezvous/base/env_map.h"
 
 namespace dtrun::launcher {
 
 // Does nothing when the four variables are not all set, or are a torchrun
 // worker's. Throws usage_error on contradictory values.
-void derive_node_env(launch_options& options, const agent::env_map& env, scheduler_env& sched);
+void derive_node_env(launch_options& options, const env_map& env, scheduler_env& sched);
 
 }  // namespace dtrun::launcher

@@ -17,6 +17,7 @@
 #include "launcher/log_options.h"
 #include "launcher/number_parse.h"
 #include "launcher/torch_plugins.h"
+#include "rendezvous/base/env_map.h"
 
 namespace dtrun::launcher {
 namespace {
@@ -43,7 +44,7 @@ auto naming_the_variable(const launch_options& o, const char* flag, Parse parse)
 int capped_cpu_count() { return std::min<int>(agent::online_cpu_count(), max_nproc_per_node); }
 
 // " (CUDA_VISIBLE_DEVICES='')" when a variable narrowed the devices.
-std::string visibility_hint(const agent::env_map& env, std::initializer_list<const char*> names) {
+std::string visibility_hint(const env_map& env, std::initializer_list<const char*> names) {
   std::string hint;
   for (const char* name : names) {
     auto it = env.find(name);
@@ -54,7 +55,7 @@ std::string visibility_hint(const agent::env_map& env, std::initializer_list<con
 }
 
 int parse_nproc_with(const std::string& text, const agent::accelerator_inventory& devices,
-                     const agent::env_map& env) {
+                     const env_map& env) {
   if (text == "cpu") return capped_cpu_count();
   if (text == "gpu") {
     if (devices.gpus().empty()) {
@@ -90,7 +91,7 @@ int parse_nproc_with(const std::string& text, const agent::accelerator_inventory
 
 }  // namespace
 
-std::string system_root(const agent::env_map& env) {
+std::string system_root(const env_map& env) {
   auto root = env.find("DTRUN_SYSTEM_ROOT");
   return root == env.end() || root->second.empty() ? "/" : root->second;
 }
@@ -201,7 +202,7 @@ nlohmann::json to_json(const rendezvous::store_access_options& a) {
 
 }  // namespace
 
-launch_config resolve_launch_config(const launch_options& o, const agent::env_map& env) {
+launch_config resolve_launch_config(const launch_options& o, const env_map& env) {
   launch_config c;
   c.nnodes = naming_the_variable(o, "nnodes", [&] { return parse_nnodes(o.nnodes); });
   if (o.standalone && (c.nnodes.min != 1 || c.nnodes.max != 1)) {
@@ -353,7 +354,7 @@ launch_config resolve_launch_config(const launch_options& o, const agent::env_ma
   return c;
 }
 
-nlohmann::json to_json(const launch_config& c, const agent::env_map& env) {
+nlohmann::json to_json(const launch_config& c, const env_map& env) {
   nlohmann::json workers = nlohmann::json::array();
   for (int local_rank = 0; local_rank < c.nproc_per_node; ++local_rank) {
     workers.push_back({{"local_rank", local_rank},

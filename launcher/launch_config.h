@@ -13,11 +13,12 @@
 #include "agent/accelerators.h"
 #include "agent/cpu_topology.h"
 #include "agent/log_spec.h"
-#include "agent/worker_args.h"
 #include "agent/report_options.h"
+#include "agent/worker_args.h"
 #include "agent/worker_env.h"
 #include "launcher/cli.h"
 #include "launcher/rendezvous_config.h"
+#include "rendezvous/base/env_map.h"
 #include "rendezvous/store/store_access.h"
 
 namespace dtrun::launcher {
@@ -90,7 +91,7 @@ std::vector<int> parse_signals(const std::string& list);
 
 // Where dtrun reads /sys and /proc: DTRUN_SYSTEM_ROOT from `env` (a fake
 // tree, for tests), else "/".
-std::string system_root(const agent::env_map& env);
+std::string system_root(const env_map& env);
 
 // Each local rank's CPUs for --numa-binding=`mode` with `gpus` (torch's
 // device order) and `topology`. Throws usage_error with a one-line reason.
@@ -102,12 +103,12 @@ std::vector<std::vector<int>> resolve_numa_binding(const std::string& mode,
 
 // Validates and interprets the flags. `env` is the agent's environment
 // (for OMP_NUM_THREADS and the NCCL defaults). Throws usage_error.
-launch_config resolve_launch_config(const launch_options& options, const agent::env_map& env);
+launch_config resolve_launch_config(const launch_options& options, const env_map& env);
 
 // The configuration as JSON, with each local rank's environment as far as
 // it is known before rendezvous (what the workers get on top of the
 // agent's environment).
-nlohmann::json to_json(const launch_config& config, const agent::env_map& env);
+nlohmann::json to_json(const launch_config& config, const env_map& env);
 
 // A random version-4 UUID, the run id of standalone runs (as torchrun).
 std::string random_run_id();

@@ -5,7 +5,7 @@
 namespace dtrun::launcher {
 
 agent::worker_customization resolve_worker_args(const launch_options& o,
-                                                const agent::env_map& env) {
+                                                const env_map& env) {
   agent::worker_customization c;
   // torchrun's argv is [python, -u, (-m), script, args...]; with
   // --no-python the program is the script.
@@ -30,7 +30,7 @@ agent::worker_customization resolve_worker_args(const launch_options& o,
 
 void check_worker_args(const launch_config& config) {
   for (int local_rank = 0; local_rank < config.nproc_per_node; ++local_rank) {
-    agent::env_map env = agent::static_worker_env(config.spec, local_rank, {});
+    env_map env = agent::static_worker_env(config.spec, local_rank, {});
     std::vector<std::string> args = config.args;
     try {
       agent::customize_worker(config.worker_args, args, env);

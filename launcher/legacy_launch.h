@@ -9,6 +9,7 @@
 #include "agent/worker_env.h"
 #include "launcher/cli.h"
 #include "launcher/launch_config.h"
+#include "rendezvous/base/env_map.h"
 
 namespace dtrun::launcher {
 
@@ -16,7 +17,7 @@ namespace dtrun::launcher {
 // `env` is the agent's environment (its CUDA_VISIBLE_DEVICES, for
 // --virtual-local-rank).
 agent::worker_customization resolve_worker_args(const launch_options& options,
-                                                const agent::env_map& env = {});
+                                                const env_map& env = {});
 
 // Applies config's worker customization to each local rank once, before
 // anything starts, so what would fail a worker at spawn time (a local rank

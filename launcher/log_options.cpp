@@ -2,28 +2,24 @@
 
 #include <algorithm>
 #include <cctype>
+#include <string_view>
 #include <tuple>
 
 #include <fmt/format.h>
 
 #include "agent/line_filter.h"
+#include "rendezvous/base/parse_whole.h"
+#include "rendezvous/base/trim.h"
 
 namespace dtrun::launcher {
 namespace {
-
-std::string trimmed(const std::string& text) {
-  auto space = [](unsigned char c) { return std::isspace(c) != 0; };
-  auto begin = std::find_if_not(text.begin(), text.end(), space);
-  auto end = std::find_if_not(text.rbegin(), text.rend(), space).base();
-  return begin < end ? std::string(begin, end) : std::string();
-}
 
 std::vector<std::string> split(const std::string& text, char separator) {
   std::vector<std::string> parts;
   std::size_t start = 0;
   for (;;) {
     std::size_t at = text.find(separator, start);
-    parts.push_back(trimmed(text.substr(start, at - start)));
+    parts.emplace_back(trim(std::string_view(text).substr(start, at - start)));
     if (at == std::string::npos) return parts;
     start = at + 1;
   }
@@ -31,11 +27,9 @@ std::vector<std::string> split(const std::string& text, char separator) {
 
 // A local rank: digits only, at most six of them.
 std::optional<int> parse_rank(const std::string& text) {
-  if (text.empty() || text.size() > 6 ||
-      !std::all_of(text.begin(), text.end(), [](unsigned char c) { return std::isdigit(c); })) {
-    return std::nullopt;
-  }
-  return std::stoi(text);
+  auto rank = parse_whole<unsigned>(text);
+  if (!rank || text.size() > 6) return std::nullopt;
+  return static_cast<int>(*rank);
 }
 
 std::optional<unsigned> parse_streams(const std::string& text) {
@@ -62,7 +56,7 @@ nlohmann::json setting_json(const agent::std_setting& setting) {
 
 agent::std_setting parse_std_setting(const std::string& flag, const std::string& text) {
   agent::std_setting setting;
-  std::string value = trimmed(text);
+  std::string value(trim(text));
   if (auto streams = parse_streams(value)) {
     setting.all = *streams;
     return setting;
@@ -78,8 +72,8 @@ agent::std_setting parse_std_setting(const std::string& flag, const std::string&
     std::optional<int> rank;
     std::optional<unsigned> streams;
     if (colon != std::string::npos) {
-      rank = parse_rank(trimmed(item.substr(0, colon)));
-      streams = parse_streams(trimmed(item.substr(colon + 1)));
+      rank = parse_rank(std::string(trim(item.substr(0, colon))));
+      streams = parse_streams(std::string(trim(item.substr(colon + 1))));
     }
     if (!rank || !streams) {
       throw usage_error(fmt::format(
@@ -94,7 +88,7 @@ agent::std_setting parse_std_setting(const std::string& flag, const std::string&
 }
 
 std::optional<std::set<int>> parse_local_ranks_filter(const std::string& text) {
-  if (trimmed(text).empty()) return std::nullopt;
+  if (trim(text).empty()) return std::nullopt;
   std::set<int> ranks;
   for (const auto& item : split(text, ',')) {
     auto rank = parse_rank(item);
@@ -110,7 +104,7 @@ std::optional<std::set<int>> parse_local_ranks_filter(const std::string& text) {
 }
 
 agent::log_spec resolve_log_spec(const launch_options& options, int nproc_per_node,
-                                 const agent::env_map& env, std::vector<std::string>& warnings) {
+                                 const env_map& env, std::vector<std::string>& warnings) {
   agent::log_spec spec;
   spec.redirects = parse_std_setting("--redirects", options.redirects);
   spec.tee = parse_std_setting("--tee", options.tee);

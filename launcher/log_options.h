@@ -13,6 +13,7 @@
 #include "agent/log_spec.h"
 #include "agent/worker_env.h"
 #include "launcher/cli.h"
+#include "rendezvous/base/env_map.h"
 
 namespace dtrun::launcher {
 
@@ -32,7 +33,7 @@ std::optional<std::set<int>> parse_local_ranks_filter(const std::string& text);
 // the same command line may serve nodes of different sizes). Throws
 // usage_error.
 agent::log_spec resolve_log_spec(const launch_options& options, int nproc_per_node,
-                                 const agent::env_map& env, std::vector<std::string>& warnings);
+                                 const env_map& env, std::vector<std::string>& warnings);
 
 // For --dry-run: the flags as resolved and each local rank's routes.
 nlohmann::json to_json(const agent::log_spec& spec, int nproc_per_node);

@@ -34,10 +34,12 @@
 #include "launcher/ssh_plan.h"
 #include "launcher/status_command.h"
 #include "rendezvous/algorithm/dynamic_rendezvous.h"
+#include "rendezvous/algorithm/standalone_rendezvous.h"
+#include "rendezvous/base/env_map.h"
+#include "rendezvous/base/exit_codes.h"
+#include "rendezvous/base/printable.h"
 #include "rendezvous/etcd/etcd_round_store.h"
 #include "rendezvous/etcd/etcd_session.h"
-#include "rendezvous/base/printable.h"
-#include "rendezvous/algorithm/standalone_rendezvous.h"
 
 namespace {
 
@@ -49,7 +51,7 @@ int fail(int code, const std::string& message) {
 }
 
 // dtrun --hosts / --hostfile: one agent per host over ssh (docs/ssh.md).
-int launch_over_ssh(const launcher::launch_options& options, const agent::env_map& env) {
+int launch_over_ssh(const launcher::launch_options& options, const env_map& env) {
   std::error_code ec;
   auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (ec) return fail(1, fmt::format("cannot find this dtrun's own path: {}", ec.message()));
@@ -196,7 +198,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     parsed.options.installed_python = launcher::python_beside_this_program();
-    agent::env_map env = agent::current_environment();
+    env_map env = agent::current_environment();
     if (launcher::wants_ssh_launch(parsed.options)) {
       return launch_over_ssh(parsed.options, env);
     }
@@ -241,7 +243,7 @@ int main(int argc, char** argv) {
     for (const auto& line : launcher::describe(scheduler)) fmt::print(stderr, "dtrun: {}\n", line);
     return launch(config, parsed.options);
   } catch (const launcher::usage_error& e) {
-    return fail(agent::exit_usage, e.what());
+    return fail(exit_usage, e.what());
   } catch (const std::exception& e) {
     return fail(1, e.what());
   }

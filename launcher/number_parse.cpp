@@ -6,7 +6,9 @@
 
 #include <fmt/format.h>
 
-#include "launcher/cli.h"
+#include "launcher/usage_error.h"
+#include "rendezvous/base/parse_whole.h"
+#include "rendezvous/base/trim.h"
 
 namespace dtrun::launcher {
 namespace {
@@ -14,22 +16,13 @@ namespace {
 // The token without surrounding blanks and without a leading '+' (which
 // Python accepts and std::from_chars does not).
 std::string_view token(std::string_view text) {
-  const char* blanks = " \t\n\r\f\v";
-  auto begin = text.find_first_not_of(blanks);
-  if (begin == std::string_view::npos) return {};
-  text = text.substr(begin, text.find_last_not_of(blanks) - begin + 1);
+  text = trim(text);
   if (text.size() > 1 && text[0] == '+' && text[1] != '-' && text[1] != '+') text.remove_prefix(1);
   return text;
 }
 
 std::optional<double> parse_double(std::string_view text) {
-  std::string_view t = token(text);
-  double value = 0;
-  auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), value);
-  if (t.empty() || ec != std::errc() || end != t.data() + t.size() || !std::isfinite(value)) {
-    return std::nullopt;  // also 1e400 (out of range) and inf/nan
-  }
-  return value;
+  return parse_whole<double>(token(text));  // also refuses 1e400 (out of range) and inf/nan
 }
 
 std::string seconds_text(double s) { return fmt::format("{}", s); }
@@ -50,15 +43,12 @@ std::string describe_range(duration_limits limits) {
 
 std::int64_t parse_integer(std::string_view text, std::string_view name, std::int64_t min,
                            std::int64_t max) {
-  std::string_view t = token(text);
-  std::int64_t value = 0;
-  auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), value);
-  if (t.empty() || ec != std::errc() || end != t.data() + t.size() || value < min ||
-      value > max) {
+  auto value = parse_whole<std::int64_t>(token(text));
+  if (!value || *value < min || *value > max) {
     throw usage_error(
         fmt::format("{}: '{}' is not a whole number from {} to {}", name, text, min, max));
   }
-  return value;
+  return *value;
 }
 
 std::chrono::milliseconds seconds_to_duration(double seconds, std::string_view name,

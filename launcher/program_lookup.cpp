@@ -9,13 +9,14 @@
 
 #include "agent/exit_status.h"
 #include "agent/worker_process.h"
+#include "rendezvous/base/exit_codes.h"
 
 namespace dtrun::launcher {
 namespace fs = std::filesystem;
 
 namespace {
 
-std::string path_of(const agent::env_map& env) {
+std::string path_of(const env_map& env) {
   auto it = env.find("PATH");
   return it == env.end() ? std::string() : it->second;
 }
@@ -50,12 +51,12 @@ std::string describe_interpreter(const launch_config& config) {
   return fmt::format("{} ({})", path, interpreter_choice(config));
 }
 
-std::optional<program_problem> find_program(launch_config& config, const agent::env_map& env) {
+std::optional<program_problem> find_program(launch_config& config, const env_map& env) {
   auto found = agent::resolve_program(config.program, path_of(env));
   if (!found) {
     if (config.program_is_python) {
       return program_problem{
-          agent::exit_not_found,
+          exit_not_found,
           fmt::format("Python interpreter '{}'{} not found on PATH; pass --python=/path/to/python "
                       "or set DTRUN_PYTHON",
                       config.program,
@@ -63,7 +64,7 @@ std::optional<program_problem> find_program(launch_config& config, const agent::
                           ? ""
                           : fmt::format(" (from {})", config.python_source))};
     }
-    return program_problem{agent::exit_not_found,
+    return program_problem{exit_not_found,
                            fmt::format("program '{}' not found on PATH", config.program)};
   }
   config.program_path = absolute(*found);
@@ -74,7 +75,7 @@ std::optional<program_problem> find_program(launch_config& config, const agent::
     struct stat st {};
     if (::stat(config.script.c_str(), &st) != 0) {
       return program_problem{
-          agent::exit_not_found,
+          exit_not_found,
           fmt::format("script '{}' not found: looked for {} (a relative path is taken from the "
                       "folder dtrun runs in); no worker was started",
                       config.script, absolute(config.script))};

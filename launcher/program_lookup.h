@@ -10,6 +10,7 @@
 
 #include "agent/worker_env.h"
 #include "launcher/launch_config.h"
+#include "rendezvous/base/env_map.h"
 
 namespace dtrun::launcher {
 
@@ -29,7 +30,7 @@ std::string interpreter_choice(const launch_config& config);
 // config.program_path to its absolute path; for a Python script that is a
 // file path (not -m, no ${local_rank} in it), checks that the file exists.
 // Returns what is wrong, or nullopt.
-std::optional<program_problem> find_program(launch_config& config, const agent::env_map& env);
+std::optional<program_problem> find_program(launch_config& config, const env_map& env);
 
 // "the workers ran /usr/bin/python3 (python3 on PATH)": for failure hints.
 std::string describe_interpreter(const launch_config& config);

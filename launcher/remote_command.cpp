@@ -5,7 +5,7 @@
 
 #include <fmt/format.h>
 
-#include "launcher/cli.h"
+#include "launcher/usage_error.h"
 
 namespace dtrun::launcher {
 namespace {

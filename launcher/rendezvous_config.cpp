@@ -2,25 +2,20 @@
 
 #include <algorithm>
 #include <cctype>
+#include <string_view>
 
 #include <fmt/format.h>
 
 #include "launcher/number_parse.h"
 #include "rendezvous/base/endpoint.h"
 #include "rendezvous/base/printable.h"
+#include "rendezvous/base/trim.h"
 #include "rendezvous/store/store_server.h"
 
 namespace dtrun::launcher {
 namespace {
 
 constexpr std::uint16_t c10d_default_port = 29400;
-
-std::string trim(std::string s) {
-  auto blank = [](unsigned char c) { return std::isspace(c) != 0; };
-  s.erase(s.begin(), std::find_if_not(s.begin(), s.end(), blank));
-  s.erase(std::find_if_not(s.rbegin(), s.rend(), blank).base(), s.end());
-  return s;
-}
 
 // Every rendezvous duration must be positive, as torchrun's
 // RendezvousTimeout demands: dtrun also uses close_timeout as the limit of
@@ -120,19 +115,19 @@ std::map<std::string, std::string> parse_rdzv_conf(const std::string& text) {
   std::size_t start = 0;
   while (start < text.size()) {
     auto comma = std::min(text.find(',', start), text.size());
-    auto pair = trim(text.substr(start, comma - start));
+    std::string_view pair = trim(std::string_view(text).substr(start, comma - start));
     start = comma + 1;
     if (pair.empty()) continue;
     auto eq = pair.find('=');
     if (eq == std::string::npos || eq == 0) {
       throw usage_error(fmt::format("--rdzv-conf: '{}' is not key=value", pair));
     }
-    auto key = trim(pair.substr(0, eq));
+    std::string key(trim(pair.substr(0, eq)));
     if (std::find(known_keys.begin(), known_keys.end(), key) == known_keys.end()) {
       throw usage_error(fmt::format("--rdzv-conf: unknown key '{}' (known: {})", key,
                                     fmt::join(known_keys, ", ")));
     }
-    conf[key] = trim(pair.substr(eq + 1));
+    conf[key] = std::string(trim(pair.substr(eq + 1)));
   }
   return conf;
 }

@@ -11,7 +11,6 @@
 
 namespace dtrun::launcher {
 
-using agent::env_map;
 
 scheduler_env detect_scheduler_env(launch_options& o, const env_map& env) {
   scheduler_env s;
@@ -104,7 +103,7 @@ void add_scheduler_json(nlohmann::json& out, const scheduler_env& s, const launc
         agent::has_local_rank_macro(c.args)) {
       // This worker's own argv (${local_rank}, --local-rank, placeholders)
       // and virtual local rank, as far as known.
-      agent::env_map known;
+      env_map known;
       for (const auto& [k, v] : env.items()) known[k] = v.get<std::string>();
       std::vector<std::string> args = c.args;
       agent::customize_worker(c.worker_args, args, known);

@@ -14,6 +14,7 @@
 
 #include "agent/worker_env.h"
 #include "launcher/cli.h"
+#include "rendezvous/base/env_map.h"
 
 namespace dtrun::launcher {
 
@@ -45,7 +46,7 @@ struct scheduler_env {
   std::optional<bool> host_store;
   std::string host_store_because;
   // Worker variables dtrun sets instead of its own (task-per-worker).
-  agent::env_map worker_env;
+  env_map worker_env;
   // Signals forwarded on top of the defaults (SIGUSR1/SIGUSR2 under Slurm).
   std::vector<int> extra_signals;
 };
@@ -54,7 +55,7 @@ struct scheduler_env {
 // Does nothing with --no-scheduler-detect or --standalone. Throws
 // usage_error when the scheduler's variables contradict each other or the
 // flags.
-scheduler_env detect_scheduler_env(launch_options& options, const agent::env_map& env);
+scheduler_env detect_scheduler_env(launch_options& options, const env_map& env);
 
 // The parts that live in the resolved configuration.
 void apply_scheduler_env(const scheduler_env& sched, launch_config& config);

@@ -6,14 +6,15 @@
 #include "agent/worker_env.h"
 #include "launcher/cli.h"
 #include "launcher/scheduler_env.h"
+#include "rendezvous/base/env_map.h"
 
 namespace dtrun::launcher {
 
 // A parallel step, not an sbatch/salloc shell outside one.
-bool in_slurm_step(const agent::env_map& env);
+bool in_slurm_step(const env_map& env);
 
 // Fills in the flags not given; throws usage_error on contradictory
 // variables.
-void derive_slurm(launch_options& options, const agent::env_map& env, scheduler_env& sched);
+void derive_slurm(launch_options& options, const env_map& env, scheduler_env& sched);
 
 }  // namespace dtrun::launcher

@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <cctype>
-#include <charconv>
 #include <cstdint>
 
 #include <fmt/format.h>
 
+#include "rendezvous/base/parse_whole.h"
 #include "rendezvous/base/printable.h"
 
 namespace dtrun::launcher {
@@ -33,10 +33,9 @@ bool all_digits(std::string_view s) {
 }
 
 std::uint64_t number(std::string_view digits, std::string_view text) {
-  std::uint64_t n = 0;
-  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
-  if (ec != std::errc() || end != digits.data() + digits.size()) throw bad(text, "number too large");
-  return n;
+  auto n = parse_whole<std::uint64_t>(digits);
+  if (!n) throw bad(text, "number too large");
+  return *n;
 }
 
 // "01-03,7" -> {"01","02","03","7"}: a range keeps its low bound's width.

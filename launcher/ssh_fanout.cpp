@@ -28,6 +28,7 @@
 #include "launcher/number_parse.h"
 #include "launcher/remote_command.h"
 #include "launcher/summary_merge.h"
+#include "rendezvous/base/exit_codes.h"
 #include "rendezvous/base/printable.h"
 
 extern char** environ;
@@ -216,7 +217,7 @@ class fanout {
       say_error(fmt::format("cannot start '{}' for host {}: {}; install openssh-client or name "
                             "the command with --ssh",
                             launch.ssh_argv[0], launch.host.target, std::strerror(s.error)));
-      launch_failed(s.error == ENOENT ? agent::exit_not_found : agent::exit_not_executable);
+      launch_failed(s.error == ENOENT ? exit_not_found : exit_not_executable);
       return;
     }
     h->pid = s.pid;
@@ -442,7 +443,7 @@ class fanout {
       return fmt::format("host {}: {}", target, h.last_line.substr(remote_error.size()));
     }
     std::string said = h.last_line.empty() ? "" : fmt::format(": {}", h.last_line);
-    if (code == agent::exit_not_found) {
+    if (code == exit_not_found) {
       return fmt::format("host {}: exit code 127{}; install dtrun at '{}' on every host or pass "
                          "--remote-dtrun=PATH",
                          target, said, options_.remote_dtrun);

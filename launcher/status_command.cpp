@@ -2,7 +2,6 @@
 
 #include <unistd.h>
 
-#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <map>
@@ -20,6 +19,7 @@
 #include "launcher/status_store.h"
 #include "launcher/status_table.h"
 #include "rendezvous/base/endpoint.h"
+#include "rendezvous/base/parse_whole.h"
 #include "rendezvous/base/printable.h"
 #include "rendezvous/store/tcp_store_client.h"
 
@@ -155,9 +155,9 @@ std::optional<int> parse_status_args(int argc, const char* const* argv, status_o
   o.watch = watch->count() > 0;
   bool number_ok = true;
   if (!watch_text.empty() && !watch_text.back().empty()) {
-    const auto& t = watch_text.back();
-    auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), o.watch_seconds);
-    number_ok = ec == std::errc() && end == t.data() + t.size();
+    auto seconds = parse_whole<double>(watch_text.back());
+    number_ok = seconds.has_value();
+    if (seconds) o.watch_seconds = *seconds;
   }
   if (o.watch && !(number_ok && o.watch_seconds >= 0.1 && o.watch_seconds <= 86400)) {
     output = "dtrun status: --watch takes seconds between 0.1 and 86400\n";

@@ -28,9 +28,10 @@
 #include <fmt/format.h>
 
 #include "launcher/build_version.h"
-#include "launcher/cli.h"
 #include "launcher/number_checks.h"
+#include "launcher/usage_error.h"
 #include "rendezvous/base/endpoint.h"
+#include "rendezvous/base/exit_codes.h"
 #include "rendezvous/store/store_access.h"
 #include "rendezvous/store/store_server.h"
 #include "rendezvous/store/tcp_store_client.h"
@@ -40,7 +41,6 @@ namespace {
 using namespace dtrun::rendezvous;
 using dtrun::launcher::usage_error;
 
-constexpr int exit_usage = 2;
 constexpr int exit_unreachable = 3;
 constexpr int exit_timeout = 4;
 constexpr int exit_store_error = 5;
@@ -57,7 +57,7 @@ constexpr dtrun::launcher::duration_limits client_duration_limits{false,
 int usage(const std::string& message) {
   fmt::print(stderr, "dtrun-store: error: {} (run 'dtrun-store --help')\n",
              message.substr(0, message.find('\n')));
-  return exit_usage;
+  return dtrun::exit_usage;
 }
 
 int fail(int code, const std::exception& e) {

@@ -1,7 +1,8 @@
 #include "launcher/summary_merge.h"
 
 #include <algorithm>
-#include <charconv>
+
+#include "rendezvous/base/parse_whole.h"
 
 namespace dtrun::launcher {
 namespace {
@@ -37,10 +38,7 @@ std::optional<int> summary_exit_code(const std::vector<std::string>& block) {
     auto at = line.rfind(exit_code_words);
     if (at == std::string::npos) return std::nullopt;
     std::string_view digits = std::string_view(line).substr(at + exit_code_words.size());
-    int code = 0;
-    auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), code);
-    if (ec != std::errc() || end != digits.data() + digits.size()) return std::nullopt;
-    return code;
+    return parse_whole<int>(digits);
   }
   return std::nullopt;
 }

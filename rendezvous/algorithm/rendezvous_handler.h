@@ -2,10 +2,12 @@
 //
 // A rendezvous handler answers "which round is this, which node am I, how
 // many workers does every node run, and where is the store the workers
-// meet in". Standalone runs answer it without talking to anyone; the
-// multi-node (c10d-style) handler will answer it through the store. Both
-// plug into the same agent loop, so standalone exercises the multi-node
-// code path.
+// meet in". Standalone runs answer it without talking to anyone
+// (standalone_rendezvous); the multi-node handler answers it through the
+// store (dynamic_rendezvous). Both plug into the same agent loop, so
+// standalone exercises the multi-node code path. This is only the
+// interface: every handler implements every method, and keeps its own
+// state.
 //
 // Threading: handlers live on the agent's single event loop. next_round()
 // must never block that loop (a host agent's own store server runs on it,
@@ -17,7 +19,6 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
-#include <map>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -73,7 +74,7 @@ class rendezvous_handler {
   // Either the round's info or the error that ended the rendezvous.
   using completion = std::function<void(std::exception_ptr error, rendezvous_info info)>;
 
-  virtual ~rendezvous_handler() = default;
+  virtual ~rendezvous_handler();
 
   // Starts the next round (the first call starts round 0). Completes on the
   // event loop through `done`, exactly once.
@@ -86,74 +87,66 @@ class rendezvous_handler {
   // Idempotent; after it, next_round() must not be called.
   virtual void shutdown() = 0;
 
-  // Multi-node events. The single-node defaults below make them no-ops.
+  // Multi-node events. A single node is the whole job: for it these
+  // complete at once (standalone_rendezvous says how).
 
   // After a round completed: calls `on_over` (once, on the loop) when the
   // round ends because of another node: it failed, died, or a node wants
   // to join. The agent then stops its workers and calls next_round().
-  virtual void watch_round(std::function<void(std::string reason)> on_over) { (void)on_over; }
+  virtual void watch_round(std::function<void(std::string reason)> on_over) = 0;
 
   // This node's workers failed: end the round on every node and count a
   // restart for the whole job. Completes with the job-wide restart count
   // (so every node honours --max-restarts the same way).
   using restart_completion = std::function<void(std::exception_ptr error, int restarts)>;
-  virtual void report_failure(std::string reason, restart_completion done);
+  virtual void report_failure(std::string reason, restart_completion done) = 0;
 
   // This node gives up (its restarts are used up, or its program cannot
   // start): mark the job failed for every node, then call `done`.
-  virtual void fail_job(std::string reason, std::function<void()> done);
+  virtual void fail_job(std::string reason, std::function<void()> done) = 0;
 
   // A person stopped this node (Ctrl-C): end the job on every node. Marks
   // it stopped (`reason`: "by SIGINT (Ctrl-C there)"; the handler adds
   // which node) so that nodes joining later learn it too, ends the current
   // round with job_stopped_prefix + who, then calls `done` once both are
   // stored (or could not be). Single node: nothing to tell, `done` at once.
-  virtual void stop_job(std::string reason, std::function<void()> done) {
-    (void)reason;
-    done();
-  }
+  virtual void stop_job(std::string reason, std::function<void()> done) = 0;
 
   // This node learnt that another node stopped the job (a round ended with
   // job_stopped_prefix): counts it in, so the node that stopped it may
   // leave, then calls `done`. Single node: `done` at once.
-  virtual void stop_seen(std::function<void()> done) { done(); }
+  virtual void stop_seen(std::function<void()> done) = 0;
 
   // This node's workers all succeeded: waits, bounded, for the other
   // nodes to finish too (so the store host does not leave them without a
   // store). Completes with an error when the round ended meanwhile.
-  virtual void finish(std::function<void(std::exception_ptr error)> done);
+  virtual void finish(std::function<void(std::exception_ptr error)> done) = 0;
 
   // Failure reports, shared so that every node can name the first failure
   // anywhere in the job. `record` is one failed worker as JSON text,
   // bounded by the caller (a few KiB). Completes once stored, or when it
   // could not be (the report is best effort: it never fails the job).
-  virtual void publish_failure(std::int64_t round, std::string record, std::function<void()> done);
+  virtual void publish_failure(std::int64_t round, std::string record,
+                               std::function<void()> done) = 0;
 
   // The records published for `round` by every node; `total` counts all
   // that were published (the store keeps a bounded number). Never fails:
   // on a store error it completes with what it could read.
   using failures_completion =
       std::function<void(std::vector<std::string> records, std::size_t total)>;
-  virtual void round_failures(std::int64_t round, failures_completion done);
+  virtual void round_failures(std::int64_t round, failures_completion done) = 0;
 
   // Hang detection (--hang-timeout): tells the job whether this node's
   // workers progressed since this node last called, and completes with a
   // counter of the current round that grows whenever any node's did. On a
   // store error it does not complete (no hang is declared on a guess).
-  virtual void share_progress(bool progressed, std::function<void(std::int64_t counter)> done);
+  virtual void share_progress(bool progressed,
+                              std::function<void(std::int64_t counter)> done) = 0;
 
   // Publishes this node's status (JSON text, a few KiB) where `dtrun
   // status --rdzv-endpoint` finds it: best effort, never fails the job.
   // `stored` is called once the store has it (never on an error).
-  virtual void publish_status(std::string status_json, std::function<void()> stored) {
-    (void)status_json;
-    (void)stored;
-  }
-
- private:
-  std::int64_t local_progress_ = 0;
-  int local_restarts_ = 0;
-  std::map<std::int64_t, std::vector<std::string>> local_failures_;
+  virtual void publish_status(std::string status_json, std::function<void()> stored) = 0;
 };
 
 }  // namespace dtrun::rendezvous

@@ -1,5 +1,6 @@
 #include "rendezvous/algorithm/standalone_rendezvous.h"
 
+#include <cstddef>
 #include <utility>
 
 #include <boost/asio/post.hpp>
@@ -56,6 +57,61 @@ void standalone_rendezvous::next_round(completion done) {
 
 void standalone_rendezvous::shutdown() {
   if (server_) server_->stop();
+}
+
+// No other node to end the round.
+void standalone_rendezvous::watch_round(std::function<void(std::string)> on_over) {
+  (void)on_over;
+}
+
+// This node's restarts are the job's.
+void standalone_rendezvous::report_failure(std::string reason, restart_completion done) {
+  (void)reason;
+  done(nullptr, ++local_restarts_);
+}
+
+void standalone_rendezvous::fail_job(std::string reason, std::function<void()> done) {
+  (void)reason;
+  done();
+}
+
+void standalone_rendezvous::stop_job(std::string reason, std::function<void()> done) {
+  (void)reason;
+  done();
+}
+
+void standalone_rendezvous::stop_seen(std::function<void()> done) { done(); }
+
+// Nobody else needs the store.
+void standalone_rendezvous::finish(std::function<void(std::exception_ptr)> done) {
+  done(nullptr);
+}
+
+void standalone_rendezvous::publish_failure(std::int64_t round, std::string record,
+                                            std::function<void()> done) {
+  local_failures_[round].push_back(std::move(record));
+  done();
+}
+
+void standalone_rendezvous::round_failures(std::int64_t round, failures_completion done) {
+  auto it = local_failures_.find(round);
+  std::vector<std::string> records;
+  if (it != local_failures_.end()) records = it->second;
+  std::size_t total = records.size();
+  done(std::move(records), total);
+}
+
+void standalone_rendezvous::share_progress(bool progressed,
+                                           std::function<void(std::int64_t)> done) {
+  if (progressed) ++local_progress_;
+  done(local_progress_);
+}
+
+// No rendezvous store for `dtrun status --rdzv-endpoint` to read.
+void standalone_rendezvous::publish_status(std::string status_json,
+                                           std::function<void()> stored) {
+  (void)status_json;
+  (void)stored;
 }
 
 }  // namespace dtrun::rendezvous

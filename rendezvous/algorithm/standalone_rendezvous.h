@@ -3,11 +3,20 @@
 //
 // The store server runs on the agent's event loop; this handler only
 // hosts it and reports its address, so it never blocks the loop.
+//
+// A single node is the whole job: its restarts are the job's, its failure
+// reports and progress are kept here, nobody else needs telling when it
+// stops or fails, and nobody else needs the store when it is done. The
+// multi-node events complete inline.
 #pragma once
 
 #include <cstdint>
+#include <exception>
+#include <functional>
+#include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <boost/asio/io_context.hpp>
 
@@ -41,6 +50,18 @@ class standalone_rendezvous final : public rendezvous_handler {
   const std::string& run_id() const override { return options_.run_id; }
   void shutdown() override;
 
+  void watch_round(std::function<void(std::string reason)> on_over) override;
+  void report_failure(std::string reason, restart_completion done) override;
+  void fail_job(std::string reason, std::function<void()> done) override;
+  void stop_job(std::string reason, std::function<void()> done) override;
+  void stop_seen(std::function<void()> done) override;
+  void finish(std::function<void(std::exception_ptr error)> done) override;
+  void publish_failure(std::int64_t round, std::string record,
+                       std::function<void()> done) override;
+  void round_failures(std::int64_t round, failures_completion done) override;
+  void share_progress(bool progressed, std::function<void(std::int64_t counter)> done) override;
+  void publish_status(std::string status_json, std::function<void()> stored) override;
+
   std::uint16_t store_port() const;
 
  private:
@@ -48,6 +69,9 @@ class standalone_rendezvous final : public rendezvous_handler {
   standalone_rendezvous_options options_;
   std::unique_ptr<store_server> server_;
   std::int64_t next_round_ = 0;
+  std::int64_t local_progress_ = 0;
+  int local_restarts_ = 0;
+  std::map<std::int64_t, std::vector<std::string>> local_failures_;
 };
 
 }  // namespace dtrun::rendezvous

@@ -1,20 +1,16 @@
 #include "rendezvous/base/endpoint.h"
 
 #include <algorithm>
-#include <charconv>
 
 #include <boost/asio/ip/address.hpp>
+
+#include "rendezvous/base/parse_whole.h"
 
 namespace dtrun::rendezvous {
 namespace {
 
 std::optional<std::uint16_t> parse_port(std::string_view text) {
-  unsigned value = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (text.empty() || ec != std::errc{} || end != text.data() + text.size() || value > 65535) {
-    return std::nullopt;
-  }
-  return static_cast<std::uint16_t>(value);
+  return parse_whole<std::uint16_t>(text);
 }
 
 }  // namespace

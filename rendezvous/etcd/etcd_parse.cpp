@@ -2,11 +2,12 @@
 
 #include <openssl/evp.h>
 
-#include <charconv>
 #include <limits>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+
+#include "rendezvous/base/parse_whole.h"
 
 namespace dtrun::rendezvous {
 
@@ -61,9 +62,7 @@ std::int64_t int64_at(const json& j, const std::string& path) {
   }
   if (j.is_string()) {
     const auto& s = j.get_ref<const std::string&>();
-    std::int64_t v = 0;
-    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-    if (ec == std::errc() && end == s.data() + s.size() && !s.empty()) return v;
+    if (auto v = parse_whole<std::int64_t>(s)) return *v;
     throw shape_error{fmt::format("`{}` is \"{}\", not a 64-bit integer", path, s.substr(0, 40))};
   }
   wrong(path, j, "an integer");

@@ -1,11 +1,13 @@
 #include "rendezvous/etcd/etcd_session.h"
 
 #include <algorithm>
-#include <charconv>
 
 #include <boost/asio/post.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+
+#include "rendezvous/base/generation_timer.h"
+#include "rendezvous/base/parse_whole.h"
 
 namespace dtrun::rendezvous {
 
@@ -18,10 +20,9 @@ namespace {
 // A lease ID read back from etcd (the job's lease key): a positive 64-bit
 // decimal, or "" when it is not one.
 std::string lease_id_of(const std::string& text) {
-  std::int64_t id = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), id);
-  if (ec != std::errc() || end != text.data() + text.size() || id <= 0) return {};
-  return std::to_string(id);
+  auto id = parse_whole<std::int64_t>(text);
+  if (!id || *id <= 0) return {};
+  return std::to_string(*id);
 }
 
 }  // namespace
@@ -186,10 +187,8 @@ void etcd_session::give_up() {
 void etcd_session::retry_later(std::function<void()> step) {
   if (std::chrono::steady_clock::now() >= deadline_) return give_up();
   connection_->next_member();
-  timer_.expires_after(200ms);
-  timer_.async_wait([self = shared_from_this(), armed = ++timer_armed_,
-                     step = std::move(step)](const boost::system::error_code& ec) {
-    if (ec || armed != self->timer_armed_ || self->closed_) return;
+  timer_.arm_after(200ms, [self = shared_from_this(), step = std::move(step)] {
+    if (self->closed_) return;
     step();
   });
 }
@@ -210,12 +209,11 @@ void etcd_session::granted(std::string error) {
 void etcd_session::schedule_renewal() {
   // In milliseconds: a third of 2 s in whole seconds would be 0.
   auto third = std::chrono::duration_cast<std::chrono::milliseconds>(options_.lease_ttl) / 3;
-  timer_.expires_after(std::max<std::chrono::milliseconds>(third, 100ms));
-  timer_.async_wait([self = shared_from_this(), armed = ++timer_armed_, lease = lease_](
-                        const boost::system::error_code& ec) {
-    if (ec || armed != self->timer_armed_ || self->closed_ || self->lease_ != lease) return;
-    self->renew();
-  });
+  timer_.arm_after(std::max<std::chrono::milliseconds>(third, 100ms),
+                   [self = shared_from_this(), lease = lease_] {
+                     if (self->closed_ || self->lease_ != lease) return;
+                     self->renew();
+                   });
 }
 
 // The agent's lease first, then the job's: the job's keys stay while any of
@@ -288,7 +286,6 @@ void etcd_session::lost(const std::string& why) {
 void etcd_session::lose(const std::string& why) {
   lease_.clear();
   job_lease_.clear();
-  ++timer_armed_;
   timer_.cancel();
   auto listeners = std::exchange(listeners_, {});
   for (auto& [id, lost] : listeners) lost(why);
@@ -304,7 +301,6 @@ void etcd_session::forget(std::uint64_t id) { listeners_.erase(id); }
 void etcd_session::close() {
   if (closed_) return;
   closed_ = true;
-  ++timer_armed_;
   timer_.cancel();
   listeners_.clear();
   if (lease_.empty() || !connection_) return;

@@ -28,8 +28,8 @@
 #include <vector>
 
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/steady_timer.hpp>
 
+#include "rendezvous/base/generation_timer.h"
 #include "rendezvous/etcd/etcd_connection.h"
 #include "rendezvous/etcd/etcd_options.h"
 
@@ -86,7 +86,7 @@ class etcd_session : public std::enable_shared_from_this<etcd_session> {
   etcd_options options_;
   std::shared_ptr<boost::asio::ssl::context> tls_;
   std::shared_ptr<etcd_connection> connection_;
-  boost::asio::steady_timer timer_;
+  generation_timer timer_;  // the pause before a retry, then the next renewal
   std::string lease_, job_lease_;
   bool granting_ = false, closed_ = false;
   std::chrono::steady_clock::time_point deadline_, last_renewed_;
@@ -94,7 +94,6 @@ class etcd_session : public std::enable_shared_from_this<etcd_session> {
   std::vector<std::function<void(std::string)>> waiting_;
   std::map<std::uint64_t, std::function<void(const std::string&)>> listeners_;
   std::uint64_t next_listener_ = 0;
-  std::uint64_t timer_armed_ = 0;
 };
 
 }  // namespace dtrun::rendezvous

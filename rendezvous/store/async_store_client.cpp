@@ -12,9 +12,10 @@
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 #include <fmt/format.h>
+
+#include "rendezvous/base/generation_timer.h"
 
 namespace dtrun::rendezvous {
 
@@ -102,8 +103,7 @@ class async_store_client::impl : public std::enable_shared_from_this<async_store
     // firewalled, a full accept queue) would hold it for the kernel's
     // retries, minutes beyond connect_timeout.
     attempt_expired_ = false;
-    retry_timer_.expires_at(connect_deadline_);
-    arm_retry_timer([this] {
+    arm_retry_timer(connect_deadline_, [this] {
       attempt_expired_ = true;
       boost::system::error_code ignored;
       resolver_.cancel();
@@ -145,26 +145,21 @@ class async_store_client::impl : public std::enable_shared_from_this<async_store
     backoff_ = std::min<std::chrono::milliseconds>(backoff_ * 2, std::chrono::seconds(1));
     boost::system::error_code ignored;
     socket_.close(ignored);
-    retry_timer_.expires_after(pause);
-    arm_retry_timer([this] { try_connect(); });
+    arm_retry_timer(std::chrono::steady_clock::now() + pause, [this] { try_connect(); });
   }
 
-  // Waits on retry_timer_ (set by the caller) and runs `on_expiry` only if
-  // this arming is still current and the client is still connecting: an
-  // expiry that was already queued when the timer was re-armed, or the
-  // client connected or closed, is stale.
-  void arm_retry_timer(std::function<void()> on_expiry) {
-    retry_timer_.async_wait([self = shared_from_this(), armed = ++retry_generation_,
-                             on_expiry = std::move(on_expiry)](const boost::system::error_code& ec) {
-      if (ec || self->closed_ || self->connected_ || armed != self->retry_generation_) return;
+  // Runs `on_expiry` at `deadline` only if this arming is still current
+  // (generation_timer) and the client is still connecting: once it
+  // connected or closed, the expiry is stale.
+  void arm_retry_timer(std::chrono::steady_clock::time_point deadline,
+                       std::function<void()> on_expiry) {
+    retry_timer_.arm_at(deadline, [self = shared_from_this(), on_expiry = std::move(on_expiry)] {
+      if (self->closed_ || self->connected_) return;
       on_expiry();
     });
   }
 
-  void disarm_retry_timer() {
-    ++retry_generation_;
-    retry_timer_.cancel();
-  }
+  void disarm_retry_timer() { retry_timer_.cancel(); }
 
   void on_connected() {
     disarm_retry_timer();  // the attempt's deadline no longer applies
@@ -359,31 +354,21 @@ class async_store_client::impl : public std::enable_shared_from_this<async_store
                       });
   }
 
-  // A timeout acts only on the operation that armed it. Asio runs a wait's
-  // handler with success when the timer had expired before cancel() or
-  // expires_after(), so "cancelled" handlers still run: each arming gets a
-  // generation number, the handler carries it and the operation's id, and
-  // does nothing unless both still describe the head in flight. Completing
-  // or closing bumps the generation (disarm), so does re-arming after
-  // CANCEL_WAIT: a stale first expiry cannot act on the second arming.
+  // A timeout acts only on the operation that armed it: the timer drops
+  // an expiry of an earlier arming (generation_timer: completing or
+  // closing disarms, and re-arming after CANCEL_WAIT replaces the first
+  // arming), and the handler carries the operation's id, so it does
+  // nothing unless that is still the head in flight.
   void arm_timer() {
     auto& h = head();
-    if (h.wait_timeout && !h.cancelling()) {
-      timer_.expires_at(*h.deadline);  // what is left, after a suspension
-    } else {
-      timer_.expires_after(bounded(options_.timeout));
-    }
-    timer_.async_wait([self = shared_from_this(), id = h.id,
-                       armed = ++timer_generation_](const boost::system::error_code& ec) {
-      if (ec || armed != self->timer_generation_) return;
-      self->on_timeout(id);
-    });
+    // What is left of a wait's deadline, after a suspension.
+    auto deadline = h.wait_timeout && !h.cancelling()
+                        ? *h.deadline
+                        : std::chrono::steady_clock::now() + bounded(options_.timeout);
+    timer_.arm_at(deadline, [self = shared_from_this(), id = h.id] { self->on_timeout(id); });
   }
 
-  void disarm_timer() {
-    ++timer_generation_;
-    timer_.cancel();
-  }
+  void disarm_timer() { timer_.cancel(); }
 
   void on_timeout(std::uint64_t id) {
     if (closed_ || !sent_ || !head_is(id)) return;
@@ -565,8 +550,8 @@ class async_store_client::impl : public std::enable_shared_from_this<async_store
   tcp_store_client_options options_;
   std::string endpoint_text_;
   tcp::socket socket_;
-  asio::steady_timer timer_;        // the head operation's timeout
-  asio::steady_timer retry_timer_;  // a connection attempt's deadline, then the pause after it
+  generation_timer timer_;        // the head operation's timeout
+  generation_timer retry_timer_;  // a connection attempt's deadline, then the pause after it
   tcp::resolver resolver_;
   std::chrono::milliseconds backoff_{10};
   store_clock::time_point connect_deadline_;
@@ -585,8 +570,6 @@ class async_store_client::impl : public std::enable_shared_from_this<async_store
   std::exception_ptr hello_error_;
   bool attempt_expired_ = false;  // the current connection attempt ran out of time
   std::uint64_t last_id_ = 0;
-  std::uint64_t timer_generation_ = 0;  // bumped by every arm and disarm of timer_
-  std::uint64_t retry_generation_ = 0;  // likewise for retry_timer_
 };
 
 std::shared_ptr<async_store_client> async_store_client::create(asio::io_context& io,

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <optional>
 #include <stdexcept>
+#include <string_view>
 #include <utility>
 
 #include <ifaddrs.h>
@@ -11,14 +12,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <boost/algorithm/string/trim.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/network_v4.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <fmt/format.h>
 
-#include "rendezvous/store/peer_credentials.h"
 #include "rendezvous/base/printable.h"
+#include "rendezvous/base/trim.h"
+#include "rendezvous/store/peer_credentials.h"
 
 namespace dtrun::rendezvous {
 namespace ip = boost::asio::ip;
@@ -135,9 +136,9 @@ std::vector<client_network> parse_client_networks(std::string_view list) {
   while (start <= text.size()) {
     std::size_t comma = text.find(',', start);
     if (comma == std::string::npos) comma = text.size();
-    std::string entry = boost::algorithm::trim_copy(text.substr(start, comma - start));
+    std::string entry(trim(std::string_view(text).substr(start, comma - start)));
     if (entry.empty()) {
-      if (!boost::algorithm::trim_copy(text).empty()) {
+      if (!trim(text).empty()) {
         throw std::invalid_argument("an empty entry in the list of client networks (two commas?)");
       }
     } else {

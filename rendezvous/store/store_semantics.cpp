@@ -1,7 +1,8 @@
 #include "rendezvous/store/store_semantics.h"
 
 #include <cctype>
-#include <charconv>
+
+#include "rendezvous/base/parse_whole.h"
 
 namespace dtrun::rendezvous {
 
@@ -24,10 +25,14 @@ std::optional<std::int64_t> add_to_counter(const std::string* current, std::int6
     std::size_t i = 0;
     while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
     text.remove_prefix(i);
-    // from_chars rejects a leading '+', which stoll accepts.
+    // parse_whole refuses a leading '+', which stoll accepts.
     if (text.size() > 1 && text[0] == '+' && text[1] != '-') text.remove_prefix(1);
-    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), base);
-    if (ec != std::errc{} || end == text.data()) return std::nullopt;
+    // The sign and the digits after it; stoll ignores what follows them.
+    std::size_t digits = text.empty() || text[0] != '-' ? 0 : 1;
+    while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
+    auto value = parse_whole<std::int64_t>(text.substr(0, digits));
+    if (!value) return std::nullopt;
+    base = *value;
   }
   std::int64_t sum = 0;
   if (__builtin_add_overflow(base, delta, &sum)) return std::nullopt;

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -17,10 +18,10 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ip/v6_only.hpp>
 #include <boost/asio/post.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 #include <fmt/format.h>
 
+#include "rendezvous/base/accept_loop.h"
 #include "rendezvous/base/printable.h"
 #include "rendezvous/store/server_key_table.h"
 #include "rendezvous/store/store.h"
@@ -75,7 +76,7 @@ std::string endpoint_text(const tcp::socket& socket) {
 class store_server::impl : public std::enable_shared_from_this<store_server::impl> {
  public:
   impl(asio::io_context& io, store_server_options options)
-      : io_(io), options_(std::move(options)), acceptor_(io), retry_timer_(io) {
+      : io_(io), options_(std::move(options)), accepting_(io, std::chrono::milliseconds(100)) {
     if (!options_.log) {
       options_.log = [](const std::string& line) { std::cerr << "dtrun-store: " << line << '\n'; };
     }
@@ -125,8 +126,10 @@ class store_server::impl : public std::enable_shared_from_this<store_server::imp
 
   asio::io_context& io_;
   store_server_options options_;
-  tcp::acceptor acceptor_;
-  asio::steady_timer retry_timer_;
+  // Out of descriptors or memory: the loop says so, gives the system a
+  // moment (100 ms), and the server keeps serving the clients it has.
+  accept_loop<tcp> accepting_;
+  tcp::acceptor& acceptor_ = accepting_.acceptor();
   loop_threads* loops_ = nullptr;  // owned by store_server; null: the caller's loop
   std::mutex state_mutex_;
   store_context ctx_;
@@ -320,26 +323,18 @@ void store_server::impl::listen() {
   }
 }
 
+// The loop's callbacks run only while it, a member of this impl, lives
+// and is not stopped.
 void store_server::impl::start_accept() {
   if (stopped_) return;
-  acceptor_.async_accept([self = shared_from_this()](const boost::system::error_code& ec,
-                                                     tcp::socket socket) {
-    if (self->stopped_) return;
-    if (ec) {
-      if (ec == asio::error::operation_aborted) return;
-      // Out of descriptors or memory: say so, give the system a moment,
-      // and keep serving the clients we have.
-      self->log(fmt::format("accept failed: {}; retrying in 100 ms", ec.message()));
-      self->retry_timer_.expires_after(std::chrono::milliseconds(100));
-      self->retry_timer_.async_wait([self](const boost::system::error_code& timer_ec) {
-        if (!timer_ec) self->start_accept();
+  accepting_.start(
+      [this](tcp::socket socket) {
+        admit(std::move(socket));
+        accept_backlog();
+      },
+      [this](const boost::system::error_code& ec) {
+        log(fmt::format("accept failed: {}; retrying in 100 ms", ec.message()));
       });
-      return;
-    }
-    self->admit(std::move(socket));
-    self->accept_backlog();
-    self->start_accept();
-  });
 }
 
 // When thousands of nodes connect at once (every agent of a 10,000-node
@@ -411,9 +406,7 @@ tcp::socket store_server::impl::onto_its_loop(tcp::socket socket) {
 void store_server::impl::stop() {
   if (stopped_) return;
   stopped_ = true;
-  boost::system::error_code ignored;
-  acceptor_.close(ignored);
-  retry_timer_.cancel();
+  accepting_.stop();
   std::vector<std::shared_ptr<session>> all;
   {
     auto lock = lock_state();

@@ -9,8 +9,10 @@
 #include <catch2/catch.hpp>
 
 #include "agent/accelerators.h"
+#include "rendezvous/base/env_map.h"
 
 using namespace dtrun::agent;
+using dtrun::env_map;
 namespace fs = std::filesystem;
 
 namespace {

@@ -24,9 +24,11 @@
 #include "agent/stack_capture.h"
 #include "agent/worker_process.h"
 
+#include "rendezvous/base/env_map.h"
 #include "test_files.h"
 
 using namespace dtrun::agent;
+using dtrun::env_map;
 
 namespace {
 

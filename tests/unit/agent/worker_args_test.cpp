@@ -2,8 +2,10 @@
 
 #include "agent/virtual_local_rank.h"
 #include "agent/worker_args.h"
+#include "rendezvous/base/env_map.h"
 
 using namespace dtrun::agent;
+using dtrun::env_map;
 
 namespace {
 

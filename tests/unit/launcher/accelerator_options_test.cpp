@@ -13,6 +13,7 @@
 #include "env_guard.h"
 #include "launcher/cli.h"
 #include "launcher/launch_config.h"
+#include "rendezvous/base/env_map.h"
 
 using namespace dtrun::launcher;
 namespace fs = std::filesystem;
@@ -58,7 +59,7 @@ launch_options options(std::vector<std::string> args) {
   return parse_command_line(args).options;
 }
 
-std::string error_of(const launch_options& o, const dtrun::agent::env_map& env) {
+std::string error_of(const launch_options& o, const dtrun::env_map& env) {
   try {
     resolve_launch_config(o, env);
   } catch (const usage_error& e) {
@@ -71,7 +72,7 @@ std::string error_of(const launch_options& o, const dtrun::agent::env_map& env) 
 
 TEST_CASE("nproc gpu counts the GPUs CUDA_VISIBLE_DEVICES leaves") {
   fake_machine machine;
-  auto nproc = [&](dtrun::agent::env_map env) {
+  auto nproc = [&](dtrun::env_map env) {
     env["DTRUN_SYSTEM_ROOT"] = machine.str();
     return resolve_launch_config(options({"--nproc-per-node=gpu"}), env).nproc_per_node;
   };

@@ -8,8 +8,8 @@
 #include <fstream>
 #include <string>
 
-#include "launcher/cli.h"
 #include "launcher/host_list.h"
+#include "launcher/usage_error.h"
 #include "tests/unit/launcher/usage_error_of.h"
 
 using namespace dtrun::launcher;

@@ -5,8 +5,8 @@
 
 #include <catch2/catch.hpp>
 
-#include "launcher/cli.h"
 #include "launcher/number_parse.h"
+#include "launcher/usage_error.h"
 
 using namespace dtrun::launcher;
 using std::chrono::milliseconds;

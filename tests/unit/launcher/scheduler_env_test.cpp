@@ -5,10 +5,11 @@
 #include "launcher/cli.h"
 #include "launcher/launch_config.h"
 #include "launcher/scheduler_env.h"
+#include "rendezvous/base/env_map.h"
 #include "tests/unit/launcher/env_guard.h"
 
 using namespace dtrun::launcher;
-using dtrun::agent::env_map;
+using dtrun::env_map;
 
 namespace {
 

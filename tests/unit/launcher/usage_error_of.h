@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "launcher/cli.h"
+#include "launcher/usage_error.h"
 
 namespace dtrun::launcher::testing {
 
