@@ -1,11 +1,11 @@
 #include "launcher/status_store.h"
 
-#include <charconv>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "rendezvous/algorithm/rendezvous_keys.h"
+#include "rendezvous/base/parse_whole.h"
 #include "rendezvous/base/printable.h"
 
 namespace dtrun::launcher {
@@ -33,9 +33,8 @@ std::optional<agent::job_status> read_job_status(rendezvous::store& store,
     return std::nullopt;
   }
   auto text = store.get(count_key);
-  int count = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), count);
-  if (ec != std::errc() || end != text.data() + text.size() || count < 1 || count > max_nodes) {
+  int count = parse_whole<int>(text).value_or(0);
+  if (count < 1 || count > max_nodes) {
     error = fmt::format("{} holds '{}', not a node count in 1..{}", count_key,
                         printable(text.substr(0, 40)), max_nodes);
     return std::nullopt;

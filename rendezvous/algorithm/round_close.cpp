@@ -1,12 +1,12 @@
 // Awaiting the close (docs/rendezvous.md, "A round", step 5): every node
 // WAITs for `closed`, reads the count and its own assignment, and either
 // runs the round or, arriving late, asks in and waits for the next one.
-#include <charconv>
 #include <utility>
 
 #include <fmt/format.h>
 
 #include "rendezvous/algorithm/dynamic_rendezvous_impl.h"
+#include "rendezvous/base/parse_whole.h"
 
 namespace dtrun::rendezvous {
 
@@ -14,8 +14,10 @@ namespace {
 
 // A member count as the closer wrote it; false for anything else.
 bool parse_member_count(const std::string& text, int& out) {
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
-  return ec == std::errc() && end == text.data() + text.size() && out > 0;
+  auto count = parse_whole<int>(text);
+  if (!count || *count <= 0) return false;
+  out = *count;
+  return true;
 }
 
 }  // namespace

@@ -1,13 +1,13 @@
 // Joining a round (docs/rendezvous.md, "A round", steps 1-4): connect, read
 // whether the job failed or stopped and the newest round, join it, and
 // close it (the MAX-th arrival, or the last call's timer after MIN).
-#include <charconv>
 #include <utility>
 
 #include <boost/asio/post.hpp>
 #include <fmt/format.h>
 
 #include "rendezvous/algorithm/dynamic_rendezvous_impl.h"
+#include "rendezvous/base/parse_whole.h"
 
 namespace dtrun::rendezvous {
 
@@ -118,13 +118,12 @@ void dynamic_rendezvous::impl::read_job(const round_ticket& t) {
     // count in `closed`) and goes on to the next round, so the common case
     // costs one request and one round trip less.
     if (round.empty()) return self->join(self->last_round_ + 1);
-    std::int64_t newest = 0;
-    auto [end, ec] = std::from_chars(round.data(), round.data() + round.size(), newest);
-    if (ec != std::errc() || end != round.data() + round.size() || newest < 0) {
+    auto newest = parse_whole<std::int64_t>(round);
+    if (!newest || *newest < 0) {
       return self->fail(store_error_ptr(
           fmt::format("the round counter of run {} is corrupt", self->options_.run_id)));
     }
-    self->join(std::max<std::int64_t>(newest, self->last_round_ + 1));
+    self->join(std::max<std::int64_t>(*newest, self->last_round_ + 1));
   });
 }
 
@@ -139,11 +138,7 @@ void dynamic_rendezvous::impl::report_job_failed() {
                     [self, why, t](store_result r) {
       if (!self->current(t)) return;  // a stale round's reply
       std::int64_t failed_round = self->last_round_;
-      if (!r.error) {
-        std::int64_t parsed = 0;
-        auto [end, ec] = std::from_chars(r.value.data(), r.value.data() + r.value.size(), parsed);
-        if (ec == std::errc() && end == r.value.data() + r.value.size()) failed_round = parsed;
-      }
+      if (!r.error) failed_round = parse_whole<std::int64_t>(r.value).value_or(failed_round);
       self->fail(std::make_exception_ptr(job_failed_error(
           fmt::format("the job failed on another node ({}); its restarts "
                       "(--max-restarts={}) are used up",

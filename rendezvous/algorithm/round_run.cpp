@@ -1,13 +1,13 @@
 // While a round runs (docs/rendezvous.md, "Ending a round", "Failure
 // reports"): the WAIT on `over`, the heartbeat ring, a failure's restart
 // count, failing the job, the failure board, progress and status.
-#include <charconv>
 #include <utility>
 
 #include <boost/asio/post.hpp>
 #include <fmt/format.h>
 
 #include "rendezvous/algorithm/dynamic_rendezvous_impl.h"
+#include "rendezvous/base/parse_whole.h"
 #include "rendezvous/algorithm/failure_board.h"
 
 namespace dtrun::rendezvous {
@@ -118,14 +118,12 @@ void dynamic_rendezvous::impl::report_failure(std::string reason, restart_comple
     self->ops_->get(self->keys_.round_restarts(r), self->options_.close_timeout,
                     [self, r, reason, done](store_result counted) {
       if (counted.error) return done(counted.error, 0);
-      std::int64_t restarts = 0;
-      const auto& v = counted.value;
-      auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), restarts);
-      if (ec != std::errc() || end != v.data() + v.size()) {
+      auto restarts = parse_whole<std::int64_t>(counted.value);
+      if (!restarts) {
         return done(store_error_ptr(fmt::format("the restart count of round {} is corrupt", r)),
                     0);
       }
-      self->end_failed_round(r, reason, restarts, done);
+      self->end_failed_round(r, reason, *restarts, done);
     });
   });
 }
