@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <string>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -13,6 +16,16 @@ using json = nlohmann::json;
 namespace {
 
 std::string compact(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+// j.at(name).get_to(into) for each (name, into) pair, in order: the first
+// one missing or of the wrong type throws.
+void read_required(const json&) {}
+
+template <typename T, typename... Rest>
+void read_required(const json& j, const char* name, T& into, Rest&&... rest) {
+  j.at(name).get_to(into);
+  read_required(j, std::forward<Rest>(rest)...);
+}
 
 }  // namespace
 
@@ -25,11 +38,8 @@ std::string to_text(const node_descriptor& d) {
 node_descriptor descriptor_from_text(const std::string& text) {
   auto j = json::parse(text);
   node_descriptor d;
-  j.at("addr").get_to(d.addr);
-  j.at("host").get_to(d.hostname);
-  j.at("pid").get_to(d.pid);
-  j.at("nproc").get_to(d.nproc);
-  j.at("prev_rank").get_to(d.prev_rank);
+  read_required(j, "addr", d.addr, "host", d.hostname, "pid", d.pid, "nproc", d.nproc,
+                "prev_rank", d.prev_rank);
   d.master_port = j.value("master_port", 0);
   // Absent in descriptors of older dtrun versions: no worker store.
   d.worker_store_port = j.value("worker_store_port", 0);
@@ -118,13 +128,9 @@ std::string to_text(const rank_assignment& a) {
 rank_assignment assignment_from_text(const std::string& text) {
   auto j = json::parse(text);
   rank_assignment a;
-  j.at("rank").get_to(a.group_rank);
-  j.at("first").get_to(a.first_rank);
-  j.at("nproc").get_to(a.nproc);
-  j.at("world").get_to(a.world_size);
-  j.at("rank0_addr").get_to(a.rank0_addr);
-  j.at("rank0_port").get_to(a.rank0_port);
-  j.at("worker_port").get_to(a.worker_port);
+  read_required(j, "rank", a.group_rank, "first", a.first_rank, "nproc", a.nproc, "world",
+                a.world_size, "rank0_addr", a.rank0_addr, "rank0_port", a.rank0_port,
+                "worker_port", a.worker_port);
   a.worker_addr = j.value("worker_addr", std::string());
   a.successor_arrival = j.value("next", 0);
   // Workers get these as RANK/WORLD_SIZE: nonsense must not reach them.

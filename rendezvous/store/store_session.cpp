@@ -177,6 +177,93 @@ bool store_session::reply_fits(std::size_t bytes, std::string_view what) {
   return false;
 }
 
+bool store_session::reply_compare_set(const wire::request& r, std::string& out) {
+  auto& table = ctx_.table;
+  auto result = table.compare_set(r.keys[0], r.values[0], r.values[1]);
+  if (!reply_fits(wire::value_bytes(result.size()), "COMPARE_SET")) return false;
+  wire::put_value_reply(out, result);
+  return true;
+}
+
+bool store_session::reply_get(const wire::request& r, std::string& out) {
+  auto& table = ctx_.table;
+  if (auto* v = table.find(r.keys[0])) {
+    if (!reply_fits(wire::value_bytes(v->size()), "GET")) return false;
+    wire::put_value_reply(out, *v);
+  } else if (*dialect_ == wire::dialect::v1_13) {
+    // A 1.13 client WAITs before every GET, so a missing key means it
+    // is out of step: a wait it timed out on was answered late, and it
+    // took that stray reply for this wait's. Dropping the connection
+    // (as torch's own 1.13 server does) makes it raise instead of
+    // reading an empty value as the key's.
+    fail(fmt::format("GET of missing key '{}' from a 1.13 client (out of step after a "
+                     "timed-out wait?)",
+                     printable(r.keys[0])));
+    return false;
+  } else {
+    // 2.x clients cancel timed-out waits; a key deleted between WAIT
+    // and GET reads empty, as on PyTorch's libuv server.
+    wire::put_value_reply(out, {});
+  }
+  return true;
+}
+
+bool store_session::reply_add(const wire::request& r, std::string& out) {
+  auto& table = ctx_.table;
+  auto sum = table.add(r.keys[0], r.number);
+  if (!sum) {
+    fail(fmt::format("ADD on key '{}': its value is not a number, or the sum overflows "
+                     "64 bits",
+                     printable(r.keys[0])));
+    return false;
+  }
+  wire::put_number_reply(out, *sum);
+  return true;
+}
+
+bool store_session::reply_multi_get(const wire::request& r, std::string& out) {
+  auto& table = ctx_.table;
+  // Size the reply before building it: a few KB naming one big value a
+  // thousand times must not make the server allocate gigabytes.
+  // Each key is looked up once; the second pass only copies.
+  std::vector<std::string_view> values;
+  values.reserve(r.keys.size());
+  std::size_t total = 0;
+  for (const auto& k : r.keys) {
+    auto* v = table.find(k);
+    values.push_back(v ? std::string_view(*v) : std::string_view());
+    total += wire::value_bytes(values.back().size());
+  }
+  if (!reply_fits(total, "MULTI_GET")) return false;
+  out.reserve(total);
+  wire::put_values_reply(out, values);
+  return true;
+}
+
+bool store_session::reply_list_keys(std::string& out) {
+  auto keys = ctx_.table.list_keys();
+  std::size_t total = wire::number_bytes;
+  for (const auto& k : keys) total += wire::value_bytes(k.size());
+  if (!reply_fits(total, "LIST_KEYS")) return false;
+  wire::put_counted_values_reply(out, keys);
+  return true;
+}
+
+void store_session::append(const wire::request& r) {
+  auto& table = ctx_.table;
+  // Values stay within the value cap however they are built, so a GET
+  // of any stored value fits in a reply.
+  auto* current = table.find(r.keys[0]);
+  std::size_t total = (current ? current->size() : 0) + r.values[0].size();
+  if (total > ctx_.limits.request.max_value_bytes) {
+    fail(fmt::format("APPEND to key '{}' would make a value of {} bytes, over the limit "
+                     "of {}",
+                     printable(r.keys[0]), total, ctx_.limits.request.max_value_bytes));
+    return;
+  }
+  table.append(r.keys[0], r.values[0]);
+}
+
 void store_session::handle(wire::request& r) {
   using wire::op;
   auto& table = ctx_.table;
@@ -198,43 +285,15 @@ void store_session::handle(wire::request& r) {
       remember_will(r.keys[0], r.values[0]);
       table.set(r.keys[0], std::move(r.values[0]));
       return;
-    case op::compare_set: {
-      auto result = table.compare_set(r.keys[0], r.values[0], r.values[1]);
-      if (!reply_fits(wire::value_bytes(result.size()), "COMPARE_SET")) return;
-      wire::put_value_reply(out, result);
+    case op::compare_set:
+      if (!reply_compare_set(r, out)) return;
       break;
-    }
     case op::get:
-      if (auto* v = table.find(r.keys[0])) {
-        if (!reply_fits(wire::value_bytes(v->size()), "GET")) return;
-        wire::put_value_reply(out, *v);
-      } else if (*dialect_ == wire::dialect::v1_13) {
-        // A 1.13 client WAITs before every GET, so a missing key means it
-        // is out of step: a wait it timed out on was answered late, and it
-        // took that stray reply for this wait's. Dropping the connection
-        // (as torch's own 1.13 server does) makes it raise instead of
-        // reading an empty value as the key's.
-        fail(fmt::format("GET of missing key '{}' from a 1.13 client (out of step after a "
-                         "timed-out wait?)",
-                         printable(r.keys[0])));
-        return;
-      } else {
-        // 2.x clients cancel timed-out waits; a key deleted between WAIT
-        // and GET reads empty, as on PyTorch's libuv server.
-        wire::put_value_reply(out, {});
-      }
+      if (!reply_get(r, out)) return;
       break;
-    case op::add: {
-      auto sum = table.add(r.keys[0], r.number);
-      if (!sum) {
-        fail(fmt::format("ADD on key '{}': its value is not a number, or the sum overflows "
-                         "64 bits",
-                         printable(r.keys[0])));
-        return;
-      }
-      wire::put_number_reply(out, *sum);
+    case op::add:
+      if (!reply_add(r, out)) return;
       break;
-    }
     case op::check:
       wire::put_byte_reply(out, table.check(r.keys) ? wire::check_ready : wire::check_not_ready);
       break;
@@ -250,37 +309,12 @@ void store_session::handle(wire::request& r) {
     case op::watch_key:
       start_watch(r.keys[0]);
       return;
-    case op::append: {
-      // Values stay within the value cap however they are built, so a GET
-      // of any stored value fits in a reply.
-      auto* current = table.find(r.keys[0]);
-      std::size_t total = (current ? current->size() : 0) + r.values[0].size();
-      if (total > ctx_.limits.request.max_value_bytes) {
-        fail(fmt::format("APPEND to key '{}' would make a value of {} bytes, over the limit "
-                         "of {}",
-                         printable(r.keys[0]), total, ctx_.limits.request.max_value_bytes));
-        return;
-      }
-      table.append(r.keys[0], r.values[0]);
+    case op::append:
+      append(r);
       return;
-    }
-    case op::multi_get: {
-      // Size the reply before building it: a few KB naming one big value a
-      // thousand times must not make the server allocate gigabytes.
-      // Each key is looked up once; the second pass only copies.
-      std::vector<std::string_view> values;
-      values.reserve(r.keys.size());
-      std::size_t total = 0;
-      for (const auto& k : r.keys) {
-        auto* v = table.find(k);
-        values.push_back(v ? std::string_view(*v) : std::string_view());
-        total += wire::value_bytes(values.back().size());
-      }
-      if (!reply_fits(total, "MULTI_GET")) return;
-      out.reserve(total);
-      wire::put_values_reply(out, values);
+    case op::multi_get:
+      if (!reply_multi_get(r, out)) return;
       break;
-    }
     case op::multi_set:
       for (std::size_t i = 0; i < r.keys.size(); ++i) {
         remember_will(r.keys[i], r.values[i]);
@@ -304,14 +338,9 @@ void store_session::handle(wire::request& r) {
     case op::queue_len:
       wire::put_number_reply(out, table.queue_len(r.keys[0]));
       break;
-    case op::list_keys: {
-      auto keys = table.list_keys();
-      std::size_t total = wire::number_bytes;
-      for (const auto& k : keys) total += wire::value_bytes(k.size());
-      if (!reply_fits(total, "LIST_KEYS")) return;
-      wire::put_counted_values_reply(out, keys);
+    case op::list_keys:
+      if (!reply_list_keys(out)) return;
       break;
-    }
   }
   reply(std::move(out));
 }

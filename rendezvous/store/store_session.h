@@ -141,6 +141,14 @@ class store_session {
   void process();
   void handle_requests();
   void handle(wire::request& r);
+  // The ops of handle() that take more than a few lines: each writes its
+  // reply into `out`, or fails the session and returns false (no reply).
+  bool reply_compare_set(const wire::request& r, std::string& out);
+  bool reply_get(const wire::request& r, std::string& out);
+  bool reply_add(const wire::request& r, std::string& out);
+  bool reply_multi_get(const wire::request& r, std::string& out);
+  bool reply_list_keys(std::string& out);
+  void append(const wire::request& r);  // APPEND has no reply
   void reply(std::string bytes);
   // Whether output caused by another client's write (a watch event, a
   // wake-up) of `bytes` fits under the output cap; fails the session if not.
