@@ -18,6 +18,7 @@
 #include "test_files.h"
 
 using namespace dtrun::agent;
+using dtrun::env_map;
 
 namespace {
 

@@ -3,6 +3,7 @@
 #include "agent/worker_env.h"
 
 using namespace dtrun::agent;
+using dtrun::env_map;
 using dtrun::rendezvous::rendezvous_info;
 
 namespace {
