@@ -106,6 +106,7 @@ void dynamic_rendezvous::impl::wait_for_next_round(std::int64_t r, int members) 
 // reported loss can be overwritten. `done` gets what `over` holds after.
 void dynamic_rendezvous::impl::end_round_first(std::int64_t r, std::string reason,
                                                store_callback done) {
+  if (!done) done = unheeded_("end the round");
   ops_->compare_set(keys_.over(r), "", std::move(reason), std::move(done));
 }
 
@@ -194,7 +195,7 @@ void dynamic_rendezvous::impl::start_round(std::int64_t r, const rank_assignment
   cancel(deadline_timer_, deadline_armed_);
   ops_->set_will(keys_.will(round_, group_rank_), keys_.over(r),
                  fmt::format("node {} ({}) was lost", group_rank_, advertised_addr_),
-                 [](store_result) {});
+                 unheeded_("set this node's will"));
   watch_over(r);
   watch_successor(r, mine.successor_arrival);
 }
