@@ -110,7 +110,7 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
 
   // --- round_close.cpp ------------------------------------------------------
   void await_close(std::int64_t r);
-  void join_timed_out(std::int64_t r, const std::exception_ptr& error);
+  void join_timed_out(std::int64_t r, const store_result& failure);
   void read_assignment(std::int64_t r);
   void wait_for_next_round(std::int64_t r, int members);
   // Without `done`, a failure is logged once (unheeded_).
