@@ -56,6 +56,7 @@ dynamic_rendezvous::impl::impl(asio::io_context& io, dynamic_rendezvous_options 
                                rendezvous_parts parts)
     : io_(io),
       options_(with_default_log(std::move(options))),
+      unheeded_(options_.log),
       keys_(options_.run_id),
       os_(std::move(parts.os)),
       host_(std::move(parts.host)),

@@ -110,11 +110,11 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
 
   // --- round_close.cpp ------------------------------------------------------
   void await_close(std::int64_t r);
-  void join_timed_out(std::int64_t r, const std::exception_ptr& error);
+  void join_timed_out(std::int64_t r, const store_result& failure);
   void read_assignment(std::int64_t r);
   void wait_for_next_round(std::int64_t r, int members);
-  void end_round_first(std::int64_t r, std::string reason,
-                       store_callback done = [](store_result) {});
+  // Without `done`, a failure is logged once (unheeded_).
+  void end_round_first(std::int64_t r, std::string reason, store_callback done = {});
   void fail_job_finished(std::int64_t r);
   void fail_corrupt_count(std::int64_t r);
   void complete_round(std::int64_t r, int members, const std::string& assignment_text);
@@ -150,6 +150,8 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
 
   boost::asio::io_context& io_;
   dynamic_rendezvous_options options_;
+  // The callbacks of the writes nobody waits for: each failure logged once.
+  unheeded_writes unheeded_;
   rendezvous_keys keys_;
   std::shared_ptr<const rendezvous_os> os_;
   std::unique_ptr<store_host> host_;

@@ -26,19 +26,23 @@ void dynamic_rendezvous::impl::await_close(std::int64_t r) {
   waits_->wait({keys_.closed(r)}, options_.join_timeout,
                [self = shared_from_this(), r, t = ticket()](store_result c) {
     if (!self->current(t)) return;  // a stale round's reply
-    if (c.error) return self->join_timed_out(r, c.error);
+    if (c.error) return self->join_timed_out(r, c);
     self->read_assignment(r);
   });
 }
 
 // Only the WAIT's own deadline means the nodes did not come; a store that
 // stopped answering (close_timeout) or was lost says so.
-void dynamic_rendezvous::impl::join_timed_out(std::int64_t r, const std::exception_ptr& failure) {
-  try {
-    std::rethrow_exception(failure);
-  } catch (const store_wait_timeout&) {
-  } catch (...) {
-    return fail(failure);
+void dynamic_rendezvous::impl::join_timed_out(std::int64_t r, const store_result& failure) {
+  switch (failure.kind) {
+    case store_error_kind::wait_timeout:
+      break;
+    case store_error_kind::none:
+    case store_error_kind::timeout:
+    case store_error_kind::connection_lost:
+    case store_error_kind::corrupt_reply:
+    case store_error_kind::other:
+      return fail(failure.error);
   }
   auto error = store_error_ptr(fmt::format(
       "round {} did not gather {} node(s) within the join timeout ({} s); start the "
@@ -106,6 +110,7 @@ void dynamic_rendezvous::impl::wait_for_next_round(std::int64_t r, int members) 
 // reported loss can be overwritten. `done` gets what `over` holds after.
 void dynamic_rendezvous::impl::end_round_first(std::int64_t r, std::string reason,
                                                store_callback done) {
+  if (!done) done = unheeded_("end the round");
   ops_->compare_set(keys_.over(r), "", std::move(reason), std::move(done));
 }
 
@@ -194,7 +199,7 @@ void dynamic_rendezvous::impl::start_round(std::int64_t r, const rank_assignment
   cancel(deadline_timer_, deadline_armed_);
   ops_->set_will(keys_.will(round_, group_rank_), keys_.over(r),
                  fmt::format("node {} ({}) was lost", group_rank_, advertised_addr_),
-                 [](store_result) {});
+                 unheeded_("set this node's will"));
   watch_over(r);
   watch_successor(r, mine.successor_arrival);
 }

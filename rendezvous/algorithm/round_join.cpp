@@ -152,7 +152,7 @@ void dynamic_rendezvous::impl::report_job_failed() {
 void dynamic_rendezvous::impl::join(std::int64_t r) {
   round_ = r;
   ops_->compare_set(keys_.newest_round(), std::to_string(r - 1), std::to_string(r),
-                    [](store_result) {});
+                    unheeded_("record the newest round"));
   ops_->add(keys_.joined(r), 1, [self = shared_from_this(), r, t = ticket()](store_result a) {
     if (!self->current(t)) return;  // a stale round's reply
     if (a.error) return self->fail(a.error);
@@ -176,7 +176,7 @@ void dynamic_rendezvous::impl::joined(std::int64_t r, int index) {
         r, e.what())));
   }
   ops_->set(keys_.node(r, index), to_text(describe_self(worker_store_port)),
-            [](store_result) {});
+            unheeded_("publish this node's address"));
   if (index < options_.min_nodes) {
     // Said once per round: what this node waits for, and how long.
     log(fmt::format(
@@ -265,7 +265,8 @@ void dynamic_rendezvous::impl::publish_ranks(std::int64_t r, int members) {
     }
     published.push_back(self->keys_.closed(r));
     texts.push_back(std::to_string(assignments.size()));
-    self->ops_->multi_set(std::move(published), std::move(texts), [](store_result) {});
+    self->ops_->multi_set(std::move(published), std::move(texts),
+                          self->unheeded_("publish the round's ranks"));
   });
 }
 

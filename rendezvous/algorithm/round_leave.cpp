@@ -38,7 +38,7 @@ void dynamic_rendezvous::impl::await_stop_seen(std::function<void()> done) {
   auto self = shared_from_this();
   // Leaving after a stop is no loss: a will executed later would end a
   // round (or recreate a key of a released job) for nothing.
-  ops_->withdraw_will(keys_.will(round_, group_rank_), [](store_result) {});
+  ops_->withdraw_will(keys_.will(round_, group_rank_), unheeded_("withdraw this node's will"));
   auto release = [self, done] {
     if (!self->external_store()) return done();
     self->release_job(done);
@@ -59,7 +59,7 @@ void dynamic_rendezvous::impl::await_stop_seen(std::function<void()> done) {
 void dynamic_rendezvous::impl::stop_seen(std::function<void()> done) {
   if (!ops_) return done();
   end_here();
-  ops_->withdraw_will(keys_.will(round_, group_rank_), [](store_result) {});
+  ops_->withdraw_will(keys_.will(round_, group_rank_), unheeded_("withdraw this node's will"));
   count_stop_seen([done](bool) { done(); });
 }
 
@@ -94,7 +94,7 @@ void dynamic_rendezvous::impl::finish(std::function<void(std::exception_ptr)> do
     self->leave(r, false);
   });
   // Leaving on purpose is not a loss: withdraw the will first.
-  ops_->withdraw_will(keys_.will(round_, group_rank_), [](store_result) {});
+  ops_->withdraw_will(keys_.will(round_, group_rank_), unheeded_("withdraw this node's will"));
   ops_->add(keys_.done(r), 1, [self, r](store_result n) {
     if (n.error) return self->finish_with(n.error);
     if (n.number < self->members_) return;
@@ -118,7 +118,7 @@ void dynamic_rendezvous::impl::leave(std::int64_t r, bool everyone_done) {
     // The last to leave releases the host, and the job's keys when the
     // store outlives the job (etcd).
     if (n.number >= self->members_) {
-      self->ops_->set(self->keys_.all_left(r), "1", [](store_result) {});
+      self->ops_->set(self->keys_.all_left(r), "1", self->unheeded_("mark that every node left"));
       return self->release_job([self] { self->finish_with(nullptr); });
     }
     if (!self->hosting()) return self->finish_with(nullptr);
@@ -146,8 +146,8 @@ void dynamic_rendezvous::impl::await_all_left(std::int64_t r) {
 // which live on their agents' leases and would otherwise stay until those
 // expire; best effort.
 void dynamic_rendezvous::impl::release_job(std::function<void()> done) {
-  ops_->release(keys_.status_prefix(), [](store_result) {});
-  ops_->release(keys_.will_prefix(), [](store_result) {});
+  ops_->release(keys_.status_prefix(), unheeded_("release the job's status keys"));
+  ops_->release(keys_.will_prefix(), unheeded_("release the job's wills"));
   ops_->release(keys_.job_prefix(), [done](store_result) { done(); });
 }
 

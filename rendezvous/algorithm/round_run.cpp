@@ -9,6 +9,7 @@
 #include "rendezvous/algorithm/dynamic_rendezvous_impl.h"
 #include "rendezvous/base/parse_whole.h"
 #include "rendezvous/algorithm/failure_board.h"
+#include "rendezvous/store/round_store.h"
 
 namespace dtrun::rendezvous {
 
@@ -67,11 +68,7 @@ void dynamic_rendezvous::impl::watch_successor(std::int64_t r, int successor_arr
 // lease, the cluster's quorum); a TCPStore connection just closes.
 std::string dynamic_rendezvous::impl::lost_store_reason(const std::exception_ptr& error) const {
   if (!external_store()) return "the connection to the rendezvous store was lost";
-  try {
-    std::rethrow_exception(error);
-  } catch (const std::exception& e) {
-    return fmt::format("the rendezvous store was lost: {}", e.what());
-  }
+  return fmt::format("the rendezvous store was lost: {}", error_message(error));
 }
 
 void dynamic_rendezvous::impl::watch_round(std::function<void(std::string)> on_over) {
@@ -97,7 +94,8 @@ void dynamic_rendezvous::impl::share_progress(bool progressed,
 void dynamic_rendezvous::impl::publish_status(std::string status_json,
                                               std::function<void()> stored) {
   if (!ops_ || round_ < 0) return;
-  ops_->set(keys_.status_node(group_rank_), std::move(status_json), [](store_result) {});
+  ops_->set(keys_.status_node(group_rank_), std::move(status_json),
+            unheeded_("publish this node's status"));
   ops_->set(keys_.status_nodes(), std::to_string(members_), [stored](store_result r) {
     if (!r.error && stored) stored();
   });
@@ -137,7 +135,8 @@ void dynamic_rendezvous::impl::count_restart(std::int64_t r, std::string reason,
       // Out of restarts: the job is over for every node, not just us.
       self->mark_job_failed(fmt::format("node {}: {}", self->group_rank_, reason));
     }
-    self->ops_->set(self->keys_.round_restarts(r), std::to_string(n.number), [](store_result) {});
+    self->ops_->set(self->keys_.round_restarts(r), std::to_string(n.number),
+                    self->unheeded_("record the round's restart count"));
     self->end_failed_round(r, reason, n.number, done);
   });
 }
@@ -148,7 +147,7 @@ void dynamic_rendezvous::impl::end_failed_round(std::int64_t r, const std::strin
                                                 std::int64_t restarts,
                                                 const restart_completion& done) {
   auto over = keys_.over(r);
-  ops_->set(over, fmt::format("node {}: {}", group_rank_, reason), [](store_result) {});
+  ops_->set(over, fmt::format("node {}: {}", group_rank_, reason), unheeded_("end the round"));
   // A round trip before we answer: the caller may start the next round at
   // once, which closes this client, and the others must be told.
   ops_->check({over}, [done, restarts = static_cast<int>(restarts)](store_result) {
@@ -160,15 +159,15 @@ void dynamic_rendezvous::impl::end_failed_round(std::int64_t r, const std::strin
 // same connection, so a node woken by `failed` finds the round whose
 // failure reports to read (report_job_failed).
 void dynamic_rendezvous::impl::mark_job_failed(const std::string& why) {
-  ops_->set(keys_.failed_round(), std::to_string(round_), [](store_result) {});
-  ops_->set(keys_.failed(), why, [](store_result) {});
+  ops_->set(keys_.failed_round(), std::to_string(round_), unheeded_("record the failed round"));
+  ops_->set(keys_.failed(), why, unheeded_("mark the job failed"));
 }
 
 void dynamic_rendezvous::impl::fail_job(std::string reason, std::function<void()> done) {
   end_here();
   auto why = fmt::format("node {}: {}", group_rank_, reason);
   mark_job_failed(why);
-  ops_->set(keys_.over(round_), why, [](store_result) {});
+  ops_->set(keys_.over(round_), why, unheeded_("end the round"));
   // A round trip, so both are applied before we leave (and close).
   ops_->check({keys_.failed()}, [done](store_result) { done(); });
 }

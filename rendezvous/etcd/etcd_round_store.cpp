@@ -51,9 +51,7 @@ std::exception_ptr connection_error(const std::string& message) {
 }
 
 store_result connection_failure(const std::string& message) {
-  store_result out;
-  out.error = connection_error(message);
-  return out;
+  return store_result::failed(connection_error(message));
 }
 
 std::string txn_problem(const etcd_reply& r, etcd_txn& txn) {
@@ -115,7 +113,7 @@ void etcd_round_store::fail_queued(std::exception_ptr error) {
   for (auto& q : waiting) {
     asio::post(io_, [done = std::move(q.done), error] {
       store_result r;
-      r.error = error;
+      r.fail(error);
       done(std::move(r));
     });
   }
@@ -133,7 +131,7 @@ void etcd_round_store::shut(std::exception_ptr error) {
   connection_->close();
   if (auto c = std::exchange(cancel_current_, nullptr)) {
     store_result r;
-    r.error = error;
+    r.fail(error);
     c(std::move(r));
   }
   fail_queued(error);

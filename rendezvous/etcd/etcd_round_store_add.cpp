@@ -19,8 +19,8 @@ void etcd_round_store::add(std::string key, std::int64_t delta, store_callback d
     if (delta == 0) return self->count_of(key, 0, f);
     if (delta != 1) {
       store_result out;
-      out.error = store_error_ptr(fmt::format(
-          "etcd counters count one at a time (ADD 0 or 1), not ADD {} on '{}'", delta, key));
+      out.fail(store_error_ptr(fmt::format(
+          "etcd counters count one at a time (ADD 0 or 1), not ADD {} on '{}'", delta, key)));
       return f(std::move(out));
     }
     auto stamp = fmt::format("{} {}", self->lease_, ++self->add_seq_);

@@ -65,7 +65,7 @@ void etcd_round_store::put(const std::string& key, const std::string& value, boo
   call("/v3/kv/put", body, true, request_deadline(), [f](etcd_reply r) {
     store_result out;
     auto error = etcd_reply_problem(r, "put", parse_object);
-    if (!error.empty()) out.error = connection_error(error);
+    if (!error.empty()) out.fail(connection_error(error));
     f(std::move(out));
   });
 }
@@ -129,7 +129,7 @@ void etcd_round_store::delete_range(json body,
     std::int64_t deleted = 0;
     auto error = etcd_reply_problem(r, "deleterange",
         [&](auto text) { return parse_delete(text, deleted); });
-    if (!error.empty()) out.error = connection_error(error);
+    if (!error.empty()) out.fail(connection_error(error));
     then(std::move(out), deleted);
   });
 }
@@ -222,7 +222,7 @@ void etcd_round_store::release_unstarted(std::vector<std::string> prefixes, std:
       store_result out;
       etcd_txn txn;
       auto error = txn_problem(r, txn);
-      if (!error.empty()) out.error = connection_error(error);
+      if (!error.empty()) out.fail(connection_error(error));
       out.flag = txn.succeeded;
       f(std::move(out));
     });

@@ -116,9 +116,9 @@ void etcd_round_store::watch_for(std::vector<std::string> absent, std::int64_t f
     if (ec) return;
     std::vector<std::string> names(waiting->begin(), waiting->end());
     store_result r;
-    r.error = std::make_exception_ptr(store_wait_timeout(fmt::format(
+    r.fail(std::make_exception_ptr(store_wait_timeout(fmt::format(
         "waited {} s for {} in etcd; it was never set", timeout.count() / 1000.0,
-        fmt::join(names, ", "))));
+        fmt::join(names, ", ")))));
     end(std::move(r));
   });
 }
@@ -147,7 +147,7 @@ void etcd_round_store::read(std::vector<std::string> keys, finish f, std::size_t
            }
            if (!range || range->kvs.empty()) {
              store_result out;
-             out.error = store_error_ptr(fmt::format("'{}' vanished from etcd while it was read", keys[i]));
+             out.fail(store_error_ptr(fmt::format("'{}' vanished from etcd while it was read", keys[i])));
              return f(std::move(out));
            }
            values.push_back(range->kvs[0].value);

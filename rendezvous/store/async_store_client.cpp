@@ -51,7 +51,7 @@ void async_store_client::connect(store_callback done) {
     // Exactly one completion per call, from the loop as always.
     auto error = std::make_exception_ptr(store_connection_error(fmt::format(
         "connect() was already called for the store at {}", impl_->endpoint_text_)));
-    asio::post(impl_->io_, [done = std::move(done), error] { done({.error = error}); });
+    asio::post(impl_->io_, [done = std::move(done), error] { done(store_result::failed(error)); });
     return;
   }
   impl_->connect(std::move(done));

@@ -42,7 +42,9 @@ void async_store_client::impl::connect(store_callback done) {
   if (closed_ || hello_answered_) {
     // Exactly one completion per call, from the loop as always.
     auto error = closed_ ? closed_error() : hello_error_;
-    asio::post(io_, [done = std::move(done), error] { done({.error = error}); });
+    asio::post(io_, [done = std::move(done), error] {
+      done(store_result::failed(error));
+    });
     return;
   }
   connect_done_.push_back(std::move(done));
@@ -168,9 +170,9 @@ void async_store_client::impl::close_with(std::exception_ptr error) {
     std::move(lane.begin(), lane.end(), std::back_inserter(pending));
     lane.clear();
   }
-  for (auto& done : std::exchange(connect_done_, {})) done({.error = error});
+  for (auto& done : std::exchange(connect_done_, {})) done(store_result::failed(error));
   for (auto& o : pending) {
-    if (o.done) o.done({.error = error});
+    if (o.done) o.done(store_result::failed(error));
   }
 }
 

@@ -41,7 +41,9 @@ void async_store_client::impl::enqueue_next(int lane, const wire::request& r, st
 
 void async_store_client::impl::enqueue(int lane, operation o, bool first) {
   if (closed_) {
-    asio::post(io_, [done = std::move(o.done), error = closed_error()] { done({.error = error}); });
+    asio::post(io_, [done = std::move(o.done), error = closed_error()] {
+      done(store_result::failed(error));
+    });
     return;
   }
   o.id = ++last_id_;
@@ -159,7 +161,7 @@ void async_store_client::impl::on_timeout(std::uint64_t id) {
     close_with(std::make_exception_ptr(store_connection_error(fmt::format(
         "the connection to the store at {} was closed after a wait timed out",
         endpoint_text_))));
-    done({.error = error});
+    done(store_result::failed(error));
     return;
   }
   close_with(std::make_exception_ptr(store_timeout(fmt::format(

@@ -25,14 +25,14 @@ store_result async_store_client::impl::to_result(const operation& o, wire::reply
   switch (o.answered) {
     case op::ping:  // the hello
       if (r.nonce != o.nonce) {
-        result.error = std::make_exception_ptr(
-            store_connection_error("the server did not echo the ping; is it a TCPStore?"));
+        result.fail(std::make_exception_ptr(
+            store_connection_error("the server did not echo the ping; is it a TCPStore?")));
       }
       break;
     case op::wait:
       if (r.byte != wire::wait_stop_waiting) {
-        result.error = std::make_exception_ptr(
-            store_error(fmt::format("unexpected reply {} to WAIT", r.byte)));
+        result.fail(std::make_exception_ptr(
+            store_corrupt_reply(fmt::format("unexpected reply {} to WAIT", r.byte))));
       }
       break;
     case op::check:
@@ -95,7 +95,7 @@ void async_store_client::impl::try_complete() {
         h.keys, options_.max_value_bytes);
     if (parsed.status == wire::parse_status::need_more) break;
     if (parsed.status == wire::parse_status::bad) {
-      close_with(std::make_exception_ptr(store_error(
+      close_with(std::make_exception_ptr(store_corrupt_reply(
           fmt::format("the store at {} sent a bad {}", endpoint_text_, parsed.error))));
       return;
     }
@@ -119,7 +119,7 @@ void async_store_client::impl::try_complete() {
         pump();
         continue;
       }
-      if (cancelled) result.error = wait_timeout_error(h);
+      if (cancelled) result.fail(wait_timeout_error(h));
     } else {
       result = to_result(h, std::move(parsed.rep));
     }
@@ -131,7 +131,8 @@ void async_store_client::impl::try_complete() {
   }
   if (flight_.empty() && begin_ != end_ && !closed_) {
     close_with(std::make_exception_ptr(
-        store_error(fmt::format("the store at {} sent bytes nobody asked for", endpoint_text_))));
+        store_corrupt_reply(
+            fmt::format("the store at {} sent bytes nobody asked for", endpoint_text_))));
     return;
   }
 }

@@ -73,7 +73,7 @@ class memory_round_client final : public round_store,
       auto it = state_->values.find(key);
       auto sum = add_to_counter(it == state_->values.end() ? nullptr : &it->second, delta);
       if (!sum) {
-        r.error = store_error_ptr(fmt::format("add: the value of key '{}' is not a number", key));
+        r.fail(store_error_ptr(fmt::format("add: the value of key '{}' is not a number", key)));
         return r;
       }
       r.number = *sum;
@@ -196,8 +196,8 @@ class memory_round_client final : public round_store,
       if (ec || !self || armed != self->armed_ || self->queue_.empty()) return;
       auto keys = self->queue_.front().awaited;
       self->post(std::move(self->queue_.front().done),
-                 store_result{.error = std::make_exception_ptr(store_wait_timeout(
-                                  fmt::format("wait for {} timed out", quoted_keys(keys))))});
+                 store_result::failed(std::make_exception_ptr(store_wait_timeout(
+                     fmt::format("wait for {} timed out", quoted_keys(keys))))));
       self->queue_.pop_front();
       self->pump();
     });
@@ -230,8 +230,8 @@ class memory_round_client final : public round_store,
   }
 
   static store_result connection_lost() {
-    return store_result{.error = std::make_exception_ptr(
-                            store_connection_error("the connection to the store was closed"))};
+    return store_result::failed(std::make_exception_ptr(
+        store_connection_error("the connection to the store was closed")));
   }
 
   void post(store_callback done, store_result result) {

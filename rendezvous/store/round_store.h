@@ -20,22 +20,84 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "rendezvous/store/store.h"
 
 namespace dtrun::rendezvous {
 
+// What kind of failure a store_result carries, for handlers to switch on
+// (instead of rethrowing `error` to learn its class). Each kind is one
+// class of store.h: store_timeout, store_wait_timeout, store_connection_error,
+// store_corrupt_reply; any other exception is `other`.
+enum class store_error_kind {
+  none,             // no error
+  timeout,          // the store stopped answering in time (store_timeout)
+  wait_timeout,     // a WAIT's own deadline passed; the store answered
+  connection_lost,  // the connection could not be made, was lost or closed
+  corrupt_reply,    // the store answered something that is not a reply
+  other,            // any other store_error (a value that is not a number...)
+};
+
+// The kind of `error`: none for null. Backends call it once, where they
+// make a failed result (store_result::failed / fail).
+store_error_kind kind_of(const std::exception_ptr& error);
+
+// "timeout", "wait timeout", "connection lost", ... for log lines.
+const char* describe(store_error_kind kind);
+
+// The message of `error` (what()), or "unknown error" for an exception
+// that is not a std::exception; empty for null.
+std::string error_message(const std::exception_ptr& error);
+
 // What an operation produced. `error` is null on success; which other
-// field is set depends on the operation (see each method).
+// field is set depends on the operation (see each method). `kind` says
+// what `error` is; producers set the two together, through failed() or
+// fail(). `error` stays for its message and for callers that hand it on.
 struct store_result {
   std::exception_ptr error;
+  store_error_kind kind = store_error_kind::none;
   std::string value;                // get, compare_set
   std::int64_t number = 0;          // add, num_keys
   bool flag = false;                // check, delete_key
   std::vector<std::string> values;  // multi_get
+
+  // A result that failed with `error`, its kind set.
+  static store_result failed(std::exception_ptr error) {
+    store_result r;
+    r.fail(std::move(error));
+    return r;
+  }
+  // Marks this result failed with `error` (null: succeeded), its kind set.
+  void fail(std::exception_ptr e) {
+    kind = kind_of(e);
+    error = std::move(e);
+  }
+  // error_message(error).
+  std::string message() const { return error_message(error); }
 };
 using store_callback = std::function<void(store_result)>;
+
+// The callback of a write nobody waits for (a status, a will withdrawn on
+// the way out, a reason the round ended). A failure is logged once per
+// what and kind, so a store that died does not flood the log with every
+// write that followed: "could not <what>: <message>". Copies share what
+// they have logged; the callbacks they make may outlive them. Like every
+// store callback, they run on the one loop of their clients.
+class unheeded_writes {
+ public:
+  explicit unheeded_writes(std::function<void(const std::string&)> log);
+
+  // The callback for one write; `what` names it ("withdraw the will of
+  // node 3"), so keep it free of per-call details (round numbers) to log
+  // a repeated failure once.
+  store_callback operator()(std::string what) const;
+
+ private:
+  struct state;
+  std::shared_ptr<state> state_;
+};
 
 class round_store {
  public:

@@ -59,6 +59,13 @@ class store_connection_error : public store_error {
   using store_error::store_error;
 };
 
+// The store answered something that is not a valid reply (a bad frame, a
+// reply to another request): the connection cannot be trusted further.
+class store_corrupt_reply : public store_error {
+ public:
+  using store_error::store_error;
+};
+
 using store_clock = std::chrono::steady_clock;
 using store_duration = std::chrono::milliseconds;
 

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "rendezvous/store/async_store_client.h"
+#include "rendezvous/store/round_store.h"
 #include "rendezvous/store/store_server.h"
 #include "random_timeouts.h"
 #include "server_fixture.h"
@@ -201,6 +202,7 @@ TEST_CASE("losing the server fails a pending wait at once, not at its timeout") 
   auto start = std::chrono::steady_clock::now();
   c->wait({"k"}, 60s, [&](store_result r) {
     CHECK(holds<store_connection_error>(r.error, &message));
+    CHECK(r.kind == store_error_kind::connection_lost);
   });
   // Stop the server once the client is connected and its WAIT is queued
   // behind the handshake: a check round-trip proves both.
@@ -449,6 +451,7 @@ TEST_CASE("connect after close fails once from the loop") {
   c->connect([&](store_result r) {
     ++calls;
     CHECK(holds<store_connection_error>(r.error));
+    CHECK(r.kind == store_error_kind::connection_lost);
   });
   CHECK(calls == 0);  // not inline
   io.run();

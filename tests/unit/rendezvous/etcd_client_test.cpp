@@ -15,6 +15,7 @@
 #include "rendezvous/etcd/etcd_round_store.h"
 #include "rendezvous/etcd/etcd_session.h"
 #include "rendezvous/etcd/etcd_watch.h"
+#include "rendezvous/store/round_store.h"
 #include "rendezvous/store/store.h"
 #include "tests/unit/rendezvous/fake_etcd_member.h"
 
@@ -157,9 +158,11 @@ TEST_CASE("etcd: a watch event of the wrong shape reopens the watch after a paus
                                    fake_etcd_member::then::hold};
   });
   std::exception_ptr error;
+  auto kind = store_error_kind::none;
   auto store = connected_store(io, options_for(m), [&](std::shared_ptr<round_store> s) {
     s->get("k", 400ms, [&](store_result r) {
       error = r.error;
+      kind = r.kind;
       io.stop();
     });
   });
@@ -168,6 +171,7 @@ TEST_CASE("etcd: a watch event of the wrong shape reopens the watch after a paus
   store->close();
   REQUIRE(error);
   CHECK_THROWS_AS(std::rethrow_exception(error), store_wait_timeout);
+  CHECK(kind == store_error_kind::wait_timeout);
   // Reopened with a growing pause (50-100 ms, then 100-200 ms, ...): a
   // few times in 400 ms, not hundreds.
   CHECK(watches >= 1);
