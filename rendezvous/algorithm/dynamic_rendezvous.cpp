@@ -74,18 +74,10 @@ void dynamic_rendezvous::impl::end_here() {
 }
 
 void dynamic_rendezvous::impl::fail(std::exception_ptr error) {
-  cancel(deadline_timer_, deadline_armed_);
-  cancel(warning_timer_, warning_armed_);
+  deadline_timer_.cancel();
+  warning_timer_.cancel();
   if (phase_ == round_phase::joining) phase_ = round_phase::idle;
   if (auto done = std::exchange(done_, nullptr)) done(error, {});
-}
-
-// Cancels `timer` and retires its current arming: a handler whose expiry
-// was queued before the cancel (Asio then runs it with success) sees a
-// generation that is no longer current and does nothing.
-void dynamic_rendezvous::impl::cancel(asio::steady_timer& timer, std::uint64_t& armed) {
-  ++armed;
-  timer.cancel();
 }
 
 std::chrono::milliseconds dynamic_rendezvous::impl::bounded(std::chrono::milliseconds d) {
@@ -94,9 +86,9 @@ std::chrono::milliseconds dynamic_rendezvous::impl::bounded(std::chrono::millise
 
 void dynamic_rendezvous::impl::shutdown() {
   ring_->stop();
-  cancel(deadline_timer_, deadline_armed_);
-  cancel(warning_timer_, warning_armed_);
-  cancel(barrier_timer_, barrier_armed_);
+  deadline_timer_.cancel();
+  warning_timer_.cancel();
+  barrier_timer_.cancel();
   phase_ = round_phase::shut_down;
   if (ops_) ops_->close();
   if (waits_) waits_->close();

@@ -23,12 +23,12 @@
 #include <string_view>
 
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/steady_timer.hpp>
 
 #include "rendezvous/algorithm/dynamic_rendezvous.h"
 #include "rendezvous/algorithm/heartbeat_ring.h"
 #include "rendezvous/algorithm/rank_table.h"
 #include "rendezvous/algorithm/rendezvous_keys.h"
+#include "rendezvous/base/generation_timer.h"
 
 namespace dtrun::rendezvous {
 
@@ -142,7 +142,6 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
 
   // --- dynamic_rendezvous.cpp -----------------------------------------------
   void fail(std::exception_ptr error);
-  static void cancel(boost::asio::steady_timer& timer, std::uint64_t& armed);
   // A timer setting that cannot overflow the clock, whatever value the
   // options hold: negative is "now", beyond no_timeout is no_timeout.
   static std::chrono::milliseconds bounded(std::chrono::milliseconds d);
@@ -158,9 +157,7 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   round_store_connector connect_;
   std::shared_ptr<round_store> ops_, waits_;
   std::shared_ptr<heartbeat_ring> ring_;
-  boost::asio::steady_timer deadline_timer_, warning_timer_, barrier_timer_;
-  // Generations of the timers: bumped by every arm and cancel.
-  std::uint64_t deadline_armed_ = 0, warning_armed_ = 0, barrier_armed_ = 0;
+  generation_timer deadline_timer_, warning_timer_, barrier_timer_;
 
   // The round's state.
   round_phase phase_ = round_phase::idle;

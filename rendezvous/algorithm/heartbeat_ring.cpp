@@ -28,22 +28,21 @@ void heartbeat_ring::watch(std::string successor_counter, int successor,
 
 void heartbeat_ring::stop() {
   ++run_;
-  ++armed_;
   timer_.cancel();
 }
 
 // The next beat is armed when the store has counted this one, so a short
 // (even 0) interval cannot queue operations faster than the store answers.
 void heartbeat_ring::schedule(std::uint64_t run) {
-  timer_.expires_after(std::clamp<std::chrono::milliseconds>(
-      settings_.interval, std::chrono::milliseconds::zero(), no_timeout));
-  timer_.async_wait([self = shared_from_this(), run, armed = ++armed_](
-                        const boost::system::error_code& ec) {
-    // Only this arming of this run: an expiry queued before a stop must
-    // not beat for a round that is over or re-arm the timer.
-    if (ec || armed != self->armed_ || run != self->run_) return;
-    self->beat(run);
-  });
+  // Only this arming of this run (generation_timer, and the run): an
+  // expiry queued before a stop must not beat for a round that is over or
+  // re-arm the timer.
+  timer_.arm_after(std::clamp<std::chrono::milliseconds>(
+                       settings_.interval, std::chrono::milliseconds::zero(), no_timeout),
+                   [self = shared_from_this(), run] {
+                     if (run != self->run_) return;
+                     self->beat(run);
+                   });
 }
 
 void heartbeat_ring::beat(std::uint64_t run) {

@@ -18,8 +18,8 @@
 #include <string>
 
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/steady_timer.hpp>
 
+#include "rendezvous/base/generation_timer.h"
 #include "rendezvous/store/round_store.h"
 
 namespace dtrun::rendezvous {
@@ -49,7 +49,7 @@ class heartbeat_ring : public std::enable_shared_from_this<heartbeat_ring> {
   void schedule(std::uint64_t run);
   void beat(std::uint64_t run);
 
-  boost::asio::steady_timer timer_;
+  generation_timer timer_;
   settings settings_;
   std::shared_ptr<round_store> store_;
   std::string own_counter_, successor_counter_;  // "": no successor watched
@@ -58,9 +58,9 @@ class heartbeat_ring : public std::enable_shared_from_this<heartbeat_ring> {
   std::int64_t last_seen_ = -1;
   int misses_ = 0;
   // Bumped by every start and stop: a reply or expiry of an older run does
-  // nothing. `armed_` likewise for each arming of the timer; `watched_`
-  // for each watch, so a read sent before a new watch does not count.
-  std::uint64_t run_ = 0, armed_ = 0, watched_ = 0;
+  // nothing. `watched_` likewise for each watch, so a read sent before a
+  // new watch does not count.
+  std::uint64_t run_ = 0, watched_ = 0;
 };
 
 }  // namespace dtrun::rendezvous

@@ -196,7 +196,7 @@ void dynamic_rendezvous::impl::point_workers(rendezvous_info& info, const rank_a
 // server ends the round for everyone at once (its last will).
 void dynamic_rendezvous::impl::start_round(std::int64_t r, const rank_assignment& mine) {
   if (phase_ == round_phase::joining) phase_ = round_phase::running;
-  cancel(deadline_timer_, deadline_armed_);
+  deadline_timer_.cancel();
   ops_->set_will(keys_.will(round_, group_rank_), keys_.over(r),
                  fmt::format("node {} ({}) was lost", group_rank_, advertised_addr_),
                  unheeded_("set this node's will"));

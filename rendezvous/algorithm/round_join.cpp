@@ -23,10 +23,10 @@ void dynamic_rendezvous::impl::next_round(completion done) {
   ++epoch_;
   phase_ = round_phase::joining;
   ring_->stop();
-  cancel(deadline_timer_, deadline_armed_);
+  deadline_timer_.cancel();
   // An exit barrier of the last round that a failure ended: its timeout
   // must not fire in this round (it would stop our heartbeats).
-  cancel(barrier_timer_, barrier_armed_);
+  barrier_timer_.cancel();
   reconnect([self = shared_from_this(), t = ticket()](std::exception_ptr error) {
     if (error) return self->fail(error);
     self->read_job(t);
@@ -68,7 +68,7 @@ void dynamic_rendezvous::impl::reconnect(std::function<void(std::exception_ptr)>
 
 void dynamic_rendezvous::impl::connected(std::exception_ptr error,
                                          const std::function<void(std::exception_ptr)>& then) {
-  cancel(warning_timer_, warning_armed_);
+  warning_timer_.cancel();
   if (error) return then(error);
   if (advertised_addr_.empty()) {
     // The host talks to its own store over loopback; others see it at the
@@ -82,12 +82,9 @@ void dynamic_rendezvous::impl::connected(std::exception_ptr error,
 
 void dynamic_rendezvous::impl::warn_if_no_host() {
   if (hosting() || external_store()) return;
-  warning_timer_.expires_after(bounded(options_.no_host_warning));
-  warning_timer_.async_wait([self = shared_from_this(), armed = ++warning_armed_](
-                                const boost::system::error_code& ec) {
-    // Connected (or failed) meanwhile: an expiry queued before the cancel
-    // must not say that nobody answers.
-    if (ec || armed != self->warning_armed_) return;
+  // Connected (or failed) meanwhile: the timer was cancelled, and an
+  // expiry queued before that never runs (generation_timer).
+  warning_timer_.arm_after(bounded(options_.no_host_warning), [self = shared_from_this()] {
     self->log(fmt::format(
         "no store answers at {}:{} yet; the agent on that host hosts it: check that "
         "--rdzv-endpoint names the first node's address (or pass --rdzv-conf is_host=1 "
@@ -207,12 +204,12 @@ node_descriptor dynamic_rendezvous::impl::describe_self(int worker_store_port) c
 // Enough nodes: give latecomers last_call_timeout, then close with whoever
 // is there.
 void dynamic_rendezvous::impl::arm_last_call(std::int64_t r) {
-  deadline_timer_.expires_after(bounded(options_.last_call_timeout));
-  deadline_timer_.async_wait([self = shared_from_this(), r, t = ticket(),
-                              armed = ++deadline_armed_](const boost::system::error_code& ec) {
-    // Only this arming: not an expiry queued before the round closed or
-    // before a later round (maybe with the same number) re-armed it.
-    if (ec || armed != self->deadline_armed_ || !self->current(t)) return;
+  // Only this arming runs (generation_timer): not an expiry queued before
+  // the round closed or before a later round re-armed it; the ticket also
+  // keeps a later round with the same number out.
+  deadline_timer_.arm_after(bounded(options_.last_call_timeout), [self = shared_from_this(), r,
+                                                                  t = ticket()] {
+    if (!self->current(t)) return;
     self->ops_->add(self->keys_.joined(r), 0, [self, r, t](store_result n) {
       if (!self->current(t)) return;  // a stale round's reply
       if (n.error) return self->fail(n.error);

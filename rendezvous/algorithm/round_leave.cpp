@@ -85,10 +85,8 @@ void dynamic_rendezvous::impl::finish(std::function<void(std::exception_ptr)> do
   // predecessor, maybe still training, must not declare it lost.
   auto self = shared_from_this();
   auto r = round_;
-  barrier_timer_.expires_after(bounded(options_.exit_barrier_timeout));
-  barrier_timer_.async_wait([self, r, t = ticket(), armed = ++barrier_armed_](
-                                const boost::system::error_code& ec) {
-    if (ec || armed != self->barrier_armed_ || !self->current(t)) return;
+  barrier_timer_.arm_after(bounded(options_.exit_barrier_timeout), [self, r, t = ticket()] {
+    if (!self->current(t)) return;
     self->log(fmt::format("exit barrier: not every node finished within {} s; leaving anyway",
                           self->options_.exit_barrier_timeout.count() / 1000));
     self->leave(r, false);
@@ -109,7 +107,7 @@ void dynamic_rendezvous::impl::finish(std::function<void(std::exception_ptr)> do
 // closed before it read the release would think the round had ended badly
 // and try to rejoin a store that is gone.
 void dynamic_rendezvous::impl::leave(std::int64_t r, bool everyone_done) {
-  cancel(barrier_timer_, barrier_armed_);
+  barrier_timer_.cancel();
   if (everyone_done) phase_ = round_phase::released;
   ring_->stop();
   if (!everyone_done) return finish_with(nullptr);

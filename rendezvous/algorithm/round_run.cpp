@@ -35,7 +35,7 @@ void dynamic_rendezvous::impl::watch_over(std::int64_t r) {
 void dynamic_rendezvous::impl::round_ended(std::int64_t r, std::string reason) {
   phase_ = round_phase::over;
   ring_->stop();
-  cancel(barrier_timer_, barrier_armed_);
+  barrier_timer_.cancel();
   if (auto cb = std::exchange(on_over_, nullptr)) {
     cb(reason);
   } else {
