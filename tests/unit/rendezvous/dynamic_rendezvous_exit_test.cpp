@@ -129,14 +129,7 @@ TEST_CASE("an exit barrier that a failure ended does not time out in the next ro
       // Round 1 runs well past node 0's round-0 barrier timeout, then both
       // nodes finish.
       later.expires_after(250ms);
-      later.async_wait([&](const boost::system::error_code&) {
-        for (int n = 0; n < 2; ++n) {
-          c.nodes[n]->finish([&](std::exception_ptr e) {
-            released.push_back(e ? message_of(e) : "");
-            if (released.size() == 2) c.shutdown_all();
-          });
-        }
-      });
+      later.async_wait([&](const boost::system::error_code&) { c.finish_all(2, released); });
     });
   };
   for (int i = 0; i < 2; ++i) {

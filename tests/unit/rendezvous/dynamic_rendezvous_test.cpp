@@ -33,44 +33,8 @@ namespace memory_cluster {
 
 TEST_CASE("three nodes get distinct ranks and every node's worker count", "[dynamic_rendezvous]") {
   cluster c;
-  std::vector<round_result> results(3);
-  int completed = 0;
-  auto after = [&] {
-    if (++completed == 3) c.shutdown_all();
-  };
   for (int i = 0; i < 3; ++i) c.add(3, 3, i + 1);
-  for (int i = 0; i < 3; ++i) join(*c.nodes[i], results[i], after);
-  c.io.run();
-
-  std::set<int> ranks;
-  for (auto& r : results) {
-    REQUIRE(r.done);
-    REQUIRE_FALSE(r.error);
-    ranks.insert(r.info.group_rank);
-    CHECK(r.info.round == 0);
-    CHECK(r.info.group_world_size == 3);
-    CHECK(r.info.master_addr == "127.0.0.1");
-    // The workers' store is the host's fresh one for this round, not the
-    // agents' endpoint store; every node is told the same one.
-    CHECK(r.info.master_port != 0);
-    CHECK(r.info.master_port != c.port);
-    CHECK(r.info.master_port == results[0].info.master_port);
-    CHECK(r.info.store_port == c.port);
-  }
-  CHECK(ranks == std::set<int>{0, 1, 2});
-  // Node i runs i+1 workers: the global ranks 0..5 are split in group
-  // rank order, each node's range after the lower ranks' ones.
-  std::vector<int> first_by_rank(3), nproc_by_rank(3);
-  for (int i = 0; i < 3; ++i) {
-    auto& info = results[i].info;
-    CHECK(info.local_world_size == i + 1);
-    CHECK(info.world_size == 6);
-    first_by_rank.at(info.group_rank) = info.first_rank;
-    nproc_by_rank.at(info.group_rank) = info.local_world_size;
-  }
-  CHECK(first_by_rank[0] == 0);
-  CHECK(first_by_rank[1] == nproc_by_rank[0]);
-  CHECK(first_by_rank[2] == nproc_by_rank[0] + nproc_by_rank[1]);
+  check_three_nodes_ranked(run_round(c), c.port);
 }
 
 TEST_CASE("with MIN:MAX the round closes after the last call with the nodes present",
@@ -415,12 +379,7 @@ TEST_CASE("a reply of the previous round neither ends nor blocks the next round"
       REQUIRE_FALSE(second[i].error);
       c.nodes[i]->watch_round([&](std::string why) { told_round1.push_back(why); });
       if (++second_done < 2) return;
-      for (int n = 0; n < 2; ++n) {
-        c.nodes[n]->finish([&](std::exception_ptr e) {
-          released.push_back(e ? message_of(e) : "");
-          if (released.size() == 2) c.shutdown_all();
-        });
-      }
+      c.finish_all(2, released);
     });
   };
   for (int i = 0; i < 2; ++i) {
@@ -444,38 +403,7 @@ TEST_CASE("in memory, rounds with zero and random tiny timeouts complete exactly
   auto seed = testing::test_seed();
   INFO("DTRUN_TEST_SEED=" << seed);
   std::mt19937 rng(seed);
-  for (int trial = 0; trial < 150; ++trial) {
-    cluster c;
-    int max_ms = trial < 50 ? 0 : 2;  // the first third at exactly 0
-    auto tweak = [&](dynamic_rendezvous_options& o) {
-      o.join_timeout = testing::up_to(rng, max_ms);
-      o.last_call_timeout = testing::up_to(rng, max_ms);
-      o.close_timeout = testing::up_to(rng, max_ms);
-      o.keep_alive_interval = testing::up_to(rng, max_ms);
-      o.no_host_warning = testing::up_to(rng, max_ms);
-    };
-    int nodes = 1 + trial % 2;
-    for (int i = 0; i < nodes; ++i) c.add_with(1, 2, tweak);
-    std::vector<int> calls(nodes, 0);
-    int completed = 0;
-    for (int i = 0; i < nodes; ++i) {
-      c.nodes[i]->next_round([&, i](std::exception_ptr e, rendezvous_info) {
-        ++calls[i];
-        if (e) {
-          INFO("node " << i << ": " << message_of(e));
-          try {
-            std::rethrow_exception(e);
-          } catch (const store_error&) {
-          } catch (...) {
-            FAIL("not a store_error");
-          }
-        }
-        if (++completed == nodes) c.shutdown_all();
-      });
-    }
-    c.io.run();
-    for (int i = 0; i < nodes; ++i) CHECK(calls[i] == 1);
-  }
+  for (int trial = 0; trial < 150; ++trial) testing::random_timeouts_trial<cluster>(rng, trial);
 }
 
 }  // namespace memory_cluster

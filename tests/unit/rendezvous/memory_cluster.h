@@ -24,10 +24,13 @@
 #include "rendezvous/algorithm/store_host.h"
 #include "rendezvous/store/memory_round_store.h"
 #include "rendezvous/store/round_store.h"
+#include "round_test_support.h"
 
 // A namespace of its own, the test cases' too: a unity batch compiles the
 // test files of the folder together.
 namespace memory_cluster {
+
+using namespace round_test_support;
 
 using namespace dtrun::rendezvous;
 using namespace std::chrono_literals;
@@ -137,21 +140,8 @@ struct cluster {
   std::vector<std::unique_ptr<dynamic_rendezvous>> nodes;
 
   dynamic_rendezvous_options options(int min_nodes, int max_nodes, int nproc) {
-    dynamic_rendezvous_options o;
-    o.run_id = "job1";
-    o.endpoint_host = "127.0.0.1";
-    o.endpoint_port = port;
-    o.host_store = nodes.empty();
-    o.min_nodes = min_nodes;
-    o.max_nodes = max_nodes;
-    o.local_world_size = nproc;
-    o.join_timeout = 10s;
-    o.last_call_timeout = 20ms;  // no socket: no need to wait longer
-    o.close_timeout = 5s;
-    o.keep_alive_interval = 100ms;
-    o.max_restarts = 10;
-    o.log = [this](const std::string& line) { log.push_back(line); };
-    return o;
+    // No socket: no need to wait long for latecomers.
+    return node_options(port, nodes.empty(), min_nodes, max_nodes, nproc, 20ms, log);
   }
 
   // Node i with fakes for the OS and hosting and clients of `store`.
@@ -188,46 +178,23 @@ struct cluster {
     for (auto& n : nodes) n->shutdown();
   }
 
+  // Nodes 0..count-1 finish; each one's exit barrier outcome (its error's
+  // message, "" when released) goes to `released`, and the last one's
+  // shuts the cluster down.
+  void finish_all(std::size_t count, std::vector<std::string>& released) {
+    for (std::size_t n = 0; n < count; ++n) {
+      nodes[n]->finish([this, count, &released](std::exception_ptr e) {
+        released.push_back(e ? message_of(e) : "");
+        if (released.size() == count) shutdown_all();
+      });
+    }
+  }
+
   std::size_t log_count(const std::string& text) const {
     return static_cast<std::size_t>(std::count_if(log.begin(), log.end(), [&](const auto& l) {
       return l.find(text) != std::string::npos;
     }));
   }
 };
-
-struct round_result {
-  std::exception_ptr error;
-  rendezvous_info info;
-  bool done = false;
-};
-
-// Starts a round on `node`, recording the outcome; `then` runs after.
-inline void join(dynamic_rendezvous& node, round_result& out, std::function<void()> then = {}) {
-  node.next_round([&out, then](std::exception_ptr e, rendezvous_info info) {
-    out = {e, std::move(info), true};
-    if (then) then();
-  });
-}
-
-// One round on every node of `c`; returns when all have completed.
-inline std::vector<round_result> run_round(cluster& c) {
-  std::vector<round_result> results(c.nodes.size());
-  std::size_t completed = 0;
-  for (std::size_t i = 0; i < c.nodes.size(); ++i) {
-    join(*c.nodes[i], results[i], [&] {
-      if (++completed == c.nodes.size()) c.shutdown_all();
-    });
-  }
-  c.io.run();
-  return results;
-}
-
-inline std::string message_of(const std::exception_ptr& e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& ex) {
-    return ex.what();
-  }
-}
 
 }  // namespace memory_cluster

@@ -25,6 +25,7 @@
 #include "rendezvous/store/store.h"
 #include "rendezvous/store/store_server.h"
 #include "random_timeouts.h"
+#include "round_test_support.h"
 #include <boost/asio/ip/host_name.hpp>
 
 using namespace dtrun::rendezvous;
@@ -34,6 +35,8 @@ using namespace std::chrono_literals;
 // compiles the test files of the folder together.
 namespace tcp_cluster {
 
+using namespace round_test_support;
+
 struct cluster {
   boost::asio::io_context io;
   std::vector<std::unique_ptr<dynamic_rendezvous>> nodes;
@@ -41,21 +44,7 @@ struct cluster {
   std::uint16_t port = 0;
 
   dynamic_rendezvous_options options(int min_nodes, int max_nodes, int nproc) {
-    dynamic_rendezvous_options o;
-    o.run_id = "job1";
-    o.endpoint_host = "127.0.0.1";
-    o.endpoint_port = port;
-    o.host_store = nodes.empty();
-    o.min_nodes = min_nodes;
-    o.max_nodes = max_nodes;
-    o.local_world_size = nproc;
-    o.join_timeout = 10s;
-    o.last_call_timeout = 200ms;
-    o.close_timeout = 5s;
-    o.keep_alive_interval = 100ms;
-    o.max_restarts = 10;
-    o.log = [this](const std::string& line) { log.push_back(line); };
-    return o;
+    return node_options(port, nodes.empty(), min_nodes, max_nodes, nproc, 200ms, log);
   }
 
   dynamic_rendezvous& add(int min_nodes, int max_nodes, int nproc = 1) {
@@ -80,84 +69,11 @@ struct cluster {
   }
 };
 
-struct round_result {
-  std::exception_ptr error;
-  rendezvous_info info;
-  bool done = false;
-};
-
-// Starts a round on `node`, recording the outcome; `then` runs once every
-// recorded round of `expected` results has completed.
-void join(dynamic_rendezvous& node, round_result& out, std::function<void()> then = {}) {
-  node.next_round([&out, then](std::exception_ptr e, rendezvous_info info) {
-    out = {e, std::move(info), true};
-    if (then) then();
-  });
-}
-
-// One round on every node of `c`; returns when all have completed.
-std::vector<round_result> run_round(cluster& c) {
-  std::vector<round_result> results(c.nodes.size());
-  std::size_t completed = 0;
-  for (std::size_t i = 0; i < c.nodes.size(); ++i) {
-    join(*c.nodes[i], results[i], [&] {
-      if (++completed == c.nodes.size()) c.shutdown_all();
-    });
-  }
-  c.io.run();
-  return results;
-}
-
-std::string message_of(const std::exception_ptr& e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& ex) {
-    return ex.what();
-  }
-}
-
-
 TEST_CASE("over TCP, three nodes meet in the store the first hosts, their workers in a fresh one",
           "[store_host]") {
   cluster c;
-  std::vector<round_result> results(3);
-  int completed = 0;
-  auto after = [&] {
-    if (++completed == 3) c.shutdown_all();
-  };
   for (int i = 0; i < 3; ++i) c.add(3, 3, i + 1);
-  for (int i = 0; i < 3; ++i) join(*c.nodes[i], results[i], after);
-  c.io.run();
-
-  std::set<int> ranks;
-  for (auto& r : results) {
-    REQUIRE(r.done);
-    REQUIRE_FALSE(r.error);
-    ranks.insert(r.info.group_rank);
-    CHECK(r.info.round == 0);
-    CHECK(r.info.group_world_size == 3);
-    CHECK(r.info.master_addr == "127.0.0.1");
-    // The workers' store is the host's fresh one for this round, not the
-    // agents' endpoint store; every node is told the same one.
-    CHECK(r.info.master_port != 0);
-    CHECK(r.info.master_port != c.port);
-    CHECK(r.info.master_port == results[0].info.master_port);
-    CHECK(r.info.store_port == c.port);
-  }
-  CHECK(ranks == std::set<int>{0, 1, 2});
-  // Node i runs i+1 workers: the global ranks 0..5 are split in group
-  // rank order, each node's range after the lower ranks' ones.
-  std::vector<int> first_by_rank(3), nproc_by_rank(3);
-  for (int i = 0; i < 3; ++i) {
-    auto& info = results[i].info;
-    CHECK(info.local_world_size == i + 1);
-    CHECK(info.world_size == 6);
-    first_by_rank.at(info.group_rank) = info.first_rank;
-    nproc_by_rank.at(info.group_rank) = info.local_world_size;
-  }
-  CHECK(first_by_rank[0] == 0);
-  CHECK(first_by_rank[1] == nproc_by_rank[0]);
-  CHECK(first_by_rank[2] == nproc_by_rank[0] + nproc_by_rank[1]);
+  check_three_nodes_ranked(run_round(c), c.port);
 }
 
 TEST_CASE("nobody hosting the store is reported clearly, then times out", "[store_host]") {
@@ -233,22 +149,8 @@ TEST_CASE("with worker_store=rank0, MASTER_ADDR:PORT is rank 0's reserved port",
 
 // --- timeouts at 0 and at random points -------------------------------------
 
-namespace {
-
+using testing::random_timeouts_trial;
 using testing::test_seed;
-using testing::up_to;
-
-bool is_store_error(const std::exception_ptr& e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const store_error&) {
-    return true;
-  } catch (...) {
-    return false;
-  }
-}
-
-}  // namespace
 
 TEST_CASE("rounds with zero and random tiny timeouts complete exactly once without crashing",
           "[store_host]") {
@@ -258,33 +160,7 @@ TEST_CASE("rounds with zero and random tiny timeouts complete exactly once witho
   std::mt19937 rng(seed);
   int succeeded = 0;
   for (int trial = 0; trial < 150; ++trial) {
-    cluster c;
-    int max_ms = trial < 50 ? 0 : 2;  // the first third at exactly 0
-    auto tweak = [&](dynamic_rendezvous_options& o) {
-      o.join_timeout = up_to(rng, max_ms);
-      o.last_call_timeout = up_to(rng, max_ms);
-      o.close_timeout = up_to(rng, max_ms);
-      o.keep_alive_interval = up_to(rng, max_ms);
-      o.no_host_warning = up_to(rng, max_ms);
-    };
-    int nodes = 1 + trial % 2;
-    for (int i = 0; i < nodes; ++i) c.add_with(1, 2, tweak);
-    std::vector<int> calls(nodes, 0);
-    int completed = 0;
-    for (int i = 0; i < nodes; ++i) {
-      c.nodes[i]->next_round([&, i](std::exception_ptr e, rendezvous_info) {
-        ++calls[i];
-        if (e) {
-          INFO("node " << i << ": " << message_of(e));
-          CHECK(is_store_error(e));
-        } else {
-          ++succeeded;
-        }
-        if (++completed == nodes) c.shutdown_all();
-      });
-    }
-    c.io.run();
-    for (int i = 0; i < nodes; ++i) CHECK(calls[i] == 1);
+    succeeded += random_timeouts_trial<cluster>(rng, trial);
   }
   INFO("rounds that succeeded: " << succeeded);
   SUCCEED();
