@@ -12,8 +12,8 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include "launcher/build_version.h"
-#include "launcher/number_checks.h"
+#include "rendezvous/base/build_version.h"
+#include "rendezvous/base/number_checks.h"
 #include "launcher/usage_hints.h"
 
 namespace dtrun::launcher {
@@ -536,7 +536,7 @@ parse_result parse_command_line(const std::vector<std::string>& args) {
   } catch (const CLI::ParseError& e) {
     throw usage_error(or_swallowed(fmt::format("{} (run 'dtrun --help')", first_line(e.what()))));
   } catch (const usage_error& e) {
-    // A bad number (launcher/number_checks.h). Say so when it came from
+    // A bad number (rendezvous/base/number_checks.h). Say so when it came from
     // PET_<FLAG> rather than the command line.
     throw usage_error(or_swallowed(name_the_variable(app, own_tokens, e.what())));
   }

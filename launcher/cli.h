@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "launcher/usage_error.h"
+#include "rendezvous/base/usage_error.h"
 
 namespace dtrun::launcher {
 

@@ -12,9 +12,9 @@
 
 #include <fmt/format.h>
 
-#include "launcher/number_parse.h"
+#include "rendezvous/base/number_parse.h"
 #include "launcher/slurm_hostlist.h"
-#include "launcher/usage_error.h"
+#include "rendezvous/base/usage_error.h"
 #include "rendezvous/base/printable.h"
 #include "rendezvous/base/trim.h"
 

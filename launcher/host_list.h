@@ -25,7 +25,7 @@
 #include <string_view>
 #include <vector>
 
-#include "launcher/number_parse.h"
+#include "rendezvous/base/number_parse.h"
 
 namespace dtrun::launcher {
 

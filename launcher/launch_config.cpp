@@ -15,7 +15,7 @@
 #include "agent/exit_status.h"
 #include "agent/numa_binding.h"
 #include "launcher/log_options.h"
-#include "launcher/number_parse.h"
+#include "rendezvous/base/number_parse.h"
 #include "launcher/torch_plugins.h"
 #include "rendezvous/base/env_map.h"
 

@@ -25,7 +25,7 @@
 #include "launcher/installed_python.h"
 #include "launcher/launch_config.h"
 #include "launcher/legacy_launch.h"
-#include "launcher/number_parse.h"
+#include "rendezvous/base/number_parse.h"
 #include "launcher/program_lookup.h"
 #include "launcher/remote_command.h"
 #include "launcher/rendezvous_config.h"
@@ -71,8 +71,8 @@ int launch_over_ssh(const launcher::launch_options& options, const env_map& env)
   }
   launcher::fanout_options fanout;
   fanout.plan = std::move(plan);
-  fanout.stop_timeout = launcher::seconds_to_duration(options.stop_timeout, "--stop-timeout",
-                                                      {true, launcher::max_duration_s});
+  fanout.stop_timeout = seconds_to_duration(options.stop_timeout, "--stop-timeout",
+                                                      {true, max_duration_s});
   fanout.signals = launcher::parse_signals(options.signals_to_handle);
   fanout.remote_dtrun = settings.remote_dtrun;
   fanout.quiet = options.quiet;
@@ -96,7 +96,7 @@ std::optional<std::uint16_t> read_port_line() {
     line += c;
   }
   return static_cast<std::uint16_t>(
-      launcher::parse_integer(line, "the rendezvous port from stdin", 1, launcher::max_port));
+      parse_integer(line, "the rendezvous port from stdin", 1, max_port));
 }
 
 // --rdzv-port-via-stdio=report: the store is bound (port 0: a free one);
@@ -104,7 +104,7 @@ std::optional<std::uint16_t> read_port_line() {
 void report_rdzv_port(const rendezvous::rendezvous_handler& handler) {
   const auto* dynamic = dynamic_cast<const rendezvous::dynamic_rendezvous*>(&handler);
   if (dynamic == nullptr || dynamic->store_port() == 0) {
-    throw launcher::usage_error(
+    throw usage_error(
         "--rdzv-port-via-stdio=report needs a c10d rendezvous hosted here (is_host=1)");
   }
   fmt::print("{}{}\n", launcher::rdzv_port_line_prefix, dynamic->store_port());
@@ -222,7 +222,7 @@ int main(int argc, char** argv) {
     }
     if (parsed.options.rdzv_port_via_stdio == "read" && !parsed.options.dry_run) {
       if (!config.multi_node) {
-        throw launcher::usage_error("--rdzv-port-via-stdio=read needs a c10d rendezvous");
+        throw usage_error("--rdzv-port-via-stdio=read needs a c10d rendezvous");
       }
       auto port = read_port_line();
       if (!port) return 128 + SIGTERM;  // stopped before it began: nothing to say
@@ -242,7 +242,7 @@ int main(int argc, char** argv) {
     }
     for (const auto& line : launcher::describe(scheduler)) fmt::print(stderr, "dtrun: {}\n", line);
     return launch(config, parsed.options);
-  } catch (const launcher::usage_error& e) {
+  } catch (const usage_error& e) {
     return fail(exit_usage, e.what());
   } catch (const std::exception& e) {
     return fail(1, e.what());

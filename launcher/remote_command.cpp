@@ -5,7 +5,7 @@
 
 #include <fmt/format.h>
 
-#include "launcher/usage_error.h"
+#include "rendezvous/base/usage_error.h"
 
 namespace dtrun::launcher {
 namespace {

@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "launcher/number_parse.h"
+#include "rendezvous/base/number_parse.h"
 #include "rendezvous/base/endpoint.h"
 #include "rendezvous/base/printable.h"
 #include "rendezvous/base/trim.h"

@@ -25,7 +25,7 @@
 #include "agent/console_sink.h"
 #include "agent/exit_status.h"
 #include "agent/line_assembler.h"
-#include "launcher/number_parse.h"
+#include "rendezvous/base/number_parse.h"
 #include "launcher/remote_command.h"
 #include "launcher/summary_merge.h"
 #include "rendezvous/base/exit_codes.h"

@@ -15,6 +15,7 @@
 #include "launcher/launch_config.h"
 #include "rendezvous/base/env_map.h"
 
+using namespace dtrun;  // usage_error and the number checks (rendezvous/base)
 using namespace dtrun::launcher;
 namespace fs = std::filesystem;
 

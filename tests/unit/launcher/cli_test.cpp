@@ -4,6 +4,7 @@
 #include "launcher/usage_hints.h"
 #include "tests/unit/launcher/env_guard.h"
 
+using namespace dtrun;  // usage_error and the number checks (rendezvous/base)
 using namespace dtrun::launcher;
 
 namespace {

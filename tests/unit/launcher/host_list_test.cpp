@@ -9,9 +9,10 @@
 #include <string>
 
 #include "launcher/host_list.h"
-#include "launcher/usage_error.h"
+#include "rendezvous/base/usage_error.h"
 #include "tests/unit/launcher/usage_error_of.h"
 
+using namespace dtrun;  // usage_error and the number checks (rendezvous/base)
 using namespace dtrun::launcher;
 using dtrun::launcher::testing::usage_error_of;
 

@@ -10,6 +10,7 @@
 
 #include "launcher/launch_config.h"
 
+using namespace dtrun;  // usage_error and the number checks (rendezvous/base)
 using namespace dtrun::launcher;
 
 namespace {

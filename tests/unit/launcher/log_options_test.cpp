@@ -2,6 +2,7 @@
 
 #include "launcher/log_options.h"
 
+using namespace dtrun;  // usage_error and the number checks (rendezvous/base)
 using namespace dtrun::launcher;
 using dtrun::agent::std_setting;
 using dtrun::agent::stream_route;

@@ -5,9 +5,10 @@
 
 #include <catch2/catch.hpp>
 
-#include "launcher/number_parse.h"
-#include "launcher/usage_error.h"
+#include "rendezvous/base/number_parse.h"
+#include "rendezvous/base/usage_error.h"
 
+using namespace dtrun;  // usage_error and the number checks (rendezvous/base)
 using namespace dtrun::launcher;
 using std::chrono::milliseconds;
 

@@ -7,6 +7,7 @@
 #include "launcher/ssh_plan.h"
 #include "tests/unit/launcher/usage_error_of.h"
 
+using namespace dtrun;  // usage_error and the number checks (rendezvous/base)
 using namespace dtrun::launcher;
 using dtrun::launcher::testing::usage_error_of;
 using words = std::vector<std::string>;

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "launcher/usage_error.h"
+#include "rendezvous/base/usage_error.h"
 
 namespace dtrun::launcher::testing {
 

@@ -5,7 +5,7 @@
 
 #include <stdexcept>
 
-namespace dtrun::launcher {
+namespace dtrun {
 
 // A command line dtrun cannot run; what() is one line saying what to do.
 // dtrun exits 2 for these.
@@ -14,4 +14,4 @@ class usage_error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-}  // namespace dtrun::launcher
+}  // namespace dtrun

@@ -27,9 +27,9 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include "launcher/build_version.h"
-#include "launcher/number_checks.h"
-#include "launcher/usage_error.h"
+#include "rendezvous/base/build_version.h"
+#include "rendezvous/base/number_checks.h"
+#include "rendezvous/base/usage_error.h"
 #include "rendezvous/base/endpoint.h"
 #include "rendezvous/base/exit_codes.h"
 #include "rendezvous/store/store_access.h"
@@ -39,7 +39,7 @@
 namespace {
 
 using namespace dtrun::rendezvous;
-using dtrun::launcher::usage_error;
+using dtrun::usage_error;
 
 constexpr int exit_unreachable = 3;
 constexpr int exit_timeout = 4;
@@ -51,8 +51,8 @@ constexpr std::int64_t max_value_bytes_limit = std::int64_t{1} << 30;
 
 // Waits and connections: positive (a 0 wait would fail at once) and at
 // most 10 years.
-constexpr dtrun::launcher::duration_limits client_duration_limits{false,
-                                                                  dtrun::launcher::max_duration_s};
+constexpr dtrun::duration_limits client_duration_limits{false,
+                                                                  dtrun::max_duration_s};
 
 int usage(const std::string& message) {
   fmt::print(stderr, "dtrun-store: error: {} (run 'dtrun-store --help')\n",
@@ -112,8 +112,8 @@ std::unique_ptr<tcp_store_client> connect(const client_flags& flags) {
   options.dialect = flags.dialect == "v1.13" ? wire::dialect::v1_13 : wire::dialect::v2;
   options.key_prefix = flags.raw_keys ? "" : "/";
   options.timeout =
-      dtrun::launcher::seconds_to_duration(flags.timeout_s, "--timeout", client_duration_limits);
-  options.connect_timeout = dtrun::launcher::seconds_to_duration(
+      dtrun::seconds_to_duration(flags.timeout_s, "--timeout", client_duration_limits);
+  options.connect_timeout = dtrun::seconds_to_duration(
       flags.connect_timeout_s, "--connect-timeout", client_duration_limits);
   return std::make_unique<tcp_store_client>(options);
 }
@@ -160,11 +160,11 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "v2", "v1.13"}))
       ->capture_default_str();
   app.add_option("--timeout", flags.timeout_s, "seconds to wait for keys and replies")
-      ->check(dtrun::launcher::seconds_within("--timeout", client_duration_limits))
+      ->check(dtrun::seconds_within("--timeout", client_duration_limits))
       ->capture_default_str();
   app.add_option("--connect-timeout", flags.connect_timeout_s,
                  "seconds to keep retrying the connection")
-      ->check(dtrun::launcher::seconds_within("--connect-timeout", client_duration_limits))
+      ->check(dtrun::seconds_within("--connect-timeout", client_duration_limits))
       ->capture_default_str();
 
   std::string host = "127.0.0.1";
@@ -175,15 +175,15 @@ int main(int argc, char** argv) {
   serve_cmd->add_option("--host", host, "address to listen on ('' for all interfaces)")
       ->capture_default_str();
   serve_cmd->add_option("--port", port, "port; 0 picks a free one (printed)")
-      ->check(dtrun::launcher::whole_number("--port", 0, dtrun::launcher::max_port))
+      ->check(dtrun::whole_number("--port", 0, dtrun::max_port))
       ->capture_default_str();
   serve_cmd->add_option("--max-value-bytes", max_value_bytes, "largest value a client may set")
-      ->check(dtrun::launcher::whole_number("--max-value-bytes", 1, max_value_bytes_limit))
+      ->check(dtrun::whole_number("--max-value-bytes", 1, max_value_bytes_limit))
       ->capture_default_str();
   serve_cmd->add_option("--threads", threads,
                         "threads serving connections; more than 1 uses more cores for "
                         "thousands of clients (docs/store.md)")
-      ->check(dtrun::launcher::whole_number("--threads", 1, max_store_threads))
+      ->check(dtrun::whole_number("--threads", 1, max_store_threads))
       ->capture_default_str();
   store_access_options access{.same_user_opt_out = "leaving out --same-user",
                               .networks_option = "--allow-networks"};
@@ -205,7 +205,7 @@ int main(int argc, char** argv) {
   auto* add_cmd = app.add_subcommand("add", "add DELTA to the counter KEY, print the result");
   add_cmd->add_option("key", key)->required();
   add_cmd->add_option("delta", delta)
-      ->check(dtrun::launcher::whole_number("add DELTA", std::numeric_limits<std::int64_t>::min(),
+      ->check(dtrun::whole_number("add DELTA", std::numeric_limits<std::int64_t>::min(),
                                             std::numeric_limits<std::int64_t>::max()))
       ->capture_default_str();
   auto* wait_cmd = app.add_subcommand("wait", "wait until every KEY exists");

@@ -15,7 +15,7 @@
 #include <string>
 #include <string_view>
 
-namespace dtrun::launcher {
+namespace dtrun {
 
 // 10 years of 365 days, in seconds.
 inline constexpr double max_duration_s = 10.0 * 365 * 24 * 3600;
@@ -59,4 +59,4 @@ std::chrono::milliseconds seconds_to_duration(double seconds, std::string_view n
 // --help state it.
 std::string describe_range(duration_limits limits);
 
-}  // namespace dtrun::launcher
+}  // namespace dtrun

@@ -12,9 +12,9 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include "launcher/number_parse.h"
+#include "rendezvous/base/number_parse.h"
 
-namespace dtrun::launcher {
+namespace dtrun {
 
 // A whole number in [min, max] for the flag `name`.
 inline CLI::Validator whole_number(std::string name, std::int64_t min, std::int64_t max) {
@@ -38,4 +38,4 @@ inline CLI::Validator seconds_within(std::string name, duration_limits limits) {
       fmt::format("{}..{}", limits.allow_zero ? 0.0 : min_positive_duration_s, limits.max_s));
 }
 
-}  // namespace dtrun::launcher
+}  // namespace dtrun

@@ -1,4 +1,4 @@
-#include "launcher/number_parse.h"
+#include "rendezvous/base/number_parse.h"
 
 #include <charconv>
 #include <cmath>
@@ -6,11 +6,11 @@
 
 #include <fmt/format.h>
 
-#include "launcher/usage_error.h"
+#include "rendezvous/base/usage_error.h"
 #include "rendezvous/base/parse_whole.h"
 #include "rendezvous/base/trim.h"
 
-namespace dtrun::launcher {
+namespace dtrun {
 namespace {
 
 // The token without surrounding blanks and without a leading '+' (which
@@ -73,4 +73,4 @@ std::chrono::milliseconds parse_duration_seconds(std::string_view text, std::str
   }
 }
 
-}  // namespace dtrun::launcher
+}  // namespace dtrun
