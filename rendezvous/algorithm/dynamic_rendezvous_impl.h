@@ -113,6 +113,8 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   void join_timed_out(std::int64_t r, const store_result& failure);
   void read_assignment(std::int64_t r);
   void wait_for_next_round(std::int64_t r, int members);
+  void stopped_while_joining(std::int64_t r, std::string who);
+  bool fail_if_stopped(const std::string& over);
   // Without `done`, a failure is logged once (unheeded_).
   void end_round_first(std::int64_t r, std::string reason, store_callback done = {});
   void fail_job_finished(std::int64_t r);
@@ -134,6 +136,7 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
 
   // --- round_leave.cpp ------------------------------------------------------
   void await_stop_seen(std::function<void()> done);
+  void wake_joiners(std::function<void()> done);
   void count_stop_seen(std::function<void(bool last)> done);
   void leave(std::int64_t r, bool everyone_done);
   void await_all_left(std::int64_t r);

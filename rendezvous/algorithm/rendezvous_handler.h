@@ -109,7 +109,10 @@ class rendezvous_handler {
   // it stopped (`reason`: "by SIGINT (Ctrl-C there)"; the handler adds
   // which node) so that nodes joining later learn it too, ends the current
   // round with job_stopped_prefix + who, then calls `done` once both are
-  // stored (or could not be). Single node: nothing to tell, `done` at once.
+  // stored (or could not be). Stopped while a round still gathers, it
+  // wakes the nodes that joined it (they fail with job_stopped_error) and
+  // drops its own pending next_round(), which is never called. Single
+  // node: nothing to tell, `done` at once.
   virtual void stop_job(std::string reason, std::function<void()> done) = 0;
 
   // This node learnt that another node stopped the job (a round ended with

@@ -1,6 +1,8 @@
 // Awaiting the close (docs/rendezvous.md, "A round", step 5): every node
 // WAITs for `closed`, reads the count and its own assignment, and either
 // runs the round or, arriving late, asks in and waits for the next one.
+#include <string>
+#include <string_view>
 #include <utility>
 
 #include <fmt/format.h>
@@ -62,19 +64,42 @@ void dynamic_rendezvous::impl::join_timed_out(std::int64_t r, const store_result
                           });
 }
 
-// The count and our assignment in one request: a latecomer (an arrival
-// past the count) has none, and reads it as empty.
+// The count, our assignment and whether a person stopped the job, in one
+// request: a latecomer (an arrival past the count) has no assignment, and
+// reads it as empty. A stop (Ctrl-C on a node that was joining this round
+// with us) also sets `closed`, to wake us: `stopped` is read first.
 void dynamic_rendezvous::impl::read_assignment(std::int64_t r) {
-  waits_->read_now({keys_.closed(r), keys_.assignment(r, arrival_)},
+  waits_->read_now({keys_.closed(r), keys_.assignment(r, arrival_), keys_.stopped()},
                    [self = shared_from_this(), r, t = ticket()](store_result got) {
     if (!self->current(t)) return;  // a stale round's reply
     if (got.error) return self->fail(got.error);
+    if (!got.values.at(2).empty()) return self->stopped_while_joining(r, got.values.at(2));
     int members = 0;
     if (!parse_member_count(got.values.at(0), members)) return self->fail_corrupt_count(r);
     // We came in after the round closed: wait for the next one.
     if (self->arrival_ > members) return self->wait_for_next_round(r, members);
     self->complete_round(r, members, got.values.at(1));
   });
+}
+
+// The job was stopped (`who` from `stopped`) while round r gathered: the
+// nodes that count themselves in (stop_seen) are the ones that joined it,
+// so the node that stopped it, when it hosts the store, waits for them.
+void dynamic_rendezvous::impl::stopped_while_joining(std::int64_t r, std::string who) {
+  ops_->add(keys_.joined(r), 0, [self = shared_from_this(), who, t = ticket()](store_result n) {
+    if (!self->current(t)) return;  // a stale round's reply
+    if (!n.error) self->members_ = static_cast<int>(n.number);
+    self->fail(std::make_exception_ptr(job_stopped_error(who)));
+  });
+}
+
+// `over` of a round we waited on says a person stopped the job: fail with
+// who did (the agent stops and exits 130) instead of joining the next round.
+bool dynamic_rendezvous::impl::fail_if_stopped(const std::string& over) {
+  std::string_view prefix = job_stopped_prefix;
+  if (over.compare(0, prefix.size(), prefix) != 0) return false;
+  fail(std::make_exception_ptr(job_stopped_error(over.substr(prefix.size()))));
+  return true;
 }
 
 // A round that is already closed is running without us: ask to be let in
@@ -92,6 +117,7 @@ void dynamic_rendezvous::impl::wait_for_next_round(std::int64_t r, int members) 
       if (!self->current(t)) return;  // a stale round's reply
       if (o.error) return self->fail(o.error);
       if (o.value == every_node_finished) return self->fail_job_finished(r);
+      if (self->fail_if_stopped(o.value)) return;
       self->join(r + 1);
     });
     return;
@@ -101,6 +127,7 @@ void dynamic_rendezvous::impl::wait_for_next_round(std::int64_t r, int members) 
     if (!self->current(t)) return;  // a stale round's reply
     if (w.error) return self->fail(w.error);
     if (w.value == every_node_finished) return self->fail_job_finished(r);
+    if (self->fail_if_stopped(w.value)) return;
     self->join(r + 1);
   });
 }

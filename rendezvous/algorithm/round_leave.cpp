@@ -15,6 +15,10 @@ namespace dtrun::rendezvous {
 // are applied before we leave, the store's host included.
 void dynamic_rendezvous::impl::stop_job(std::string reason, std::function<void()> done) {
   if (!ops_) return done();
+  bool joining = phase_ == round_phase::joining && round_ >= 0;
+  // Our own next_round() still pending is dropped: we are leaving, and it
+  // would only come back with our own stop.
+  if (joining) done_ = nullptr;
   end_here();
   // Before its first round this node has no rank yet: the host says where.
   auto who = last_round_ >= 0
@@ -22,10 +26,27 @@ void dynamic_rendezvous::impl::stop_job(std::string reason, std::function<void()
                  : fmt::format("host {} {}", os_->host_name(), reason);
   // One request after the other: an external store (etcd) may apply
   // requests sent together in any order, and the release must come last.
-  ops_->set(keys_.stopped(), who, [self = shared_from_this(), who, done](store_result) {
+  ops_->set(keys_.stopped(), who, [self = shared_from_this(), who, done, joining](store_result) {
     if (self->round_ < 0) return self->await_stop_seen(done);
-    self->end_round_first(self->round_, job_stopped_prefix + who,
-                          [self, done](store_result) { self->await_stop_seen(done); });
+    self->end_round_first(self->round_, job_stopped_prefix + who, [self, done, joining](
+                                                                      store_result) {
+      if (!joining) return self->await_stop_seen(done);
+      self->wake_joiners(done);
+    });
+  });
+}
+
+// Ctrl-C while our round still gathers: the nodes that joined it wait for
+// `closed`, not `over`. Set it (unless the round closed meanwhile) so they
+// wake, read `stopped` (read_assignment) and count themselves in; until
+// then we wait for those that joined, as for the members of a round.
+void dynamic_rendezvous::impl::wake_joiners(std::function<void()> done) {
+  auto self = shared_from_this();
+  auto r = round_;
+  ops_->add(keys_.joined(r), 0, [self, r, done](store_result n) {
+    if (!n.error) self->members_ = static_cast<int>(n.number);
+    self->ops_->compare_set(self->keys_.closed(r), "", "0",
+                            [self, done](store_result) { self->await_stop_seen(done); });
   });
 }
 

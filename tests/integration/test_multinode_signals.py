@@ -68,3 +68,34 @@ def test_sigterm_makes_one_node_leave_and_the_other_says_what_it_waits_for():
         for node in nodes:
             node.kill()
         dh.kill_marked(env["DTRUN_TEST_MARK"])
+
+
+@pytest.mark.parametrize("stopped", [0, 1], ids=["on the store's host", "on the other node"])
+def test_ctrl_c_while_the_round_gathers_ends_the_node_that_joined_with_it(stopped):
+    """Two of three nodes here, both waiting in round 0 for the third: the
+    other node learns of the Ctrl-C at once (it used to wait out its join
+    timeout, then fail as if the nodes had not come)."""
+    env = dh.job_env()
+    port = dh.free_port()
+    nodes = [dh.start(["--nnodes=3", "--nproc-per-node=1", "--rdzv-backend=c10d",
+                       f"--rdzv-endpoint=127.0.0.1:{port}",
+                       f"--rdzv-conf={dh.FAST_RDZV},is_host={is_host}",
+                       "--no-python", "/bin/sh", "-c", "exec sleep 1000"], env)
+             for is_host in (1, 0)]
+    other = 1 - stopped
+    try:
+        for node in nodes:
+            dh.wait_for_stderr(node, "node(s) here; waiting up to")
+        # Both have joined round 0 once both said so; the second's line says 2.
+        nodes[stopped].send_signal(signal.SIGINT)
+        assert nodes[stopped].wait(timeout=120) == 130
+        assert nodes[other].wait(timeout=120) == 130
+        said = nodes[other].stderr.read()
+        assert re.search(r"^dtrun: the job was stopped on host .+ by SIGINT \(Ctrl-C there\); "
+                         r"stopping the workers$", said, re.M), said
+        assert "did not gather" not in said
+        assert dh.gone_within(env["DTRUN_TEST_MARK"]) == []
+    finally:
+        for node in nodes:
+            node.kill()
+        dh.kill_marked(env["DTRUN_TEST_MARK"])

@@ -330,4 +330,56 @@ TEST_CASE("a stop on the host ends the round everywhere and the host waits until
   CHECK(message_of(later.error) == "the job was stopped on " + who);
 }
 
+// Ctrl-C on a node while its round still gathers (2 of 3 nodes here): the
+// other node waits for `closed`, not `over`, and used to learn of the stop
+// only at its join timeout. It must learn at once, whichever node stopped.
+TEST_CASE("a stop while the round gathers reaches the node that joined with it at once",
+          "[dynamic_rendezvous]") {
+  for (std::size_t stopper : {0u, 1u}) {  // the store's host, then the other node
+    INFO("node " << stopper << " stops the job");
+    cluster c;
+    std::size_t other = 1 - stopper;
+    // Shut down once both sides are through: the stopper left, and the
+    // other node counted itself in (as the agent does with a stop).
+    int through = 0;
+    auto settle = [&c, &through](const std::string& what) {
+      c.log.push_back(what);
+      if (++through == 2) c.shutdown_all();
+    };
+    for (std::size_t i = 0; i < 2; ++i) {
+      c.add_with(3, 3, [&c, &settle, stopper](dynamic_rendezvous_options& o) {
+        o.join_timeout = 5s;  // bounds the test where the stop is not seen
+        // When the second arrival says what it waits for, both have
+        // joined round 0, which waits for a third node.
+        o.log = [&c, &settle, stopper](const std::string& line) {
+          c.log.push_back(line);
+          if (line.find("round 0: 2 of at least 3") != std::string::npos) {
+            c.nodes[stopper]->stop_job("by SIGINT (Ctrl-C there)",
+                                       [&settle] { settle("stopper left"); });
+          }
+        };
+      });
+    }
+    round_result stopped, waiting;
+    join(*c.nodes[stopper], stopped);
+    join(*c.nodes[other], waiting,
+         [&] { c.nodes[other]->stop_seen([&] { settle("other saw the stop"); }); });
+    c.io.run();
+    REQUIRE(waiting.done);
+    REQUIRE(waiting.error);
+    CHECK(message_of(waiting.error) == fmt::format("the job was stopped on host host{} by SIGINT "
+                                                   "(Ctrl-C there)",
+                                                   stopper));
+    CHECK(c.log_count("did not gather") == 0);
+    // The stopper's own pending round is dropped, never called.
+    CHECK_FALSE(stopped.done);
+    // The host keeps its store up until the other node counted itself in.
+    auto saw = std::find(c.log.begin(), c.log.end(), "other saw the stop");
+    auto left = std::find(c.log.begin(), c.log.end(), "stopper left");
+    REQUIRE(saw != c.log.end());
+    REQUIRE(left != c.log.end());
+    if (stopper == 0) CHECK(saw < left);
+  }
+}
+
 }  // namespace memory_cluster
