@@ -22,6 +22,7 @@
 
 #include "agent/exit_status.h"
 #include "agent/file_timer.h"
+#include "agent/host_name_check.h"
 #include "agent/job_monitor.h"
 #include "agent/orphan_guard.h"
 #include "agent/progress_monitor.h"
@@ -632,6 +633,11 @@ class elastic_agent::impl {
                       info.round, info.group_rank, info.group_world_size,
                       spec.local_world_size, first, first + spec.local_world_size - 1));
     }
+    if (!host_name_checked_ &&
+        host_name_check_applies(info.group_world_size, info.store_host, inherited_)) {
+      host_name_checked_ = true;
+      check_host_name(io_, [this](const std::string& line) { log(fmt::format("warning: {}", line)); });
+    }
     fs::path attempt_dir = fs::path(run_dir_) / fmt::format("attempt_{}", round_);
     for (int local_rank = 0; local_rank < spec.local_world_size; ++local_rank) {
       fs::path rank_dir = attempt_dir / std::to_string(local_rank);
@@ -1041,6 +1047,8 @@ class elastic_agent::impl {
   asio::signal_set signals_;
   generation_timer stop_timer_;
   env_map inherited_;
+  // Whether this host's name was checked for gloo (host_name_check.h).
+  bool host_name_checked_ = false;
   run_reporter reporter_;
   std::optional<orphan_guard> guard_;
   std::optional<stdin_watch> launcher_;  // dtrun --hosts: the pipe from the launcher
