@@ -483,6 +483,7 @@ class elastic_agent::impl {
           fw.seconds_since_output = std::chrono::duration<double>(now - *last).count();
         }
       }
+      if (sees_output(w.local_rank)) fw.last_output = output_->last_line(w.local_rank);
       f.workers.push_back(fw);
     }
     return f;
