@@ -24,6 +24,7 @@
 #include "agent/file_timer.h"
 #include "agent/host_name_check.h"
 #include "agent/job_monitor.h"
+#include "agent/kill_watch.h"
 #include "agent/orphan_guard.h"
 #include "agent/progress_monitor.h"
 #include "agent/python_hook.h"
@@ -56,6 +57,9 @@ struct worker {
   std::string watchdog;
   // dtrun killed it after a hang (--hang-timeout): where it was stuck.
   std::string hang;
+  // It outlived its SIGKILL by kill_watch's grace: no longer waited for
+  // (not `running`), though not reaped either (not `exited`).
+  bool unkillable = false;
 };
 
 // The first failure of a round: the root cause we report and exit with.
@@ -138,6 +142,7 @@ class elastic_agent::impl {
         rendezvous_(rendezvous),
         signals_(io),
         stop_timer_(io),
+        kill_timer_(io),
         inherited_(current_environment()),
         reporter_(options_.report, log_sink(options_.log), rendezvous) {}
 
@@ -314,6 +319,7 @@ class elastic_agent::impl {
                              file == report.files.end() ? std::string()
                                                         : "; stacks: " + file->second);
         ::kill(w.pid, SIGKILL);
+        watch_kill(w.pid);
       }
     });
   }
@@ -478,6 +484,7 @@ class elastic_agent::impl {
           fw.seconds_since_output = std::chrono::duration<double>(now - *last).count();
         }
       }
+      if (sees_output(w.local_rank)) fw.last_output = output_->last_line(w.local_rank);
       f.workers.push_back(fw);
     }
     return f;
@@ -547,6 +554,7 @@ class elastic_agent::impl {
     // The worker alone, as torch's server (os.kill): its process group
     // follows when the agent stops the group.
     ::kill(w->pid, e.signal);
+    if (e.signal == SIGKILL) watch_kill(w->pid);
   }
 
   nlohmann::ordered_json config_summary() const {
@@ -721,6 +729,7 @@ class elastic_agent::impl {
       if (it == workers_.end()) continue;
       it->exited = true;
       it->exit_code = decode_wait_status(status).code;
+      kills_.forget(pid);
       if (watchdog_) watchdog_->forget(pid);
       // Its last lines come before the agent reacts to its exit (at once
       // when its output is not piped through the agent).
@@ -883,7 +892,59 @@ class elastic_agent::impl {
 
   void signal_workers(int sig) {
     for (const auto& w : workers_) {
-      if (w.running && !w.exited) signal_worker(w.pid, sig);
+      if (!w.running || w.exited) continue;
+      signal_worker(w.pid, sig);
+      if (sig == SIGKILL) watch_kill(w.pid);
+    }
+  }
+
+  // Every SIGKILL dtrun sends a worker gets a deadline (kill_watch): a
+  // worker the kernel holds in uninterruptible sleep does not die of it,
+  // and waiting for its exit would wedge the agent.
+  void watch_kill(pid_t pid) {
+    kills_.killed(pid, std::chrono::steady_clock::now());
+    arm_kill_timer();
+  }
+
+  void arm_kill_timer() {
+    if (auto deadline = kills_.next_deadline()) {
+      kill_timer_.arm_at(*deadline, [this] { kills_overdue(); });
+    } else {
+      kill_timer_.cancel();
+    }
+  }
+
+  // Workers still not reaped a grace after their SIGKILL: one line each
+  // naming its state, and the agent stops waiting for them. A stop goes on
+  // without them; a worker killed while the group ran (a hang's culprit,
+  // the file-timer watchdog's SIGKILL) is this round's failure. Either way
+  // the node then leaves the job (leave_unclean). Their exit, should it
+  // ever come, is still reaped by reap() (waitpid(-1)).
+  void kills_overdue() {
+    worker* first = nullptr;
+    for (pid_t pid : kills_.overdue(std::chrono::steady_clock::now())) {
+      worker* w = live_worker(pid);
+      if (w == nullptr) continue;
+      char state = process_state(pid);
+      log_error(unkillable_line(w->rank, w->pid, state, kills_.grace()));
+      reporter_.worker_unkillable(w->local_rank, w->rank, w->pid, state);
+      w->running = false;
+      w->unkillable = true;
+      if (!unkillable_) unkillable_ = fmt::format("rank {} (pid {})", w->rank, w->pid);
+      if (first == nullptr) first = w;
+    }
+    arm_kill_timer();
+    if (first == nullptr) return;
+    if (phase_ == phase::running) {
+      auto reason = fmt::format("worker rank {} did not die on SIGKILL", first->rank);
+      reporter_.group_stopping(reason);
+      failure_ = failure{first->local_rank, first->rank, first->pid, {128 + SIGKILL, SIGKILL},
+                         first->error_file, false};
+      ++failures_;
+      count_restart(reason);
+      begin_stop(SIGTERM);
+    } else if (phase_ == phase::stopping && running_count() == 0) {
+      group_stopped();
     }
   }
 
@@ -892,12 +953,17 @@ class elastic_agent::impl {
         std::count_if(workers_.begin(), workers_.end(), [](const worker& w) { return w.running; }));
   }
 
-  // Every worker of the round has been reaped.
+  // Every worker of the round has been reaped, or given up on
+  // (kills_overdue).
   void group_stopped() {
     cancel_stop_timer();
     end_round();
     if (stop_signal_ != 0) {
       finish_after_job_stop(128 + stop_signal_);
+      return;
+    }
+    if (unkillable_) {
+      leave_unclean();
       return;
     }
     if (!failure_ && round_over_) {
@@ -979,6 +1045,28 @@ class elastic_agent::impl {
         });
   }
 
+  // A worker of this node outlived SIGKILL and still holds what it held
+  // (GPU memory, ports, files): a new round here would start beside it and
+  // most likely fail the same way, spending the job's restarts on a node
+  // that cannot clean up (pytorch PR #185414). So this node leaves the job
+  // with a failure instead, whatever restarts remain; the other nodes see
+  // it leave as any node loss (its will), and go on without it where
+  // --nnodes=MIN:MAX allows. Nothing more is counted: a failure of ours
+  // was counted when it happened.
+  void leave_unclean() {
+    auto outcome = fmt::format(
+        "not restarted: {} did not die on SIGKILL, so this node cannot clean up and leaves the job",
+        *unkillable_);
+    if (!failure_) {
+      log_error(fmt::format("{}; exiting with 1", outcome));
+      reporter_.job_failed(outcome);
+      return finish(1);
+    }
+    int code = failure_->status.code;
+    reporter_.summarize_failure(round_, failure_context(outcome),
+                                [this, code](int) { finish(code); });
+  }
+
   // Our workers all succeeded. Nodes that host the store must not leave
   // the others without it, so everyone waits (bounded) for everyone; a
   // failure elsewhere meanwhile brings us back for the next round.
@@ -1000,6 +1088,8 @@ class elastic_agent::impl {
       signal_group(w.pid, SIGKILL);
       guard_->unwatch(w.pid);
     }
+    kills_.clear();  // their groups are killed above; the rest is the kernel's
+    kill_timer_.cancel();
     std::vector<pid_t> keep = stacks_->helper_pids();  // eu-stack: ends on its own
     keep.push_back(guard_->pid());
     kill_adopted_children(keep);
@@ -1016,6 +1106,7 @@ class elastic_agent::impl {
     keep_named_files(code);
     reporter_.agent_exiting(code);
     cancel_stop_timer();
+    kill_timer_.cancel();
     watchdog_.reset();  // closes and removes the pipe
     monitor_.reset();   // removes the control socket; closes the metrics port
     stacks_.reset();    // a capture under way: its eu-stack children are killed
@@ -1046,6 +1137,9 @@ class elastic_agent::impl {
   rendezvous::rendezvous_handler& rendezvous_;
   asio::signal_set signals_;
   generation_timer stop_timer_;
+  // The deadlines of the SIGKILLs sent to workers and their one timer.
+  kill_watch kills_;
+  generation_timer kill_timer_;
   env_map inherited_;
   // Whether this host's name was checked for gloo (host_name_check.h).
   bool host_name_checked_ = false;
@@ -1087,6 +1181,8 @@ class elastic_agent::impl {
   std::optional<int> job_restarts_;
   bool unreported_ = false;  // the last failure's report never reached the rendezvous
   bool awaiting_restart_count_ = false;
+  // "rank 3 (pid 1234)": the first worker that did not die on SIGKILL.
+  std::optional<std::string> unkillable_;
   int exit_code_ = 1;
 };
 

@@ -10,6 +10,7 @@
 
 #include "agent/gpu_stats.h"
 #include "agent/metrics_server.h"
+#include "agent/output_tail.h"
 #include "agent/proc_stats.h"
 #include "agent/wall_clock.h"
 
@@ -98,6 +99,7 @@ job_status job_monitor::snapshot() {
     ws.exit_code = w.exit_code;
     ws.started_at = w.started_at;
     ws.seconds_since_output = w.seconds_since_output;
+    if (w.last_output) ws.last_output = last_output_text(*w.last_output);
     if (w.state != "exited") {
       if (auto group = sample_group(w.pid)) {
         ws.cpu_seconds = group->cpu_seconds;

@@ -53,6 +53,7 @@ struct agent_facts {
     std::optional<int> exit_code;
     double started_at = 0;  // wall clock
     std::optional<double> seconds_since_output;  // unknown when not seen
+    std::optional<std::string> last_output;      // as it came; unknown when not seen
   };
   std::vector<worker> workers;
 };

@@ -85,6 +85,10 @@ worker_status worker_from_json(const json& j) {
   w.cpu_percent = number_in(j, "cpu_percent", 0, 1e6);
   if (auto v = integer_in(j, "rss_bytes", 0, i64_max)) w.rss_bytes = static_cast<std::uint64_t>(*v);
   w.seconds_since_output = number_in(j, "seconds_since_output", 0, far_future);
+  if (auto it = j.find("last_output"); it != j.end() && it->is_string()) {
+    w.last_output.emplace();
+    read_string(j, "last_output", *w.last_output);
+  }
   w.gpu_utilization_percent = number_in(j, "gpu_utilization_percent", 0, 100);
   if (auto v = integer_in(j, "gpu_memory_bytes", 0, i64_max)) {
     w.gpu_memory_bytes = static_cast<std::uint64_t>(*v);
@@ -167,7 +171,8 @@ nlohmann::ordered_json to_json(const job_status& s) {
                        {"rss_bytes", w.rss_bytes},
                        {"seconds_since_output", optional_value(w.seconds_since_output)},
                        {"gpu_utilization_percent", optional_value(w.gpu_utilization_percent)},
-                       {"gpu_memory_bytes", optional_value(w.gpu_memory_bytes)}});
+                       {"gpu_memory_bytes", optional_value(w.gpu_memory_bytes)},
+                       {"last_output", optional_value(w.last_output)}});
   }
   return ojson{{"schema", status_schema},
                {"run_id", s.run_id},
@@ -379,6 +384,40 @@ job_status merge_nodes(const std::vector<std::optional<job_status>>& per_node) {
   std::stable_sort(merged.workers.begin(), merged.workers.end(),
                    [](const worker_status& a, const worker_status& b) { return a.rank < b.rank; });
   return merged;
+}
+
+std::vector<job_status> merge_runs(std::vector<job_status> agents) {
+  std::vector<std::vector<job_status>> runs;
+  for (auto& s : agents) {
+    auto run = std::find_if(runs.begin(), runs.end(),
+                            [&](const auto& r) { return r.front().run_id == s.run_id; });
+    if (run == runs.end()) {
+      runs.emplace_back().push_back(std::move(s));
+    } else {
+      run->push_back(std::move(s));
+    }
+  }
+  std::vector<job_status> out;
+  for (auto& run : runs) {
+    std::size_t size = 0;
+    std::vector<int> ranks;
+    for (const auto& s : run) {
+      size = std::max({size, static_cast<std::size_t>(s.nnodes),
+                       static_cast<std::size_t>(s.node_rank) + 1});
+      ranks.push_back(s.node_rank);
+    }
+    std::sort(ranks.begin(), ranks.end());
+    bool distinct = std::adjacent_find(ranks.begin(), ranks.end()) == ranks.end();
+    // Bounded: a document's nnodes is any int; the nodes table lists each.
+    if (run.size() == 1 || !distinct || size > max_entries) {
+      for (auto& s : run) out.push_back(std::move(s));
+      continue;
+    }
+    std::vector<std::optional<job_status>> per_node(size);
+    for (auto& s : run) per_node[static_cast<std::size_t>(s.node_rank)] = std::move(s);
+    out.push_back(merge_nodes(per_node));
+  }
+  return out;
 }
 
 }  // namespace dtrun::agent

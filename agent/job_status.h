@@ -40,6 +40,9 @@ struct worker_status {
   // Since the worker last wrote a line; unknown when the agent does not see
   // its output (the default: output goes straight to the terminal).
   std::optional<double> seconds_since_output;
+  // Its last output line (output_tail.h), printable; unknown under the
+  // same condition. Added to dtrun.status/1 after the first release.
+  std::optional<std::string> last_output;
   std::optional<double> gpu_utilization_percent;  // 0..100, NVML's per-process SM use
   std::optional<std::uint64_t> gpu_memory_bytes;  // NVML's per-process used memory
 };
@@ -100,5 +103,15 @@ std::string escape_label_value(std::string_view value);
 // lowest node that has them, `nodes` lists every node 0..n-1, `workers`
 // every node's workers with node_rank set, ordered by rank.
 job_status merge_nodes(const std::vector<std::optional<job_status>>& per_node);
+
+// One status per run from the agents found on this machine (any order):
+// agents with the same run id and distinct node ranks (a multi-node job
+// started on one host, as the tests do) become one merge_nodes() view
+// sized to the job's nnodes (nodes not here show as "unknown"); an agent
+// alone in its run stays as it is. Agents of one run id that claim the
+// same node rank (two jobs that share the default id, or one still in
+// its rendezvous) are not one job for sure: each stays a block of its
+// own. Runs keep the order of their first agent.
+std::vector<job_status> merge_runs(std::vector<job_status> agents);
 
 }  // namespace dtrun::agent

@@ -140,6 +140,14 @@ void run_reporter::restart(int count, int max) {
   events_.emit("restart", ojson{{"count", count}, {"max", max}, {"after_round", round_}});
 }
 
+void run_reporter::worker_unkillable(int local_rank, int rank, long pid, char state) {
+  events_.emit("worker_unkillable", ojson{{"round", round_},
+                                          {"local_rank", local_rank},
+                                          {"rank", rank},
+                                          {"pid", pid},
+                                          {"state", std::string(1, state)}});
+}
+
 void run_reporter::group_stopping(std::string_view reason) {
   events_.emit("group_stopping", ojson{{"round", round_}, {"reason", std::string(reason)}});
 }

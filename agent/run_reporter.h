@@ -53,6 +53,9 @@ class run_reporter {
   // --hang-timeout: no progress anywhere for `fields.idle_s` seconds;
   // `fields` names the stuck locations and the stack files.
   void hang_detected(nlohmann::ordered_json fields);
+  // A worker outlived its SIGKILL (kill_watch): the agent stopped waiting
+  // for it. `state` is its /proc state letter ('?': unreadable).
+  void worker_unkillable(int local_rank, int rank, long pid, char state);
   void restart(int count, int max);
   void group_stopping(std::string_view reason);
   void membership_change(std::string_view reason);

@@ -13,6 +13,7 @@
 
 #include "agent/line_assembler.h"
 #include "agent/line_filter.h"
+#include "agent/output_tail.h"
 #include "rendezvous/base/generation_timer.h"
 
 namespace dtrun::agent {
@@ -113,6 +114,8 @@ class worker_output::piped_stream : public std::enable_shared_from_this<piped_st
     read();
   }
 
+  const std::string& last_line() const { return tail_.last(); }
+
   // The round is over: no more reads, no callback.
   void close() {
     closed_ = true;
@@ -144,6 +147,7 @@ class worker_output::piped_stream : public std::enable_shared_from_this<piped_st
       }
       return;
     }
+    tail_.feed(std::string_view(buffer_.data(), n));
     if (on_bytes_ && n > 0) on_bytes_();
     if (raw_) {
       out_.assign(buffer_.data(), n);
@@ -217,6 +221,7 @@ class worker_output::piped_stream : public std::enable_shared_from_this<piped_st
   std::size_t prefix_size_;
   std::shared_ptr<duplicate_file> duplicates_;  // null: no filters
   line_assembler lines_;
+  line_tail tail_;  // its last line, for `dtrun status`
   std::vector<char> buffer_;
   std::string_view unfed_;
   std::string out_;
@@ -253,6 +258,7 @@ int worker_output::open_stream(worker_slot& slot, int local_rank, stream_route r
     case stream_route::discard:
       return open_or_throw("/dev/null", O_WRONLY);
     case stream_route::file:
+      slot.log_files.push_back(path);
       return open_or_throw(path, O_WRONLY | O_CREAT | O_TRUNC);
     case stream_route::prefixed_console:
     case stream_route::watched_console:
@@ -271,7 +277,8 @@ int worker_output::open_stream(worker_slot& slot, int local_rank, stream_route r
       if (route != stream_route::file_and_console) duplicates.reset();
       bool raw = route == stream_route::watched_console;
       if (raw) duplicates.reset();
-      auto on_bytes = [this, local_rank] {
+      auto on_bytes = [this, local_rank, index = static_cast<int>(slot.pipes.size())] {
+        if (auto it = slots_.find(local_rank); it != slots_.end()) it->second.last_pipe = index;
         if (on_output_) on_output_(local_rank);
       };
       slot.pipes.push_back(std::make_shared<piped_stream>(io_, ends[0], file_fd, path,
@@ -362,6 +369,31 @@ void worker_output::when_drained(int local_rank, std::function<void()> then) {
     found->second.waiter = nullptr;
     waiter();
   });
+}
+
+std::optional<std::string> worker_output::last_line(int local_rank) const {
+  auto it = slots_.find(local_rank);
+  if (it == slots_.end()) return std::nullopt;
+  const worker_slot& slot = it->second;
+  if (slot.last_pipe >= 0 && static_cast<std::size_t>(slot.last_pipe) < slot.pipes.size()) {
+    const std::string& line = slot.pipes[static_cast<std::size_t>(slot.last_pipe)]->last_line();
+    if (!line.empty()) return line;
+  }
+  // The newest file first: the worker's last word may be on either stream.
+  const std::string* newest = nullptr;
+  std::filesystem::file_time_type newest_time{};
+  for (const auto& path : slot.log_files) {
+    std::error_code ec;
+    auto time = std::filesystem::last_write_time(path, ec);
+    if (ec) continue;
+    auto size = std::filesystem::file_size(path, ec);
+    if (ec || size == 0) continue;
+    if (newest == nullptr || time > newest_time) {
+      newest = &path;
+      newest_time = time;
+    }
+  }
+  return newest == nullptr ? std::nullopt : last_line_of_file(*newest);
 }
 
 void worker_output::release(int local_rank) {

@@ -97,12 +97,21 @@ class worker_output {
   // waiters (not called). Lines already handed to the console still go out.
   void end_round();
 
+  // local_rank's last output line, as it came (output_tail.h): the line of
+  // whichever of its piped streams spoke last, else the end of the log
+  // file it writes itself (the newer of stdout.log and stderr.log).
+  // nullopt when the agent sees none of its output (the console) or it
+  // wrote nothing yet; only while its round lasts.
+  std::optional<std::string> last_line(int local_rank) const;
+
  private:
   class piped_stream;
   struct duplicate_file;
   struct worker_slot {
     child_stdio child;  // ours until spawned()
     std::vector<std::shared_ptr<piped_stream>> pipes;
+    int last_pipe = -1;                  // the pipe that brought bytes last
+    std::vector<std::string> log_files;  // written by the worker itself (route file)
     int open_pipes = 0;
     std::function<void()> waiter;
     std::unique_ptr<generation_timer> grace;

@@ -111,6 +111,8 @@ gathered gather(const status_options& o) {
       g.errors.push_back(fmt::format("agent {}: {}", a.pid, e.what()));
     }
   }
+  // The agents of one run (several nodes on this host) are one job.
+  g.statuses = agent::merge_runs(std::move(g.statuses));
   return g;
 }
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include <fmt/format.h>
@@ -11,6 +13,10 @@
 namespace dtrun::launcher {
 
 namespace {
+
+// Wide enough for a progress line's gist ("epoch 3 step 1200/5000 loss
+// 0.41"), narrow enough that a row of the table fits 120 columns.
+constexpr std::size_t last_output_width = 40;
 
 // Columns sized to their widest cell; the last column is not padded.
 class table {
@@ -40,6 +46,20 @@ class table {
 
 std::string shown(const std::string& text) {
   return text.empty() ? "-" : printable(text);
+}
+
+// A worker's last line in at most `width` characters (UTF-8 counts once
+// per character, not per byte), "..." marking a cut; "-" when unknown.
+std::string last_output_cell(const std::optional<std::string>& line, std::size_t width) {
+  std::string text = line ? printable(*line) : std::string();
+  while (!text.empty() && text.back() == ' ') text.pop_back();
+  if (text.empty()) return "-";
+  std::vector<std::size_t> starts;  // where each character starts
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if ((static_cast<unsigned char>(text[i]) & 0xC0) != 0x80) starts.push_back(i);
+  }
+  if (starts.size() <= width) return text;
+  return text.substr(0, starts[width - 3]) + "...";
 }
 
 }  // namespace
@@ -90,7 +110,8 @@ std::string render_status(const agent::job_status& s, double now) {
   bool multi = !s.nodes.empty();
   std::vector<std::string> header = {"RANK", "LOCAL"};
   if (multi) header.push_back("NODE");
-  for (const char* h : {"PID", "STATE", "UPTIME", "CPU%", "RSS", "SINCE OUTPUT", "GPU%", "GPU MEM"}) {
+  for (const char* h : {"PID", "STATE", "UPTIME", "CPU%", "RSS", "SINCE OUTPUT", "GPU%", "GPU MEM",
+                        "LAST OUTPUT"}) {
     header.push_back(h);
   }
   table workers(std::move(header));
@@ -107,6 +128,7 @@ std::string render_status(const agent::job_status& s, double now) {
     row.push_back(w.seconds_since_output ? human_duration(*w.seconds_since_output) : "-");
     row.push_back(w.gpu_utilization_percent ? fmt::format("{:.0f}", *w.gpu_utilization_percent) : "-");
     row.push_back(w.gpu_memory_bytes ? human_bytes(*w.gpu_memory_bytes) : "-");
+    row.push_back(last_output_cell(w.last_output, last_output_width));
     workers.add(std::move(row));
   }
   return out + "\n" + workers.render();

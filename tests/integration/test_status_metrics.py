@@ -165,19 +165,25 @@ def test_a_metrics_port_in_use_is_one_line_and_no_worker_starts(tmp_path):
     assert not marker.exists()
 
 
-def test_status_of_a_multi_node_job_from_its_store(tmp_path):
+def test_status_of_a_multi_node_job_from_its_store_and_here(tmp_path):
     port = dh.free_port()
     env = dh.job_env(DTRUN_CONTROL_DIR=str(tmp_path / "control"))
     fifo = dh.Fifo(tmp_path)
     run_id = f"status-{env['DTRUN_TEST_MARK'][:8]}"
     procs = []
+    # Each worker's last line is a progress bar redrawn with '\r'; under
+    # --redirects the worker writes its log file itself, so the line is
+    # there once it said 'ready'.
+    worker = (f"printf 'loading\\nstep 1/10\\rstep %s/10\\r' $((RANK + 2)); "
+              f"echo ready > {fifo.path}; exec sleep 600")
     try:
         for is_host in (1, 0):
             procs.append(dh.start(
                 ["--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=c10d",
                  f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-id={run_id}",
-                 f"--rdzv-conf={dh.FAST_RDZV},is_host={is_host}", "-v", "--no-python",
-                 "/bin/sh", "-c", f"echo ready > {fifo.path}; exec sleep 600"], env))
+                 f"--rdzv-conf={dh.FAST_RDZV},is_host={is_host}", "-v", "--redirects=1",
+                 f"--log-dir={tmp_path / f'logs{is_host}'}", "--no-python", "/bin/sh", "-c",
+                 worker], env))
         for p in procs:
             dh.wait_for_stderr(p, "round 0: status published to the store")
         fifo.lines(2)
@@ -192,6 +198,21 @@ def test_status_of_a_multi_node_job_from_its_store(tmp_path):
         r = dtrun("status", "--json", f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=other",
                   env=env)
         assert r.returncode == 3, r.stdout
+        # Both agents are on this machine: one run, so one document and one
+        # block, its workers in rank order with their last lines.
+        r = dtrun("status", "--json", env=env)
+        assert r.returncode == 0, r.stderr
+        [here] = json.loads(r.stdout)
+        assert here["run_id"] == run_id and here["nnodes"] == 2
+        assert [n["agent_pid"] for n in here["nodes"]] == [
+            n["agent_pid"] for n in sorted(doc["nodes"], key=lambda n: n["node_rank"])]
+        assert [(w["rank"], w["node_rank"], w["last_output"]) for w in here["workers"]] == [
+            (0, 0, "step 2/10"), (1, 1, "step 3/10")]
+        r = dtrun("status", env=env)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.count(f"run {run_id} ") == 1, r.stdout
+        assert "LAST OUTPUT" in r.stdout
+        assert re.search(r"^1 .* step 3/10$", r.stdout, re.M), r.stdout
     finally:
         for p in procs:
             if p.poll() is None:

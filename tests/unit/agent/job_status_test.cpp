@@ -38,6 +38,7 @@ job_status sample_job() {
   w.seconds_since_output = 3.0;
   w.gpu_utilization_percent = 50;
   w.gpu_memory_bytes = 2048;
+  w.last_output = "epoch 3 step 120/500";
   s.workers.push_back(w);
   w.rank = 3;
   w.local_rank = 1;
@@ -48,6 +49,7 @@ job_status sample_job() {
   w.seconds_since_output.reset();
   w.gpu_utilization_percent.reset();
   w.gpu_memory_bytes.reset();
+  w.last_output.reset();
   s.workers.push_back(w);
   return s;
 }
@@ -78,6 +80,9 @@ TEST_CASE("job status round-trips through its JSON form") {
   CHECK(!back->workers[1].cpu_percent);
   CHECK(back->workers[1].exit_code == std::optional<int>(1));
   CHECK(back->workers[1].state == "exited");
+  CHECK(back->workers[0].last_output == std::optional<std::string>("epoch 3 step 120/500"));
+  CHECK(j["workers"][1]["last_output"].is_null());
+  CHECK(!back->workers[1].last_output);
   CHECK(to_json(*back) == j);
 }
 
@@ -201,4 +206,51 @@ TEST_CASE("nodes that have not published before the first one that has are still
   CHECK(merged.nodes[2].node_rank == 2);
   CHECK(merged.nodes[2].host == "node2");
   CHECK(merged.workers.size() == b.workers.size());
+}
+
+TEST_CASE("last_output is optional: older documents have none, odd ones are cut or dropped") {
+  std::string error;
+  auto s = parse_status(R"({"workers": [{"rank": 0}, {"rank": 1, "last_output": 7},
+      {"rank": 2, "last_output": ")" + std::string(1000, 'x') + R"("}]})",
+                        error);
+  REQUIRE(s);
+  REQUIRE(s->workers.size() == 3);
+  CHECK(!s->workers[0].last_output);
+  CHECK(!s->workers[1].last_output);
+  CHECK(s->workers[2].last_output == std::optional<std::string>(std::string(256, 'x')));
+}
+
+TEST_CASE("agents of one run on this machine merge into one view; other runs stay apart") {
+  auto node0 = sample_job();
+  node0.node_rank = 0;
+  node0.agent_pid = 10;
+  node0.workers[0].rank = 0;
+  node0.workers[1].rank = 1;
+  auto node1 = sample_job();  // node rank 1, ranks 2 and 3
+  node1.agent_pid = 11;
+  auto other = sample_job();
+  other.run_id = "other";
+  other.nnodes = 1;
+  other.node_rank = 0;
+  auto runs = merge_runs({node1, other, node0});
+  REQUIRE(runs.size() == 2);
+  CHECK(runs[0].run_id == node0.run_id);  // runs in the order first seen
+  REQUIRE(runs[0].nodes.size() == 2);
+  CHECK(runs[0].nodes[0].agent_pid == 10);
+  CHECK(runs[0].nodes[1].agent_pid == 11);
+  REQUIRE(runs[0].workers.size() == 4);
+  for (int rank = 0; rank < 4; ++rank) CHECK(runs[0].workers[static_cast<std::size_t>(rank)].rank == rank);
+  CHECK(runs[0].workers[3].node_rank == 1);
+  CHECK(runs[1].run_id == "other");
+  CHECK(runs[1].nodes.empty());  // alone: as it came
+}
+
+TEST_CASE("agents of one run id that claim the same node rank are not merged") {
+  auto a = sample_job();
+  auto b = sample_job();
+  b.agent_pid = 99;
+  auto runs = merge_runs({a, b});
+  REQUIRE(runs.size() == 2);
+  CHECK(runs[0].nodes.empty());
+  CHECK(runs[1].agent_pid == 99);
 }

@@ -9,32 +9,13 @@
 #include <catch2/catch.hpp>
 
 #include "agent/proc_stats.h"
+#include "tests/unit/agent/fake_proc.h"
 
 using namespace dtrun::agent;
+using dtrun::agent::testing::fake_proc;
 namespace fs = std::filesystem;
 
 namespace {
-
-// A fake /proc: <root>/stat with btime and one directory per process.
-struct fake_proc {
-  fs::path root;
-  fake_proc() {
-    char templ[] = "/tmp/dtrun_proc_XXXXXX";
-    root = ::mkdtemp(templ);
-    std::ofstream(root / "stat") << "cpu  1 2 3 4\nbtime 1700000000\nprocesses 5\n";
-  }
-  ~fake_proc() { fs::remove_all(root); }
-  // utime/stime/start in ticks, rss in pages.
-  void add(int pid, const std::string& comm, int pgrp, long utime, long stime, long start,
-           long rss_pages, char state = 'S') {
-    fs::create_directories(root / std::to_string(pid));
-    std::ofstream(root / std::to_string(pid) / "stat")
-        << pid << " (" << comm << ") " << state << " 1 " << pgrp
-        << " 1 0 -1 4194560 100 0 0 0 " << utime << " " << stime
-        << " 0 0 20 0 1 0 " << start << " 12345678 " << rss_pages << " 18446744073709551615\n";
-    std::ofstream(root / std::to_string(pid) / "statm") << "1000 " << rss_pages << " 50 1 0 80 0\n";
-  }
-};
 
 const double ticks = static_cast<double>(::sysconf(_SC_CLK_TCK));
 const std::uint64_t page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));

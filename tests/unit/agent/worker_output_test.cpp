@@ -137,6 +137,28 @@ TEST_CASE("redirected and discarded streams are the worker's own fds: no pipe to
   CHECK(wait_code(pid) == 0);
   CHECK(read_file(dir.path / "stdout.log") == "to-file\n");
   CHECK_FALSE(fs::exists(dir.path / "stderr.log"));
+  // Not in the data path, the agent reads the end of the file it wrote.
+  CHECK(output.last_line(0) == "to-file");
+}
+
+TEST_CASE("a worker's last line is what it wrote last, a '\\r' redraw included") {
+  testing::scoped_temp_dir dir{"dtrun-output"};
+  fake_console out;
+  asio::io_context io;
+  log_spec spec;
+  spec.tee.all = std_out;  // stderr stays on the console: not seen
+  worker_output output(io, spec, nullptr, std::chrono::seconds(30), out.write_fd, out.write_fd);
+  child_stdio stdio = output.prepare(0, dir.path.string(), "[r0]:");
+  CHECK(output.last_line(0) == std::nullopt);  // nothing written yet
+  pid_t pid = spawn_sh("printf 'loading\\nstep 2/10\\rstep 3/10\\r'", stdio);
+  output.spawned(0);
+  output.when_drained(0, [] {});
+  io.run();
+  CHECK(wait_code(pid) == 0);
+  CHECK(output.last_line(0) == "step 3/10");
+  CHECK(output.last_line(1) == std::nullopt);  // no such worker
+  output.end_round();
+  CHECK(output.last_line(0) == std::nullopt);
 }
 
 TEST_CASE("a grandchild holding the pipe delays the drain by the grace period only") {

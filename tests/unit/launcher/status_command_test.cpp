@@ -43,6 +43,7 @@ agent::job_status one_node() {
   w.seconds_since_output = 75;
   w.gpu_utilization_percent = 88;
   w.gpu_memory_bytes = 2ull << 30;
+  w.last_output = "step 7/10";
   s.workers.push_back(w);
   return s;
 }
@@ -87,12 +88,12 @@ TEST_CASE("status argument errors are usage errors (exit 2)") {
 TEST_CASE("the status table shows the job line and one row per worker") {
   auto text = render_status(one_node(), 1000 + 3725);
   CHECK(text.find("run job1  round 1  restarts 1/3  phase running  nodes 1  agent pid 321 on node1  up 1h02m\n") == 0);
-  CHECK(text.find("RANK  LOCAL  PID  STATE    UPTIME  CPU%  RSS      SINCE OUTPUT  GPU%  GPU MEM\n") !=
-        std::string::npos);
-  CHECK(text.find("0     0      400  running  1h02m   97    3.0 MiB  -             -     -\n") !=
-        std::string::npos);
-  CHECK(text.find("1     1      401  running  1h02m   -     3.0 MiB  1m15s         88    2.0 GiB\n") !=
-        std::string::npos);
+  CHECK(text.find("RANK  LOCAL  PID  STATE    UPTIME  CPU%  RSS      SINCE OUTPUT  GPU%  GPU MEM  "
+                  "LAST OUTPUT\n") != std::string::npos);
+  CHECK(text.find("0     0      400  running  1h02m   97    3.0 MiB  -             -     -        "
+                  "-\n") != std::string::npos);
+  CHECK(text.find("1     1      401  running  1h02m   -     3.0 MiB  1m15s         88    2.0 GiB  "
+                  "step 7/10\n") != std::string::npos);
   CHECK(text.find("NODE") == std::string::npos);  // one node: no nodes table
 }
 
@@ -112,6 +113,16 @@ TEST_CASE("text from other agents is made printable in the table") {
   s.run_id = "evil\x1b[2Jrun";
   auto text = render_status(s, 1000);
   CHECK(text.find('\x1b') == std::string::npos);
+}
+
+TEST_CASE("the last output column fits 40 characters and is made printable") {
+  auto s = one_node();
+  s.workers[0].last_output = "epoch 1 \x1b[2J " + std::string(50, 'x');
+  s.workers[1].last_output = std::string(37, 'a') + "\xc3\xa9\xc3\xa9\xc3\xa9";  // 40 characters
+  auto text = render_status(s, 1000);
+  CHECK(text.find('\x1b') == std::string::npos);
+  CHECK(text.find("  epoch 1 \\x1b[2J " + std::string(21, 'x') + "...\n") != std::string::npos);
+  CHECK(text.find("  " + std::string(37, 'a') + "\xc3\xa9\xc3\xa9\xc3\xa9\n") != std::string::npos);
 }
 
 TEST_CASE("human sizes and durations") {
