@@ -9,7 +9,6 @@
 #include "rendezvous/base/usage_error.h"
 
 using namespace dtrun;  // usage_error and the number checks (rendezvous/base)
-using namespace dtrun::launcher;
 using std::chrono::milliseconds;
 
 namespace {
