@@ -17,15 +17,20 @@ STOPPED = re.compile(r"^dtrun: the job was stopped on node (\d) \(host .+\) by S
                      r"\(Ctrl-C there\); stopping the workers$", re.M)
 
 
-def start_two_nodes(env):
-    """Both nodes started, in their own sessions (a signal reaches one
-    only), and running their worker; the store's host first."""
+def start_nodes(env, nnodes):
+    """Two agents of an `nnodes`-node job, each in its own session (a
+    signal reaches one only), the store's host first; each worker sleeps."""
     port = dh.free_port()
-    nodes = [dh.start(["--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=c10d",
-                       f"--rdzv-endpoint=127.0.0.1:{port}",
-                       f"--rdzv-conf={dh.FAST_RDZV},is_host={is_host}",
-                       "--no-python", "/bin/sh", "-c", "exec sleep 1000"], env)
-             for is_host in (1, 0)]
+    return [dh.start([f"--nnodes={nnodes}", "--nproc-per-node=1", "--rdzv-backend=c10d",
+                      f"--rdzv-endpoint=127.0.0.1:{port}",
+                      f"--rdzv-conf={dh.FAST_RDZV},is_host={is_host}",
+                      "--no-python", "/bin/sh", "-c", "exec sleep 1000"], env)
+            for is_host in (1, 0)]
+
+
+def start_two_nodes(env):
+    """Both nodes of a two-node job started and running their worker."""
+    nodes = start_nodes(env, 2)
     ranks = []
     for node in nodes:
         line = dh.wait_for_stderr(node, "starting 1 worker(s)")
@@ -76,12 +81,7 @@ def test_ctrl_c_while_the_round_gathers_ends_the_node_that_joined_with_it(stoppe
     other node learns of the Ctrl-C at once (it used to wait out its join
     timeout, then fail as if the nodes had not come)."""
     env = dh.job_env()
-    port = dh.free_port()
-    nodes = [dh.start(["--nnodes=3", "--nproc-per-node=1", "--rdzv-backend=c10d",
-                       f"--rdzv-endpoint=127.0.0.1:{port}",
-                       f"--rdzv-conf={dh.FAST_RDZV},is_host={is_host}",
-                       "--no-python", "/bin/sh", "-c", "exec sleep 1000"], env)
-             for is_host in (1, 0)]
+    nodes = start_nodes(env, 3)
     other = 1 - stopped
     try:
         for node in nodes:
