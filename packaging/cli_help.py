@@ -10,7 +10,9 @@ What each option takes is read from its help line:
   - `folder` / `file` / `interpreter` in the description: directory, file or
     command names.
 Subcommands (a `Subcommands:` section) are read from `PROGRAM SUB --help`
-each. Exits non-zero when the help has no options, so a changed help layout
+each; so are dtrun's commands, which its help lists in a footer section
+`Commands, as the first word ...:` (`dtrun status [--json]   text`): a
+program that takes a script as its first word offers them there too. Exits non-zero when the help has no options, so a changed help layout
 fails the build instead of shipping an empty completion.
 """
 
@@ -40,6 +42,9 @@ class command:
     description: str
     options: list[option]
     subcommands: list["command"] = field(default_factory=list)
+    # dtrun's commands (status, stacks, help): words that may come first
+    # instead of the script.
+    first_words: list["command"] = field(default_factory=list)
 
 
 def read_help(argv: list[str]) -> str:
@@ -49,11 +54,16 @@ def read_help(argv: list[str]) -> str:
     return r.stdout
 
 
-def parse_options(help_text: str) -> tuple[list[option], list[tuple[str, str]]]:
-    """The options and the (name, description) of the subcommands of one
-    CLI11 help text."""
+FIRST_WORDS_SECTION = "Commands, as the first word"
+
+
+def parse_options(help_text: str) -> tuple[list[option], list[tuple[str, str]],
+                                           list[tuple[str, str]]]:
+    """The options, the (name, description) of the subcommands and those of
+    the first-word commands of one CLI11 help text."""
     options: list[option] = []
     subcommands: list[tuple[str, str]] = []
+    first_words: list[tuple[str, str]] = []
     section = ""
     current: option | None = None
     for line in help_text.splitlines():
@@ -68,6 +78,15 @@ def parse_options(help_text: str) -> tuple[list[option], list[tuple[str, str]]]:
         if section == "Subcommands":
             name, _, text = stripped.partition(" ")
             subcommands.append((name, text.strip()))
+            continue
+        if section.startswith(FIRST_WORDS_SECTION):
+            # "dtrun status [--json] [--watch]   the running jobs ...": the
+            # second word is the command, the text after the wide gap its
+            # description.
+            usage, text = (re.split(r"\s{2,}", stripped, maxsplit=1) + [""])[:2]
+            words = usage.split()
+            if len(words) >= 2:
+                first_words.append((words[1], text.strip()))
             continue
         if stripped.startswith("-") and line.startswith("  -"):
             head, text = (re.split(r"\s{2,}", stripped, maxsplit=1) + [""])[:2]
@@ -85,7 +104,7 @@ def parse_options(help_text: str) -> tuple[list[option], list[tuple[str, str]]]:
     for o in options:
         if o.takes_value:
             derive_values(o, options)
-    return options, subcommands
+    return options, subcommands, first_words
 
 
 def derive_values(o: option, options: list[option]) -> None:
@@ -122,11 +141,15 @@ def derive_values(o: option, options: list[option]) -> None:
 
 def read_command(binary: str) -> command:
     name = binary.rsplit("/", 1)[-1]
-    options, subs = parse_options(read_help([binary]))
+    options, subs, firsts = parse_options(read_help([binary]))
     if not any(n.startswith("--") for o in options for n in o.names):
         sys.exit(f"completions.py: no options found in `{binary} --help`: has its layout changed?")
     cmd = command(name, "", options)
     for sub_name, sub_text in subs:
-        sub_options, _ = parse_options(read_help([binary, sub_name]))
+        sub_options, _, _ = parse_options(read_help([binary, sub_name]))
         cmd.subcommands.append(command(sub_name, sub_text, sub_options))
+    for word, text in firsts:
+        # `dtrun help` is the help itself: nothing follows it.
+        word_options = [] if word == "help" else parse_options(read_help([binary, word]))[0]
+        cmd.first_words.append(command(word, text, word_options))
     return cmd

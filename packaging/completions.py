@@ -69,6 +69,7 @@ def bash(cmd: command, version: str) -> str:
     if cmd.subcommands:
         lines += bash_subcommand_body(cmd)
     else:
+        lines += bash_first_word_cases(cmd)
         lines += [
             "    # The first word that is neither a flag nor a flag's value is the",
             "    # script (or program): it and everything after it go to the workers.",
@@ -90,6 +91,11 @@ def bash(cmd: command, version: str) -> str:
             "        *)",
             '            if [[ $cur == -* ]]; then',
             f'                COMPREPLY=($(compgen -W "{all_flags(cmd.options)}" -- "$cur"))',
+            *([
+                "            elif ((COMP_CWORD == 1)); then  # a command or the script",
+                f'                COMPREPLY=($(compgen -W "{first_word_names(cmd)}" -- "$cur")'
+                ' $(compgen -f -- "$cur"))',
+            ] if cmd.first_words else []),
             "            else",
             '                COMPREPLY=($(compgen -f -- "$cur"))',
             "            fi ;;",
@@ -100,6 +106,25 @@ def bash(cmd: command, version: str) -> str:
         '    if [[ -n $prefix ]]; then COMPREPLY=("${COMPREPLY[@]/#/$prefix}"); fi',
         "    return 0", "}", f"complete -o default -F {f} {cmd.name}", ""]
     return "\n".join(lines)
+
+
+def first_word_names(cmd: command) -> str:
+    return " ".join(w.name for w in cmd.first_words)
+
+
+def bash_first_word_cases(cmd: command) -> list[str]:
+    """dtrun's commands (`dtrun status --json`): after one of them as the
+    first word, its own flags, and nothing of the script's."""
+    if not cmd.first_words:
+        return []
+    lines = ["    # One of dtrun's commands as the first word: its own flags.",
+             "    if ((COMP_CWORD > 1)); then",
+             "        case ${COMP_WORDS[1]} in"]
+    for w in cmd.first_words:
+        lines.append(f'            {w.name}) COMPREPLY=($(compgen -W "{all_flags(w.options)}"'
+                     ' -- "$cur")); return 0 ;;')
+    lines += ["        esac", "    fi"]
+    return lines
 
 
 def bash_subcommand_body(cmd: command) -> list[str]:
@@ -187,6 +212,30 @@ def zsh(cmd: command, version: str) -> str:
             sub_specs = " ".join(x for o in s.options for x in zsh_spec(o))
             lines.append(f"      {s.name}) _arguments -s {sub_specs} '*:argument: ' ;;")
         lines += ["    esac ;;", "esac", ""]
+    elif cmd.first_words:
+        # dtrun: its commands or a script first; after a command, its flags.
+        described = " ".join(
+            f'{w.name}\\:"{zsh_quote(w.description.replace(chr(34), ""))}"'
+            for w in cmd.first_words)
+        lines += [
+            "local curcontext=$curcontext state line",
+            "typeset -A opt_args",
+            "_arguments -C -s -S \\",
+            *[f"  {s} \\" for s in specs],
+            "  '(-)1:script, program or command:->first' \\",
+            "  '(-)*::arguments for the workers:->rest'",
+            "case $state in",
+            "  first)",
+            f"    _alternative 'commands:dtrun command:(({described}))' "
+            "'files:script or program:_files' ;;",
+            "  rest)",
+            "    case $words[1] in",
+        ]
+        for w in cmd.first_words:
+            word_specs = " ".join(x for o in w.options for x in zsh_spec(o))
+            lines.append(f"      {w.name}) _arguments -s {word_specs} ;;" if word_specs
+                         else f"      {w.name}) ;;")
+        lines += ["      *) _files ;;", "    esac ;;", "esac", ""]
     else:
         lines += [
             "_arguments -s -S \\",

@@ -103,6 +103,20 @@ def test_bash_completes_the_script_then_leaves_its_arguments_to_it(share, tmp_pa
                     cwd=tmp_path) == ["train.py"]
 
 
+def test_bash_completes_dtrun_commands_as_the_first_word_and_their_flags(share, tmp_path):
+    (tmp_path / "stats.py").write_text("")
+    # First: dtrun's commands beside the scripts; after flags, only scripts.
+    assert sorted(complete(share, "dtrun", ["st"], cwd=tmp_path)) == ["stacks", "stats.py",
+                                                                     "status"]
+    assert complete(share, "dtrun", ["--standalone", "st"], cwd=tmp_path) == ["stats.py"]
+    for command in ("status", "stacks"):
+        help_text = subprocess.run([str(dh.DTRUN), command, "--help"], capture_output=True,
+                                   text=True).stdout
+        assert "--json" in long_flags(help_text)
+        assert sorted(complete(share, "dtrun", [command, "--"], cwd=tmp_path)) == \
+            sorted(long_flags(help_text))
+
+
 def test_bash_completes_dtrun_store_subcommands_and_their_flags(share):
     help_text = subprocess.run([str(STORE), "--help"], capture_output=True, text=True).stdout
     subcommands = re.findall(r"^  (\S+)  ", help_text.split("Subcommands:")[1], re.M)
@@ -153,6 +167,8 @@ def test_zsh_completes_flags_values_and_subcommands(share):
         "dtrun --rdzv-backend ": ["c10d", "static", "etcd-v3", "etcd-v2"],
         "dtrun --rdzv_backend=c": ["--rdzv_backend=c10d"],
         "dtrun --standalone --numa-binding ": ["node", "socket", "exclusive", "core-complex"],
+        "dtrun stat": ["status"],
+        "dtrun stacks --run": ["--run-id", "--run_id"],
         "dtrun-store se": ["serve", "set"],
         "dtrun-store --dialect v": ["v1.13", "v2"],
     }
