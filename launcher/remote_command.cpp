@@ -184,15 +184,24 @@ std::vector<std::pair<std::string, std::string>> select_exports(
   return {chosen.begin(), chosen.end()};
 }
 
+// Quoted only when a POSIX shell would read it otherwise, so the command
+// (shown again, quoted as a whole, by --dry-run) stays readable. Never
+// $'...': the remote login shell may be dash.
+namespace {
+std::string remote_word(const std::string& word) {
+  return needs_no_quotes(word) ? word : shell_quote(word);
+}
+}  // namespace
+
 std::string remote_shell_command(const std::string& workdir,
                                  const std::vector<std::pair<std::string, std::string>>& env,
                                  const std::vector<std::string>& argv) {
-  std::string out = fmt::format("cd -- {} && exec", shell_quote(workdir));
+  std::string out = fmt::format("cd -- {} && exec", remote_word(workdir));
   if (!env.empty()) {
     out += " env --";
-    for (const auto& [name, value] : env) out += ' ' + shell_quote(name + "=" + value);
+    for (const auto& [name, value] : env) out += ' ' + remote_word(name + "=" + value);
   }
-  for (const auto& word : argv) out += ' ' + shell_quote(word);
+  for (const auto& word : argv) out += ' ' + remote_word(word);
   return out;
 }
 

@@ -74,10 +74,14 @@ TEST_CASE("the remote environment: default prefixes plus --export") {
   CHECK(usage_error_of([] { parse_export_list("A-B=1"); }).rfind("--export: 'A-B'", 0) == 0);
 }
 
-TEST_CASE("the remote shell command cds, sets the variables and execs, all quoted") {
+TEST_CASE("the remote shell command cds, sets the variables and execs, quoted where needed") {
   CHECK(remote_shell_command("/w d", {{"A", "x y"}, {"B", "it's"}}, {"/opt/dtrun", "a;b", "$X"}) ==
-        "cd -- '/w d' && exec env -- 'A=x y' 'B=it'\\''s' '/opt/dtrun' 'a;b' '$X'");
-  CHECK(remote_shell_command("/w", {}, {"/d"}) == "cd -- '/w' && exec '/d'");
+        "cd -- '/w d' && exec env -- 'A=x y' 'B=it'\\''s' /opt/dtrun 'a;b' '$X'");
+  CHECK(remote_shell_command("/w", {}, {"/d"}) == "cd -- /w && exec /d");
+  // What a POSIX shell would expand, split or glob is quoted; an empty word
+  // stays a word; never $'...' (the login shell may be dash).
+  CHECK(remote_shell_command("/w", {}, {"", "*", "~", "a\nb", "x=1"}) ==
+        "cd -- /w && exec '' '*' '~' 'a\nb' x=1");
 }
 
 TEST_CASE("ssh's argv: the user's words, BatchMode, the target, the command") {
@@ -102,17 +106,17 @@ TEST_CASE("the plan: same dtrun and folder everywhere, the first host hosts the 
   CHECK(plan[1].port == port_role::read);
   CHECK(plan[0].ssh_argv ==
         words{"ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=30", "--", "n1",
-              "cd -- '/work' && exec env -- 'NCCL_DEBUG=INFO' '/opt/dtrun' '--nproc-per-node=2' "
-              "'--max-restarts' '1' '--nnodes=2' '--rdzv-backend=c10d' '--rdzv-id=rid' "
-              "'--rdzv-endpoint=n1:0' '--rdzv-conf=join_timeout=9,is_host=1' "
-              "'--rdzv-port-via-stdio=report' '--stop-on-stdin-eof' '--prefix-console' '--' "
-              "'train.py' '--lr' '0.1 x'"});
+              "cd -- /work && exec env -- NCCL_DEBUG=INFO /opt/dtrun --nproc-per-node=2 "
+              "--max-restarts 1 --nnodes=2 --rdzv-backend=c10d --rdzv-id=rid "
+              "--rdzv-endpoint=n1:0 --rdzv-conf=join_timeout=9,is_host=1 "
+              "--rdzv-port-via-stdio=report --stop-on-stdin-eof --prefix-console -- "
+              "train.py --lr '0.1 x'"});
   CHECK(plan[1].ssh_argv.back() ==
-        "cd -- '/work' && exec env -- 'NCCL_DEBUG=INFO' '/opt/dtrun' '--nproc-per-node=2' "
-        "'--max-restarts' '1' '--nnodes=2' '--rdzv-backend=c10d' '--rdzv-id=rid' "
-        "'--rdzv-endpoint=n1:0' '--rdzv-conf=join_timeout=9,is_host=0' "
-        "'--rdzv-port-via-stdio=read' '--nproc-per-node=4' '--stop-on-stdin-eof' "
-        "'--prefix-console' '--' 'train.py' '--lr' '0.1 x'");
+        "cd -- /work && exec env -- NCCL_DEBUG=INFO /opt/dtrun --nproc-per-node=2 "
+        "--max-restarts 1 --nnodes=2 --rdzv-backend=c10d --rdzv-id=rid "
+        "--rdzv-endpoint=n1:0 --rdzv-conf=join_timeout=9,is_host=0 "
+        "--rdzv-port-via-stdio=read --nproc-per-node=4 --stop-on-stdin-eof "
+        "--prefix-console -- train.py --lr '0.1 x'");
 }
 
 TEST_CASE("the plan: a user's endpoint, run id, --ssh and --remote-dtrun are used as given") {
@@ -130,9 +134,9 @@ TEST_CASE("the plan: a user's endpoint, run id, --ssh and --remote-dtrun are use
   CHECK(plan[0].ssh_argv ==
         words{"ssh", "-p", "2222", "-o", "BatchMode=yes", "-o", "ConnectTimeout=30", "--",
               "me@n1",
-              "cd -- '/w' && exec '/usr/bin/dtrun' '--nnodes=2' '--rdzv-backend=c10d' "
-              "'--rdzv-id=job7' '--rdzv-endpoint=n9:1234' '--stop-on-stdin-eof' "
-              "'--prefix-console' '--' 't.py'"});
+              "cd -- /w && exec /usr/bin/dtrun --nnodes=2 --rdzv-backend=c10d "
+              "--rdzv-id=job7 --rdzv-endpoint=n9:1234 --stop-on-stdin-eof "
+              "--prefix-console -- t.py"});
 }
 
 TEST_CASE("flags that contradict a launch over ssh are one-line errors") {
