@@ -484,7 +484,14 @@ class elastic_agent::impl {
           fw.seconds_since_output = std::chrono::duration<double>(now - *last).count();
         }
       }
-      if (sees_output(w.local_rank)) fw.last_output = output_->last_line(w.local_rank);
+      if (sees_output(w.local_rank)) {
+        // Without --hang-timeout (no progress monitor), from the output
+        // itself, as the docs promise under --tee and --redirects.
+        if (!fw.seconds_since_output) {
+          fw.seconds_since_output = output_->seconds_since_output(w.local_rank);
+        }
+        fw.last_output = output_->last_line(w.local_rank);
+      }
       f.workers.push_back(fw);
     }
     return f;

@@ -3,10 +3,16 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <filesystem>
+#include <optional>
+#include <string>
 #include <string_view>
 #include <system_error>
+#include <utility>
+#include <vector>
 
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <fmt/format.h>
@@ -278,7 +284,10 @@ int worker_output::open_stream(worker_slot& slot, int local_rank, stream_route r
       bool raw = route == stream_route::watched_console;
       if (raw) duplicates.reset();
       auto on_bytes = [this, local_rank, index = static_cast<int>(slot.pipes.size())] {
-        if (auto it = slots_.find(local_rank); it != slots_.end()) it->second.last_pipe = index;
+        if (auto it = slots_.find(local_rank); it != slots_.end()) {
+          it->second.last_pipe = index;
+          it->second.last_bytes_at = std::chrono::steady_clock::now();
+        }
         if (on_output_) on_output_(local_rank);
       };
       slot.pipes.push_back(std::make_shared<piped_stream>(io_, ends[0], file_fd, path,
@@ -371,6 +380,25 @@ void worker_output::when_drained(int local_rank, std::function<void()> then) {
   });
 }
 
+namespace {
+
+// The newer of a worker's own non-empty log files, with its time.
+std::optional<std::pair<std::string, std::filesystem::file_time_type>> newest_log(
+    const std::vector<std::string>& files) {
+  std::optional<std::pair<std::string, std::filesystem::file_time_type>> newest;
+  for (const auto& path : files) {
+    std::error_code ec;
+    auto time = std::filesystem::last_write_time(path, ec);
+    if (ec) continue;
+    auto size = std::filesystem::file_size(path, ec);
+    if (ec || size == 0) continue;
+    if (!newest || time > newest->second) newest.emplace(path, time);
+  }
+  return newest;
+}
+
+}  // namespace
+
 std::optional<std::string> worker_output::last_line(int local_rank) const {
   auto it = slots_.find(local_rank);
   if (it == slots_.end()) return std::nullopt;
@@ -380,20 +408,22 @@ std::optional<std::string> worker_output::last_line(int local_rank) const {
     if (!line.empty()) return line;
   }
   // The newest file first: the worker's last word may be on either stream.
-  const std::string* newest = nullptr;
-  std::filesystem::file_time_type newest_time{};
-  for (const auto& path : slot.log_files) {
-    std::error_code ec;
-    auto time = std::filesystem::last_write_time(path, ec);
-    if (ec) continue;
-    auto size = std::filesystem::file_size(path, ec);
-    if (ec || size == 0) continue;
-    if (newest == nullptr || time > newest_time) {
-      newest = &path;
-      newest_time = time;
-    }
+  auto newest = newest_log(slot.log_files);
+  return newest ? last_line_of_file(newest->first) : std::nullopt;
+}
+
+std::optional<double> worker_output::seconds_since_output(int local_rank) const {
+  auto it = slots_.find(local_rank);
+  if (it == slots_.end()) return std::nullopt;
+  const worker_slot& slot = it->second;
+  if (slot.last_pipe >= 0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - slot.last_bytes_at)
+        .count();
   }
-  return newest == nullptr ? std::nullopt : last_line_of_file(*newest);
+  auto newest = newest_log(slot.log_files);
+  if (!newest) return std::nullopt;
+  auto age = std::filesystem::file_time_type::clock::now() - newest->second;
+  return std::max(0.0, std::chrono::duration<double>(age).count());
 }
 
 void worker_output::release(int local_rank) {

@@ -104,6 +104,11 @@ class worker_output {
   // wrote nothing yet; only while its round lasts.
   std::optional<std::string> last_line(int local_rank) const;
 
+  // Seconds since local_rank's last output the agent saw: its last read
+  // from a piped stream, else the newer log file's modification time.
+  // nullopt under the same conditions as last_line().
+  std::optional<double> seconds_since_output(int local_rank) const;
+
  private:
   class piped_stream;
   struct duplicate_file;
@@ -111,6 +116,7 @@ class worker_output {
     child_stdio child;  // ours until spawned()
     std::vector<std::shared_ptr<piped_stream>> pipes;
     int last_pipe = -1;                  // the pipe that brought bytes last
+    std::chrono::steady_clock::time_point last_bytes_at{};  // when it did
     std::vector<std::string> log_files;  // written by the worker itself (route file)
     int open_pipes = 0;
     std::function<void()> waiter;

@@ -137,8 +137,12 @@ TEST_CASE("redirected and discarded streams are the worker's own fds: no pipe to
   CHECK(wait_code(pid) == 0);
   CHECK(read_file(dir.path / "stdout.log") == "to-file\n");
   CHECK_FALSE(fs::exists(dir.path / "stderr.log"));
-  // Not in the data path, the agent reads the end of the file it wrote.
+  // Not in the data path, the agent reads the end of the file it wrote,
+  // and its age from the file's time.
   CHECK(output.last_line(0) == "to-file");
+  auto since = output.seconds_since_output(0);
+  REQUIRE(since);
+  CHECK(*since >= 0.0);
 }
 
 TEST_CASE("a worker's last line is what it wrote last, a '\\r' redraw included") {
@@ -150,6 +154,7 @@ TEST_CASE("a worker's last line is what it wrote last, a '\\r' redraw included")
   worker_output output(io, spec, nullptr, std::chrono::seconds(30), out.write_fd, out.write_fd);
   child_stdio stdio = output.prepare(0, dir.path.string(), "[r0]:");
   CHECK(output.last_line(0) == std::nullopt);  // nothing written yet
+  CHECK(output.seconds_since_output(0) == std::nullopt);
   pid_t pid = spawn_sh("printf 'loading\\nstep 2/10\\rstep 3/10\\r'", stdio);
   output.spawned(0);
   output.when_drained(0, [] {});
@@ -157,8 +162,14 @@ TEST_CASE("a worker's last line is what it wrote last, a '\\r' redraw included")
   CHECK(wait_code(pid) == 0);
   CHECK(output.last_line(0) == "step 3/10");
   CHECK(output.last_line(1) == std::nullopt);  // no such worker
+  // Without --hang-timeout this is where SINCE OUTPUT comes from.
+  auto since = output.seconds_since_output(0);
+  REQUIRE(since);
+  CHECK(*since >= 0.0);
+  CHECK(output.seconds_since_output(1) == std::nullopt);
   output.end_round();
   CHECK(output.last_line(0) == std::nullopt);
+  CHECK(output.seconds_since_output(0) == std::nullopt);
 }
 
 TEST_CASE("a grandchild holding the pipe delays the drain by the grace period only") {
