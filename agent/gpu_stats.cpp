@@ -64,6 +64,29 @@ gpu_stats::~gpu_stats() {
   if (library_) ::dlclose(library_);
 }
 
+std::map<pid_t, double> gpu_stats::new_utilization(unsigned int index, nvml::device_t device) {
+  std::map<pid_t, double> fresh;
+  if (!fns_.process_utilization) return fresh;
+  unsigned long long since = last_seen_[index];
+  unsigned int samples = 0;
+  auto rc = fns_.process_utilization(device, nullptr, &samples, since);
+  if (rc != nvml::error_insufficient_size || samples == 0) return fresh;
+  samples = std::min(samples, max_processes);
+  std::vector<nvml::process_utilization_sample_t> buffer(samples);
+  if (fns_.process_utilization(device, buffer.data(), &samples, since) != nvml::success) {
+    return fresh;
+  }
+  buffer.resize(std::min<std::size_t>(samples, buffer.size()));
+  // Several samples of one process in the window: the highest counts.
+  for (const auto& sample : buffer) {
+    last_seen_[index] = std::max(last_seen_[index], sample.time_stamp);
+    double util = std::min(100u, sample.sm_util);
+    auto& slot = fresh[static_cast<pid_t>(sample.pid)];
+    slot = std::max(slot, util);
+  }
+  return fresh;
+}
+
 gpu_snapshot gpu_stats::sample() {
   gpu_snapshot snap;
   if (!available_) return snap;
@@ -95,6 +118,7 @@ gpu_snapshot gpu_stats::sample() {
       infos.resize(n);
       rc = fns_.compute_processes(device, &n, infos.data());
     }
+    if (rc != nvml::success) infos.clear();
     if (rc == nvml::success) {
       infos.resize(std::min<std::size_t>(n, infos.size()));
       for (const auto& p : infos) {
@@ -103,20 +127,22 @@ gpu_snapshot gpu_stats::sample() {
       }
     }
 
-    if (!fns_.process_utilization) continue;
-    unsigned long long since = last_seen_[i];
-    unsigned int samples = 0;
-    rc = fns_.process_utilization(device, nullptr, &samples, since);
-    if (rc != nvml::error_insufficient_size || samples == 0) continue;
-    samples = std::min(samples, max_processes);
-    std::vector<nvml::process_utilization_sample_t> buffer(samples);
-    if (fns_.process_utilization(device, buffer.data(), &samples, since) != nvml::success) continue;
-    buffer.resize(std::min<std::size_t>(samples, buffer.size()));
-    // Several samples of one process in the window: the highest counts.
-    for (const auto& s : buffer) {
-      last_seen_[i] = std::max(last_seen_[i], s.time_stamp);
-      auto& usage = snap.processes[static_cast<pid_t>(s.pid)];
-      double util = std::min(100u, s.sm_util);
+    // A process NVML has no new sample for (the window since the last look
+    // was too short for one) keeps its last figure while it still runs on
+    // the device, instead of reading as idle: two looks a moment apart
+    // (`dtrun status`, then /metrics) see the same utilisation.
+    auto fresh = new_utilization(i, device);
+    std::map<pid_t, double> current;
+    for (const auto& p : infos) {
+      auto pid = static_cast<pid_t>(p.pid);
+      if (auto it = last_utilization_[i].find(pid); it != last_utilization_[i].end()) {
+        current[pid] = it->second;
+      }
+    }
+    for (const auto& [pid, util] : fresh) current[pid] = util;
+    last_utilization_[i] = current;  // processes gone from the device are forgotten
+    for (const auto& [pid, util] : current) {
+      auto& usage = snap.processes[pid];
       usage.utilization_percent = std::max(usage.utilization_percent.value_or(0.0), util);
     }
   }

@@ -109,7 +109,8 @@ class gpu_stats {
   bool available() const { return available_; }
 
   // Every device and every compute process on it. Utilisation is over the
-  // time since the previous sample (NVML keeps a short history). Empty
+  // time since the previous sample (NVML keeps a short history); a process
+  // with no newer sample keeps its last figure while it is on the device. Empty
   // when unavailable; a device whose calls fail is skipped.
   gpu_snapshot sample();
 
@@ -121,11 +122,15 @@ class gpu_stats {
 
  private:
   void start(log_fn& debug);
+  // Device `index`'s samples newer than the last seen: pid -> highest SM %.
+  std::map<pid_t, double> new_utilization(unsigned int index, nvml::device_t device);
 
   nvml::functions fns_;
   void* library_ = nullptr;
   bool available_ = false;
   std::map<unsigned int, unsigned long long> last_seen_;  // per device, NVML µs
+  // Per device: each process's last utilisation, kept while it runs there.
+  std::map<unsigned int, std::map<pid_t, double>> last_utilization_;
 };
 
 }  // namespace dtrun::agent

@@ -46,6 +46,8 @@ nvml::return_t utilization(nvml::device_t d, nvml::process_utilization_sample_t*
   } else {
     s = {{11, 900, 30, 0, 0, 0}};
   }
+  // As NVML: only the samples newer than `since`.
+  std::erase_if(s, [since](const auto& sample) { return sample.time_stamp <= since; });
   if (!out || *n < s.size()) {
     *n = static_cast<unsigned>(s.size());
     return nvml::error_insufficient_size;
@@ -94,10 +96,15 @@ TEST_CASE("gpu stats sum memory per pid across devices and keep the highest util
     CHECK(snap.processes.at(11).memory_bytes == 100);
     CHECK(snap.processes.at(11).utilization_percent == std::optional<double>(30));
     CHECK(snap.processes.at(12).memory_bytes == 0);  // not available: not counted
-    // The next sample asks only for what is newer than the last one seen.
-    gpus.sample();
+    // The next sample asks only for what is newer than the last one seen;
+    // with nothing newer, each process still on its device keeps its last
+    // figure (a second look a moment later reads the same, not idle).
+    auto again = gpus.sample();
     CHECK(fake::last_since[0] == 700);
     CHECK(fake::last_since[1] == 900);
+    CHECK(again.processes.at(10).utilization_percent == std::optional<double>(60));
+    CHECK(again.processes.at(11).utilization_percent == std::optional<double>(30));
+    CHECK_FALSE(again.processes.at(12).utilization_percent);  // never sampled
 
     auto group = gpu_stats::usage_of(snap, {10, 11, 99});
     REQUIRE(group);
