@@ -50,6 +50,10 @@ std::exception_ptr connection_error(const std::string& message) {
   return std::make_exception_ptr(store_connection_error(message));
 }
 
+std::exception_ptr closed_here() {
+  return std::make_exception_ptr(store_closed_error("the etcd client was closed"));
+}
+
 store_result connection_failure(const std::string& message) {
   return store_result::failed(connection_error(message));
 }
@@ -70,7 +74,7 @@ etcd_round_store::etcd_round_store(asio::io_context& io, std::shared_ptr<etcd_se
       connection_(etcd_connection::create(io, options_, session_->tls())), retry_(io),
       connect_timeout_(connect_timeout), number_(number) {}
 
-etcd_round_store::~etcd_round_store() { shut(connection_error("the etcd client was closed")); }
+etcd_round_store::~etcd_round_store() { shut(closed_here()); }
 
 // --- the queue: one operation at a time, in call order ----------------
 
@@ -248,7 +252,7 @@ void etcd_round_store::connect(store_callback done) {
 
 // --- the rest ---------------------------------------------------------
 
-void etcd_round_store::close() { shut(connection_error("the etcd client was closed")); }
+void etcd_round_store::close() { shut(closed_here()); }
 
 std::string etcd_round_store::local_address() const { return connection_->local_address(); }
 

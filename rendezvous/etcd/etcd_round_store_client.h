@@ -50,6 +50,8 @@ nlohmann::json range_txn(const std::vector<std::string>& keys, std::size_t from,
                          bool count_only);
 
 std::exception_ptr connection_error(const std::string& message);
+// close() or the destructor: requests still pending are dropped.
+std::exception_ptr closed_here();
 
 // A result that failed with connection_error(message).
 store_result connection_failure(const std::string& message);

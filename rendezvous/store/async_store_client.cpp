@@ -42,8 +42,9 @@ async_store_client::~async_store_client() {
 }
 
 void async_store_client::close() {
+  if (!impl_->closed_) impl_->closed_here_ = true;
   impl_->close_with(std::make_exception_ptr(
-      store_connection_error(fmt::format("the client of {} was closed", impl_->endpoint_text_))));
+      store_closed_error(fmt::format("the client of {} was closed", impl_->endpoint_text_))));
 }
 
 void async_store_client::connect(store_callback done) {

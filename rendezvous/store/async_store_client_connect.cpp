@@ -145,8 +145,9 @@ void async_store_client::impl::on_connected() {
 }
 
 std::exception_ptr async_store_client::impl::closed_error() const {
-  return std::make_exception_ptr(store_connection_error(
-      fmt::format("the connection to the store at {} is closed", endpoint_text_)));
+  auto what = fmt::format("the connection to the store at {} is closed", endpoint_text_);
+  if (closed_here_) return std::make_exception_ptr(store_closed_error(what));
+  return std::make_exception_ptr(store_connection_error(what));
 }
 
 void async_store_client::impl::lost(const char* what, const boost::system::error_code& ec) {

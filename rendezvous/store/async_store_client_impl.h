@@ -230,6 +230,9 @@ class async_store_client::impl : public std::enable_shared_from_this<async_store
   std::vector<std::uint8_t> buffer_;
   std::size_t begin_ = 0, end_ = 0;
   bool connected_ = false, sent_ = false, closed_ = false;
+  // close() by the owner, not a lost connection: what fails after it is
+  // store_closed_error (kind closed), which nobody needs to hear about.
+  bool closed_here_ = false;
   bool connect_started_ = false;
   bool hello_answered_ = false;
   std::exception_ptr hello_error_;

@@ -229,9 +229,10 @@ class memory_round_client final : public round_store,
     }
   }
 
+  // Only close() ends this client: a close of our own.
   static store_result connection_lost() {
     return store_result::failed(std::make_exception_ptr(
-        store_connection_error("the connection to the store was closed")));
+        store_closed_error("the connection to the store was closed")));
   }
 
   void post(store_callback done, store_result result) {

@@ -17,6 +17,8 @@ store_error_kind kind_of(const std::exception_ptr& error) {
     return store_error_kind::wait_timeout;
   } catch (const store_timeout&) {
     return store_error_kind::timeout;
+  } catch (const store_closed_error&) {
+    return store_error_kind::closed;
   } catch (const store_connection_error&) {
     return store_error_kind::connection_lost;
   } catch (const store_corrupt_reply&) {
@@ -32,6 +34,7 @@ const char* describe(store_error_kind kind) {
     case store_error_kind::timeout: return "timeout";
     case store_error_kind::wait_timeout: return "wait timeout";
     case store_error_kind::connection_lost: return "connection lost";
+    case store_error_kind::closed: return "closed here";
     case store_error_kind::corrupt_reply: return "corrupt reply";
     case store_error_kind::other: return "store error";
   }
@@ -61,7 +64,8 @@ unheeded_writes::unheeded_writes(std::function<void(const std::string&)> log)
 
 store_callback unheeded_writes::operator()(std::string what) const {
   return [s = state_, what = std::move(what)](const store_result& r) {
-    if (!r.error) return;
+    // Dropped because we closed the client ourselves: nothing failed.
+    if (!r.error || r.kind == store_error_kind::closed) return;
     if (!s->logged.emplace(what, r.kind).second) return;
     if (s->log) s->log(fmt::format("could not {}: {}", what, r.message()));
   };

@@ -35,7 +35,8 @@ enum class store_error_kind {
   none,             // no error
   timeout,          // the store stopped answering in time (store_timeout)
   wait_timeout,     // a WAIT's own deadline passed; the store answered
-  connection_lost,  // the connection could not be made, was lost or closed
+  connection_lost,  // the connection could not be made or was lost
+  closed,           // this side closed the client; pending requests dropped
   corrupt_reply,    // the store answered something that is not a reply
   other,            // any other store_error (a value that is not a number...)
 };

@@ -59,6 +59,13 @@ class store_connection_error : public store_error {
   using store_error::store_error;
 };
 
+// This side closed the client (a round's end, a shutdown): what was still
+// pending is dropped. Not the store's failure, so nobody needs telling.
+class store_closed_error : public store_connection_error {
+ public:
+  using store_connection_error::store_connection_error;
+};
+
 // The store answered something that is not a valid reply (a bad frame, a
 // reply to another request): the connection cannot be trusted further.
 class store_corrupt_reply : public store_error {

@@ -356,7 +356,7 @@ def test_completion_reads_the_backends_and_completes_no_file_for_a_number():
     # from --help: --hang-timeout ("... heartbeat file ...") took file names.
     sys.path.insert(0, str(dh.SOURCE_DIR / "packaging"))
     import cli_help
-    options, _ = cli_help.parse_options(dh.run(["--help"]).stdout)
+    options = cli_help.parse_options(dh.run(["--help"]).stdout)[0]
     by_name = {n: o for o in options for n in o.names}
     assert by_name["--rdzv-backend"].choices == ["static", "c10d", "etcd-v3", "etcd", "etcd-v2"]
     assert by_name["--hang-timeout"].kind == ""

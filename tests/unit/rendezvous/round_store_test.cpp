@@ -26,6 +26,7 @@ TEST_CASE("kind_of names each store error class", "[round_store]") {
         store_error_kind::wait_timeout);
   CHECK(kind_of(std::make_exception_ptr(store_connection_error("c"))) ==
         store_error_kind::connection_lost);
+  CHECK(kind_of(std::make_exception_ptr(store_closed_error("c"))) == store_error_kind::closed);
   CHECK(kind_of(std::make_exception_ptr(store_corrupt_reply("r"))) ==
         store_error_kind::corrupt_reply);
   CHECK(kind_of(store_error_ptr("e")) == store_error_kind::other);
@@ -67,7 +68,7 @@ TEST_CASE("memory_round_store results carry the kind of their failure", "[round_
   CHECK(got[1].message() == "add: the value of key 'text' is not a number");
   CHECK(got[2].kind == store_error_kind::none);
   CHECK_FALSE(got[2].error);
-  CHECK(got[3].kind == store_error_kind::connection_lost);
+  CHECK(got[3].kind == store_error_kind::closed);  // closed here, by close()
   CHECK(got[3].message() == "the connection to the store was closed");
 }
 
@@ -93,5 +94,12 @@ TEST_CASE("unheeded_writes logs a failure once per write and kind", "[round_stor
 
   auto outlives = unheeded_writes([&](const std::string& line) { log.push_back(line); })("x");
   outlives(lost);  // the helper is gone; its callback still logs
+  CHECK(log.size() == 4);
+
+  // A write dropped because this side closed the client (the round ended,
+  // the node shuts down) is nothing to report: it used to add a line after
+  // the rendezvous failure, which must stay the last.
+  unheeded("publish the round's ranks")(store_result::failed(
+      std::make_exception_ptr(store_closed_error("the client of 127.0.0.1:1 was closed"))));
   CHECK(log.size() == 4);
 }
