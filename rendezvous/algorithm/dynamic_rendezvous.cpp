@@ -77,6 +77,9 @@ void dynamic_rendezvous::impl::fail(std::exception_ptr error) {
   deadline_timer_.cancel();
   warning_timer_.cancel();
   if (phase_ == round_phase::joining) phase_ = round_phase::idle;
+  // The failure handed on is the last word of this round: a write of it
+  // failing later (the store gone, a short timeout) is not logged below it.
+  if (error) unheeded_.silence();
   if (auto done = std::exchange(done_, nullptr)) done(error, {});
 }
 
@@ -85,6 +88,7 @@ std::chrono::milliseconds dynamic_rendezvous::impl::bounded(std::chrono::millise
 }
 
 void dynamic_rendezvous::impl::shutdown() {
+  unheeded_.silence();
   ring_->stop();
   deadline_timer_.cancel();
   warning_timer_.cancel();

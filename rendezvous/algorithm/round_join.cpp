@@ -14,6 +14,7 @@ namespace dtrun::rendezvous {
 namespace asio = boost::asio;
 
 void dynamic_rendezvous::impl::next_round(completion done) {
+  unheeded_.resume();
   abandon_pending_call();
   done_ = std::move(done);
   on_over_ = nullptr;

@@ -55,6 +55,7 @@ std::string error_message(const std::exception_ptr& error) {
 struct unheeded_writes::state {
   std::function<void(const std::string&)> log;
   std::set<std::pair<std::string, store_error_kind>> logged;
+  bool silent = false;
 };
 
 unheeded_writes::unheeded_writes(std::function<void(const std::string&)> log)
@@ -65,10 +66,13 @@ unheeded_writes::unheeded_writes(std::function<void(const std::string&)> log)
 store_callback unheeded_writes::operator()(std::string what) const {
   return [s = state_, what = std::move(what)](const store_result& r) {
     // Dropped because we closed the client ourselves: nothing failed.
-    if (!r.error || r.kind == store_error_kind::closed) return;
+    if (!r.error || r.kind == store_error_kind::closed || s->silent) return;
     if (!s->logged.emplace(what, r.kind).second) return;
     if (s->log) s->log(fmt::format("could not {}: {}", what, r.message()));
   };
 }
+
+void unheeded_writes::silence() const { state_->silent = true; }
+void unheeded_writes::resume() const { state_->silent = false; }
 
 }  // namespace dtrun::rendezvous

@@ -95,6 +95,12 @@ class unheeded_writes {
   // a repeated failure once.
   store_callback operator()(std::string what) const;
 
+  // From now on failures are not logged, until resume(): the owner has
+  // reported a failure of its own (or shut down), which is the last word;
+  // a write of that round failing after it would only add noise below it.
+  void silence() const;
+  void resume() const;
+
  private:
   struct state;
   std::shared_ptr<state> state_;

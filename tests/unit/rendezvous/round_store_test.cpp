@@ -102,4 +102,14 @@ TEST_CASE("unheeded_writes logs a failure once per write and kind", "[round_stor
   unheeded("publish the round's ranks")(store_result::failed(
       std::make_exception_ptr(store_closed_error("the client of 127.0.0.1:1 was closed"))));
   CHECK(log.size() == 4);
+
+  // Silenced (its owner reported a failure of its own), then resumed.
+  auto late = store_result::failed(std::make_exception_ptr(store_timeout("no answer in 2 ms")));
+  unheeded.silence();
+  unheeded("publish the round's ranks")(late);
+  CHECK(log.size() == 4);
+  unheeded.resume();
+  unheeded("publish the round's ranks")(late);
+  REQUIRE(log.size() == 5);
+  CHECK(log[4] == "could not publish the round's ranks: no answer in 2 ms");
 }
