@@ -14,73 +14,14 @@
 //   128+s    the agent received signal s (forwarded to the workers)
 #pragma once
 
-#include <sys/types.h>
-
-#include <chrono>
-#include <functional>
 #include <memory>
-#include <string>
-#include <vector>
 
 #include <boost/asio/io_context.hpp>
 
-#include "agent/log_spec.h"
-#include "agent/worker_args.h"
-#include "agent/run_reporter.h"
-#include "agent/worker_env.h"
+#include "agent/agent_options.h"
 #include "rendezvous/algorithm/rendezvous_handler.h"
 
 namespace dtrun::agent {
-
-struct agent_options {
-  worker_group_spec spec;
-  // The resolved program and its arguments (argv[1..]).
-  std::string program;
-  std::vector<std::string> args;
-  // The script, module or program as the user named it, for the failure
-  // summary; empty: `program`.
-  std::string script_name;
-  // The interpreter of Python workers and what chose it, for failure
-  // hints ("/usr/bin/python3 (python3 on PATH)"); empty: not Python.
-  std::string interpreter;
-  // Per-worker argument and environment edits (legacy launch, templates).
-  worker_customization worker_args;
-  // Each local rank's CPUs (--numa-binding); empty: no binding.
-  std::vector<std::vector<int>> worker_cpus;
-  // Between the first (forwarded) signal and SIGKILL.
-  std::chrono::milliseconds stop_timeout = std::chrono::seconds(30);
-  // --hang-timeout: this long without progress from any worker of the job
-  // is a hang (stacks captured, the group failed); 0: off.
-  std::chrono::milliseconds hang_timeout{0};
-  // Load dtrun's start-up hook in the workers (Python workers only), so
-  // their Python stacks can be captured.
-  bool stack_hook = false;
-  // --metrics-port (-1: no server; 0: any free port) and its address.
-  int metrics_port = -1;
-  std::string metrics_host = "127.0.0.1";
-  // The control socket `dtrun status` and `dtrun stacks` ask (tests of
-  // the agent alone turn it off).
-  bool control_socket = true;
-  // Signals forwarded to the workers (SIGCHLD is always watched). SIGUSR1
-  // and SIGUSR2 are only forwarded (Slurm's preemption notice: the workers
-  // checkpoint and decide); the others also stop the workers.
-  std::vector<int> signals;
-  // Base folder for per-attempt error and log files; empty: a temporary
-  // folder, removed when the agent ends unless log files were written.
-  std::string log_dir;
-  // Where the workers' stdout/stderr go (--redirects, --tee,
-  // --local-ranks-filter); the default leaves them on the console.
-  log_spec logs;
-  // The agent's own one-line messages (default: stderr, "dtrun: " prefix).
-  std::function<void(const std::string&)> log;
-  // Verbosity and the event log (--quiet, -v, --event-log).
-  report_options report;
-  // --stop-on-stdin-eof (dtrun --hosts, docs/ssh.md): the pipe from the
-  // launching dtrun, owned by the agent from run() on. A line naming one of
-  // `signals` acts as that signal; end-of-file stops the workers as SIGTERM
-  // would (the launcher died or the connection dropped). -1: none.
-  int control_fd = -1;
-};
 
 class elastic_agent {
  public:
