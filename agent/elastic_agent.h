@@ -1,11 +1,13 @@
 // The per-node agent: rendezvous, start the workers, supervise them on one
 // event loop, stop and restart them, and turn what happened into an exit
-// code.
+// code. This class is the policy; the workers' processes are the
+// worker_group's, through a process_runner (docs/design.md, "The agent").
 //
-// Everything happens on the io_context's one thread: SIGCHLD and the
-// handled signals arrive through a signal_set, the stop grace period is a
-// timer, and the rendezvous handler (with the store it may host) runs on
-// the same loop. Nothing is polled.
+// Everything happens on the io_context's one thread: the workers' ends
+// (SIGCHLD, in the real runner) and the handled signals arrive through
+// signal_sets, the stop grace period is a timer, and the rendezvous
+// handler (with the store it may host) runs on the same loop. Nothing is
+// polled.
 //
 // Exit code of run():
 //   0        every worker of the last round exited 0
@@ -19,14 +21,22 @@
 #include <boost/asio/io_context.hpp>
 
 #include "agent/agent_options.h"
+#include "agent/process_runner.h"
+#include "agent/stack_capture.h"
 #include "rendezvous/algorithm/rendezvous_handler.h"
 
 namespace dtrun::agent {
 
 class elastic_agent {
  public:
+  // Workers are real processes (posix_process_runner).
   elastic_agent(boost::asio::io_context& io, agent_options options,
                 rendezvous::rendezvous_handler& rendezvous);
+  // Workers through `runner` (the unit tests' fake starts no process),
+  // their stacks captured with `stacks`.
+  elastic_agent(boost::asio::io_context& io, agent_options options,
+                rendezvous::rendezvous_handler& rendezvous, process_runner& runner,
+                stack_capture_options stacks = {});
   ~elastic_agent();
 
   elastic_agent(const elastic_agent&) = delete;
@@ -38,6 +48,7 @@ class elastic_agent {
 
  private:
   class impl;
+  std::unique_ptr<process_runner> own_runner_;  // the first constructor's
   std::unique_ptr<impl> impl_;
 };
 

@@ -1,0 +1,155 @@
+// elastic_agent's implementation, shared by its files (private to agent/):
+//   elastic_agent.cpp          rounds, the workers' ends, restarts, the end
+//   elastic_agent_signals.cpp  signals, Ctrl-C across nodes, the launcher's pipe
+//   elastic_agent_watch.cpp    the file-timer watchdog, hang detection,
+//                              `dtrun status` and `dtrun stacks`
+// The policy only: the workers' processes are worker_group's, through a
+// process_runner (docs/design.md, "The agent: policy and parts").
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <nlohmann/json.hpp>
+
+#include "agent/control_socket.h"
+#include "agent/elastic_agent.h"
+#include "agent/exit_status.h"
+#include "agent/failure_report.h"
+#include "agent/file_timer.h"
+#include "agent/job_monitor.h"
+#include "agent/progress_monitor.h"
+#include "agent/run_reporter.h"
+#include "agent/stdin_watch.h"
+#include "agent/timer_table.h"
+#include "agent/worker_env.h"
+#include "agent/worker_group.h"
+#include "agent/worker_output.h"
+#include "agent/worker_process.h"
+#include "agent/worker_stacks.h"
+#include "rendezvous/algorithm/rendezvous_handler.h"
+
+namespace dtrun::agent {
+namespace asio = boost::asio;
+
+class elastic_agent::impl {
+ public:
+  impl(asio::io_context& io, agent_options options, rendezvous::rendezvous_handler& rendezvous,
+       process_runner& runner, stack_capture_options stack_options);
+  ~impl();
+  int run();
+
+ private:
+  // The first failure of a round: the root cause we report and exit with.
+  struct failure {
+    int local_rank = 0;
+    int rank = 0;
+    pid_t pid = -1;
+    exit_status status;
+    std::string error_file;
+    bool spawn_failed = false;  // exec() failed: restarting would not help
+  };
+
+  // exiting: our workers all succeeded; waiting in the exit barrier for the
+  // other nodes.
+  enum class phase { starting, rendezvous, running, stopping, exiting, done };
+
+  void log(const std::string& line) { reporter_.log().info(line); }
+  void log_error(const std::string& line) { reporter_.log().error(line); }
+  void log_debug(const std::string& line) { reporter_.log().debug(line); }
+
+  // elastic_agent.cpp
+  nlohmann::ordered_json config_summary() const;
+  summary_context failure_context(std::string outcome) const;
+  void start_round();
+  spawn_request worker_request(const rendezvous::rendezvous_info& info, int local_rank,
+                               const std::string& rank_dir, const std::string& error_file);
+  void start_workers(const rendezvous::rendezvous_info& info);
+  void watch_round_end();
+  worker_group::hooks group_hooks();
+  void on_worker_exit(const worker& w, const exit_status& status,
+                      std::chrono::system_clock::time_point exited_at);
+  void begin_stop(int sig);
+  void kills_overdue(const std::vector<worker_group::unkillable_worker>& given_up);
+  void group_stopped();
+  void count_restart(const std::string& reason);
+  void decide_restart();
+  void leave_unclean();
+  void exit_barrier();
+  void end_round();
+  void finish(int code);
+  void keep_named_files(int code);
+
+  // elastic_agent_signals.cpp
+  void watch_launcher();
+  void wait_for_signal();
+  void on_signal(int sig);
+  void stop_the_job(int sig);
+  void finish_after_job_stop(int code);
+  void stopped_elsewhere(const std::string& who);
+
+  // elastic_agent_watch.cpp
+  void start_watchdog();
+  void start_hang_detection();
+  void on_hang(std::chrono::milliseconds idle);
+  void start_monitor();
+  agent_facts facts() const;
+  std::string phase_name() const;
+  void stacks_on_request(control_socket::respond_fn respond);
+  void watchdog_expired(const timer_table::expired& e);
+
+  asio::io_context& io_;
+  agent_options options_;
+  rendezvous::rendezvous_handler& rendezvous_;
+  asio::signal_set signals_;
+  worker_group group_;
+  stack_capture_options stack_options_;
+  env_map inherited_;
+  // Whether this host's name was checked for gloo (host_name_check.h).
+  bool host_name_checked_ = false;
+  run_reporter reporter_;
+  std::optional<stdin_watch> launcher_;  // dtrun --hosts: the pipe from the launcher
+  std::optional<worker_output> output_;
+  std::optional<file_timer> watchdog_;
+  std::optional<progress_monitor> progress_;
+  std::optional<job_monitor> monitor_;
+  std::optional<worker_stacks> stacks_;
+  std::string hook_dir_;  // empty: no start-up hook
+  int hangs_ = 0;
+  std::uint64_t rounds_ = 0;
+  std::uint64_t failures_ = 0;
+  int restarts_seen_ = 0;
+  std::int64_t published_round_ = -1;
+  std::string run_dir_;
+  bool remove_run_dir_ = false;
+  // Ctrl-C here: the job's stop was sent to the other nodes / is stored;
+  // a finish that waits for it.
+  bool job_stop_sent_ = false;
+  bool job_stop_stored_ = false;
+  std::optional<int> finish_pending_;
+  bool stopped_elsewhere_ = false;  // another node's Ctrl-C stopped the job
+  bool error_file_named_ = false;  // a failed worker left an error file
+
+  phase phase_ = phase::starting;
+  std::optional<failure> failure_;
+  int stop_signal_ = 0;
+  // The current round's facts, as the rendezvous gave them: the round,
+  // this node's rank and the node count are read from here.
+  rendezvous::rendezvous_info round_info_;
+  bool round_over_ = false;
+  std::optional<int> job_restarts_;
+  bool unreported_ = false;  // the last failure's report never reached the rendezvous
+  bool awaiting_restart_count_ = false;
+  // "rank 3 (pid 1234)": the first worker that did not die on SIGKILL.
+  std::optional<std::string> unkillable_;
+  int exit_code_ = 1;
+};
+
+}  // namespace dtrun::agent

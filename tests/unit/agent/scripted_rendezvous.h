@@ -1,0 +1,113 @@
+// A rendezvous_handler for the agent's policy tests: every round completes
+// at once (posted) with the info the test set, and every multi-node event
+// is the test's to trigger or inspect. In memory, single-threaded.
+#pragma once
+
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+
+#include "rendezvous/algorithm/rendezvous_handler.h"
+
+namespace dtrun::agent::testing {
+
+class scripted_rendezvous : public rendezvous::rendezvous_handler {
+ public:
+  scripted_rendezvous(boost::asio::io_context& io, int local_world_size) : io_(io) {
+    info.local_world_size = local_world_size;
+    info.world_size = local_world_size;
+    info.master_addr = "127.0.0.1";
+    info.master_port = 29500;
+    info.store_host = "127.0.0.1";
+    info.store_port = 29500;
+  }
+
+  // The next round's info (its `round` is counted here).
+  rendezvous::rendezvous_info info;
+  // The next next_round() fails with this instead.
+  std::exception_ptr next_error;
+  // report_failure() fails (the store cannot be reached).
+  bool failure_reports_fail = false;
+
+  // What the agent did.
+  std::int64_t rounds_started = 0;
+  std::vector<std::string> failures_reported;
+  std::vector<std::string> job_failures;
+  std::vector<std::string> stops;
+  bool was_shut_down = false;
+  int restarts = 0;  // the job's count, as the store keeps it
+
+  // Another node ends the round (it failed, died or wants in).
+  void end_round(const std::string& reason) {
+    auto on_over = std::exchange(on_over_, nullptr);
+    if (on_over) boost::asio::post(io_, [on_over, reason] { on_over(reason); });
+  }
+  bool watching() const { return static_cast<bool>(on_over_); }
+
+  void next_round(completion done) override {
+    rendezvous::rendezvous_info round = info;
+    round.round = rounds_started++;
+    std::exception_ptr error = std::exchange(next_error, nullptr);
+    boost::asio::post(io_, [done, round, error] { done(error, round); });
+  }
+  const std::string& run_id() const override { return run_id_; }
+  void shutdown() override { was_shut_down = true; }
+  void watch_round(std::function<void(std::string)> on_over) override {
+    on_over_ = std::move(on_over);
+  }
+  void report_failure(std::string reason, restart_completion done) override {
+    failures_reported.push_back(reason);
+    if (failure_reports_fail) {
+      auto error = std::make_exception_ptr(std::runtime_error("the store is unreachable"));
+      return boost::asio::post(io_, [done, error] { done(error, 0); });
+    }
+    int count = ++restarts;
+    boost::asio::post(io_, [done, count] { done(nullptr, count); });
+  }
+  void fail_job(std::string reason, std::function<void()> done) override {
+    job_failures.push_back(std::move(reason));
+    boost::asio::post(io_, std::move(done));
+  }
+  void stop_job(std::string reason, std::function<void()> done) override {
+    stops.push_back(std::move(reason));
+    boost::asio::post(io_, std::move(done));
+  }
+  void stop_seen(std::function<void()> done) override { boost::asio::post(io_, std::move(done)); }
+  void finish(std::function<void(std::exception_ptr)> done) override {
+    boost::asio::post(io_, [done] { done(nullptr); });
+  }
+  void publish_failure(std::int64_t round, std::string record,
+                       std::function<void()> done) override {
+    published_[round].push_back(std::move(record));
+    boost::asio::post(io_, std::move(done));
+  }
+  void round_failures(std::int64_t round, failures_completion done) override {
+    auto records = published_[round];
+    boost::asio::post(io_, [done, records] { done(records, records.size()); });
+  }
+  // No node progressed: the counter stays, so --hang-timeout can fire.
+  void share_progress(bool progressed, std::function<void(std::int64_t)> done) override {
+    if (progressed) ++progress_;
+    boost::asio::post(io_, [done, counter = progress_] { done(counter); });
+  }
+  void publish_status(std::string, std::function<void()> stored) override {
+    boost::asio::post(io_, std::move(stored));
+  }
+
+ private:
+  boost::asio::io_context& io_;
+  std::string run_id_ = "policy-test";
+  std::function<void(std::string)> on_over_;
+  std::map<std::int64_t, std::vector<std::string>> published_;
+  std::int64_t progress_ = 0;
+};
+
+}  // namespace dtrun::agent::testing
