@@ -47,15 +47,6 @@ def test_restart_then_success(tmp_path):
     assert "restarting the workers (restart 2 of 2)" in r.stderr
 
 
-def test_restarts_exhausted_gives_the_workers_code(tmp_path):
-    r, by_attempt = run(tmp_path, max_restarts=1, fail_until=99)
-    assert r.returncode == 3
-    assert sorted(by_attempt) == [0, 1]
-    assert "all 1 restart(s) used" in r.stderr
 
-
-def test_no_restarts(tmp_path):
-    r, by_attempt = run(tmp_path, max_restarts=0, fail_until=99)
-    assert r.returncode == 3
-    assert sorted(by_attempt) == [0]
-    assert "--max-restarts=0" in r.stderr
+# Restarts used up and --max-restarts=0 (the policy alone) are tested
+# without processes: tests/unit/agent/elastic_agent_test.cpp.

@@ -257,3 +257,36 @@ TEST_CASE("a failure the rendezvous could not count is not reported as restarts 
   CHECK_FALSE(t.logged("restart(s) used"));
   CHECK(t.rdzv.rounds_started == 1);
 }
+
+TEST_CASE("restarts used up or not allowed: the worker's code, each round counted", "[policy]") {
+  SECTION("--max-restarts=1") {
+    policy_test t(3, 1);
+    t.workers([&t](int, int local_rank, pid_t pid) {
+      if (local_rank == 1) t.runner.exit(pid, 3);
+    });
+    CHECK(t.run() == 3);
+    CHECK(t.rdzv.rounds_started == 2);
+    CHECK(t.logged("all 1 restart(s) used"));
+  }
+  SECTION("--max-restarts=0") {
+    policy_test t(3, 0);
+    t.workers([&t](int, int local_rank, pid_t pid) {
+      if (local_rank == 1) t.runner.exit(pid, 3);
+    });
+    CHECK(t.run() == 3);
+    CHECK(t.rdzv.rounds_started == 1);
+    CHECK(t.logged("--max-restarts=0"));
+  }
+}
+
+TEST_CASE("the first failure wins when the others are stopped", "[policy]") {
+  // Rank 1 fails; the others die of the stop's SIGTERM (128+15), which
+  // must not hide the root cause.
+  policy_test t(3, 0);
+  t.workers([&t](int, int local_rank, pid_t pid) {
+    if (local_rank == 1) t.runner.exit(pid, 5);
+  });
+  CHECK(t.run() == 5);
+  CHECK(t.logged("worker local_rank=1 (rank 1, pid "));
+  CHECK(t.logged(") exited with code 5; stopping the other workers"));
+}
