@@ -212,7 +212,7 @@ void elastic_agent::impl::start_workers(const rendezvous::rendezvous_info& info)
   round_info_ = info;
   ++rounds_;
   if (progress_) progress_->start_round();
-  reporter_.rendezvous_completed(info, global_rank(info, 0));
+  reporter_.rendezvous_completed(round_info_, global_rank(info, 0));
   const auto& spec = options_.spec;
   if (info.group_world_size > 1) {
     int first = global_rank(info, 0);
@@ -364,120 +364,6 @@ void elastic_agent::impl::kills_overdue(
   } else if (phase_ == phase::stopping && group_.waited_for() == 0) {
     group_stopped();
   }
-}
-
-// Every worker of the round has been reaped, or given up on
-// (kills_overdue).
-void elastic_agent::impl::group_stopped() {
-  group_.cancel_stop();
-  end_round();
-  if (stop_signal_ != 0) {
-    finish_after_job_stop(128 + stop_signal_);
-    return;
-  }
-  if (unkillable_) {
-    leave_unclean();
-    return;
-  }
-  if (!failure_ && round_over_) {
-    // Membership changed (or another node failed): not our restart.
-    start_round();
-    return;
-  }
-  if (!failure_) {  // cannot happen: a stop has a signal, a failure or a new round
-    finish(1);
-    return;
-  }
-  if (!job_restarts_) {
-    awaiting_restart_count_ = true;  // decide_restart() runs when it comes
-    return;
-  }
-  decide_restart();
-}
-
-// A failure ends the round on every node at once and counts one restart
-// for the whole job (the rendezvous keeps the count), so every node
-// honours --max-restarts alike.
-void elastic_agent::impl::count_restart(const std::string& reason) {
-  awaiting_restart_count_ = false;
-  rendezvous_.report_failure(reason, [this](std::exception_ptr error, int restarts) {
-    // The agent may have finished meanwhile (a signal, or shutdown()
-    // failing this call): nothing to decide any more.
-    if (phase_ == phase::done) return;
-    if (error) {
-      log_error("could not reach the rendezvous to report the failure; not restarting");
-      // The count is unknown, not used up: the summary must say so
-      // (it said "all N restart(s) used" with none spent; scripts/chaos
-      // seeds 52 and 69, a link down while a worker failed).
-      unreported_ = true;
-      job_restarts_ = options_.spec.max_restarts + 1;
-    } else {
-      job_restarts_ = restarts;
-      restarts_seen_ = restarts;
-    }
-    if (awaiting_restart_count_) {
-      awaiting_restart_count_ = false;
-      decide_restart();
-    }
-  });
-}
-
-void elastic_agent::impl::decide_restart() {
-  if (stop_signal_ != 0) {  // a signal came while we waited for the count
-    finish_after_job_stop(128 + stop_signal_);
-    return;
-  }
-  int restarts = *job_restarts_;
-  if (!failure_->spawn_failed && restarts <= options_.spec.max_restarts) {
-    log(fmt::format("restarting the workers (restart {} of {})", restarts,
-                    options_.spec.max_restarts));
-    reporter_.restart(restarts, options_.spec.max_restarts);
-    start_round();
-    return;
-  }
-  // Tell the other nodes the job is over, so they do not wait for us;
-  // then every node's failures of this round are in the store.
-  int code = failure_->status.code;
-  bool said_why = failure_->spawn_failed;  // in one line already
-  std::string outcome =
-      unreported_ ? std::string("the failure could not be reported to the rendezvous, so no "
-                                "restart could be counted")
-      : options_.spec.max_restarts == 0
-          ? std::string("no restarts allowed: --max-restarts=0")
-          : fmt::format("all {} restart(s) used", options_.spec.max_restarts);
-  rendezvous_.fail_job(
-      fmt::format("worker rank {} {}", failure_->rank, describe(failure_->status)),
-      [this, code, said_why, outcome] {
-        if (phase_ == phase::done) return;  // finished meanwhile
-        if (said_why) {
-          reporter_.job_failed(outcome);
-          return finish(code);
-        }
-        reporter_.summarize_failure(round_info_.round, failure_context(outcome),
-                                    [this, code](int) { finish(code); });
-      });
-}
-
-// A worker of this node outlived SIGKILL and still holds what it held
-// (GPU memory, ports, files): a new round here would start beside it and
-// most likely fail the same way, spending the job's restarts on a node
-// that cannot clean up (pytorch PR #185414). So this node leaves the job
-// with a failure instead, whatever restarts remain; the other nodes see
-// it leave as any node loss (its will), and go on without it where
-// --nnodes=MIN:MAX allows. Nothing more is counted: a failure of ours
-// was counted when it happened.
-void elastic_agent::impl::leave_unclean() {
-  auto outcome = fmt::format(
-      "not restarted: {} did not die on SIGKILL, so this node cannot clean up and leaves the job",
-      *unkillable_);
-  if (!failure_) {
-    log_error(fmt::format("{}; exiting with 1", outcome));
-    reporter_.job_failed(outcome);
-    return finish(1);
-  }
-  int code = failure_->status.code;
-  reporter_.summarize_failure(round_info_.round, failure_context(outcome),
-                              [this, code](int) { finish(code); });
 }
 
 // Our workers all succeeded. Nodes that host the store must not leave

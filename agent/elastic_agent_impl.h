@@ -1,5 +1,6 @@
 // elastic_agent's implementation, shared by its files (private to agent/):
-//   elastic_agent.cpp          rounds, the workers' ends, restarts, the end
+//   elastic_agent.cpp          rounds, the workers' start and ends, the end
+//   elastic_agent_restart.cpp  after a stop: rejoin, restart or fail the job
 //   elastic_agent_signals.cpp  signals, Ctrl-C across nodes, the launcher's pipe
 //   elastic_agent_watch.cpp    the file-timer watchdog, hang detection,
 //                              `dtrun status` and `dtrun stacks`
@@ -78,14 +79,16 @@ class elastic_agent::impl {
                       std::chrono::system_clock::time_point exited_at);
   void begin_stop(int sig);
   void kills_overdue(const std::vector<worker_group::unkillable_worker>& given_up);
-  void group_stopped();
-  void count_restart(const std::string& reason);
-  void decide_restart();
-  void leave_unclean();
   void exit_barrier();
   void end_round();
   void finish(int code);
   void keep_named_files(int code);
+
+  // elastic_agent_restart.cpp
+  void group_stopped();
+  void count_restart(const std::string& reason);
+  void decide_restart();
+  void leave_unclean();
 
   // elastic_agent_signals.cpp
   void watch_launcher();

@@ -53,12 +53,13 @@ void run_reporter::agent_started(ojson config) {
 
 void run_reporter::rendezvous_started() {
   rendezvous_start_ = std::chrono::steady_clock::now();
-  events_.emit("rendezvous_started", ojson{{"after_round", round_ < 0 ? ojson(nullptr) : ojson(round_)}});
+  std::int64_t after = current_round();
+  events_.emit("rendezvous_started",
+               ojson{{"after_round", after < 0 ? ojson(nullptr) : ojson(after)}});
 }
 
 void run_reporter::rendezvous_completed(const rendezvous::rendezvous_info& info, int first_rank) {
-  round_ = info.round;
-  node_rank_ = info.group_rank;
+  round_info_ = &info;
   local_failures_.clear();
   stopped_ranks_.clear();
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -82,9 +83,12 @@ void run_reporter::rendezvous_completed(const rendezvous::rendezvous_info& info,
 
 void run_reporter::worker_started(int local_rank, int rank, long pid) {
   events_.emit("worker_started",
-               ojson{{"round", round_}, {"local_rank", local_rank}, {"rank", rank}, {"pid", pid}});
-  log_.debug(fmt::format("round {}: worker local_rank={} (rank {}) started, pid {}", round_,
-                         local_rank, rank, pid));
+               ojson{{"round", current_round()},
+                     {"local_rank", local_rank},
+                     {"rank", rank},
+                     {"pid", pid}});
+  log_.debug(fmt::format("round {}: worker local_rank={} (rank {}) started, pid {}",
+                         current_round(), local_rank, rank, pid));
 }
 
 std::optional<failure_record> run_reporter::worker_exited(const worker_exit& exit, bool stopping,
@@ -132,16 +136,16 @@ std::optional<failure_record> run_reporter::worker_exited(const worker_exit& exi
 }
 
 void run_reporter::hang_detected(nlohmann::ordered_json fields) {
-  fields["round"] = round_;
+  fields["round"] = current_round();
   events_.emit("hang_detected", std::move(fields));
 }
 
 void run_reporter::restart(int count, int max) {
-  events_.emit("restart", ojson{{"count", count}, {"max", max}, {"after_round", round_}});
+  events_.emit("restart", ojson{{"count", count}, {"max", max}, {"after_round", current_round()}});
 }
 
 void run_reporter::worker_unkillable(int local_rank, int rank, long pid, char state) {
-  events_.emit("worker_unkillable", ojson{{"round", round_},
+  events_.emit("worker_unkillable", ojson{{"round", current_round()},
                                           {"local_rank", local_rank},
                                           {"rank", rank},
                                           {"pid", pid},
@@ -149,11 +153,13 @@ void run_reporter::worker_unkillable(int local_rank, int rank, long pid, char st
 }
 
 void run_reporter::group_stopping(std::string_view reason) {
-  events_.emit("group_stopping", ojson{{"round", round_}, {"reason", std::string(reason)}});
+  events_.emit("group_stopping",
+               ojson{{"round", current_round()}, {"reason", std::string(reason)}});
 }
 
 void run_reporter::membership_change(std::string_view reason) {
-  events_.emit("membership_change", ojson{{"round", round_}, {"reason", std::string(reason)}});
+  events_.emit("membership_change",
+               ojson{{"round", current_round()}, {"reason", std::string(reason)}});
 }
 
 void run_reporter::summarize_failure(std::int64_t round, summary_context context,
@@ -165,7 +171,7 @@ void run_reporter::summarize_failure(std::int64_t round, summary_context context
       if (auto r = failure_from_json(text)) failures.push_back(std::move(*r));
     }
     // Ours, in case the store could not give them back.
-    if (round == round_) {
+    if (round == current_round()) {
       for (const auto& mine : local_failures_) {
         bool known = false;
         for (const auto& f : failures) known = known || same_worker(f, mine);
@@ -174,7 +180,7 @@ void run_reporter::summarize_failure(std::int64_t round, summary_context context
       context.stopped_ranks = stopped_ranks_;
     }
     context.this_host = host_;
-    context.this_node_rank = node_rank_;
+    context.this_node_rank = current_node_rank();
     context.published = total;
     if (failures.empty()) {
       log_.error(fmt::format("job failed in round {} ({}); no failure report reached this node",
@@ -200,11 +206,13 @@ void run_reporter::rendezvous_failed(std::string_view reason) {
 }
 
 void run_reporter::job_failed(std::string_view reason) {
-  events_.emit("job_failed", ojson{{"round", round_}, {"reason", std::string(reason)},
+  events_.emit("job_failed", ojson{{"round", current_round()}, {"reason", std::string(reason)},
                                    {"root_cause", nullptr}});
 }
 
-void run_reporter::job_succeeded() { events_.emit("job_succeeded", ojson{{"round", round_}}); }
+void run_reporter::job_succeeded() {
+  events_.emit("job_succeeded", ojson{{"round", current_round()}});
+}
 
 void run_reporter::agent_exiting(int code) {
   events_.emit("agent_exiting", ojson{{"exit_code", code}});

@@ -39,6 +39,8 @@ class run_reporter {
   // agent_started: the config summary given.
   void agent_started(nlohmann::ordered_json config);
   void rendezvous_started();
+  // `info` is read by reference from then on: the agent's own copy of the
+  // round's facts, which outlives the round.
   void rendezvous_completed(const rendezvous::rendezvous_info& info, int first_rank);
   void worker_started(int local_rank, int rank, long pid);
 
@@ -77,8 +79,11 @@ class run_reporter {
   event_log events_;
   rendezvous::rendezvous_handler& rendezvous_;
   std::string host_;
-  std::int64_t round_ = -1;
-  int node_rank_ = 0;
+  // The round's facts, read from the agent's copy of the rendezvous
+  // result (rendezvous_completed); null before the first round.
+  const rendezvous::rendezvous_info* round_info_ = nullptr;
+  std::int64_t current_round() const { return round_info_ != nullptr ? round_info_->round : -1; }
+  int current_node_rank() const { return round_info_ != nullptr ? round_info_->group_rank : 0; }
   std::chrono::steady_clock::time_point rendezvous_start_;
   std::vector<failure_record> local_failures_;  // this node's, of round_
   std::vector<int> stopped_ranks_;
