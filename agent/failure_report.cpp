@@ -238,13 +238,10 @@ std::string describe_exit(int exit_code, int signal) {
   return fmt::format("exit code {}", exit_code);
 }
 
-std::string format_summary(const std::vector<failure_record>& failures, const summary_context& ctx) {
-  std::size_t root_index = root_cause_index(failures);
-  const failure_record& root = failures[root_index];
-  const std::string rule(72, '=');
-  std::string out = rule + "\n";
-  out += fmt::format("job failed: {} (run {}, round {}; {})\n", printable(ctx.program),
-                     printable(ctx.run_id), root.round, printable(ctx.outcome));
+namespace {
+
+// The root cause's block: where, how it ended, its error or its output.
+void append_root_cause(std::string& out, const failure_record& root) {
   out += "root cause (the first failure, by the time its agent saw the worker exit):\n";
   out += fmt::format("  time      : {}\n", time_text(root.time_ms));
   out += fmt::format("  host      : {} (node rank {})\n", printable(root.host), root.node_rank);
@@ -289,6 +286,11 @@ std::string format_summary(const std::vector<failure_record>& failures, const su
     }
   }
   if (!root.hint.empty()) out += fmt::format("  hint      : {}\n", printable(root.hint));
+}
+
+// One line for each other failure (bounded), the earliest first.
+void append_other_failures(std::string& out, const std::vector<failure_record>& failures,
+                           std::size_t root_index, const summary_context& ctx) {
   std::vector<const failure_record*> others;
   for (std::size_t i = 0; i < failures.size(); ++i) {
     if (i != root_index) others.push_back(&failures[i]);
@@ -316,6 +318,19 @@ std::string format_summary(const std::vector<failure_record>& failures, const su
       out += fmt::format("  ... and {} more\n", counted - 1 - std::min(others.size(), max_other_failures));
     }
   }
+}
+
+}  // namespace
+
+std::string format_summary(const std::vector<failure_record>& failures, const summary_context& ctx) {
+  std::size_t root_index = root_cause_index(failures);
+  const failure_record& root = failures[root_index];
+  const std::string rule(72, '=');
+  std::string out = rule + "\n";
+  out += fmt::format("job failed: {} (run {}, round {}; {})\n", printable(ctx.program),
+                     printable(ctx.run_id), root.round, printable(ctx.outcome));
+  append_root_cause(out, root);
+  append_other_failures(out, failures, root_index, ctx);
   if (!ctx.stopped_ranks.empty()) {
     out += fmt::format("stopped by dtrun (not failures): rank(s) {} on {} (node rank {})\n",
                        rank_ranges(ctx.stopped_ranks), printable(ctx.this_host), ctx.this_node_rank);

@@ -249,8 +249,10 @@ std::optional<job_status> parse_status(std::string_view text, std::string& error
   return from_json(document, error);
 }
 
-std::string to_prometheus(const job_status& s) {
-  exposition out;
+namespace {
+
+// The job's and this agent's metrics, one sample each.
+void write_job_metrics(exposition& out, const job_status& s) {
   std::string job = label("run_id", s.run_id) + "," + label("node_rank", std::to_string(s.node_rank));
 
   out.family("dtrun_job_info", "gauge", "Always 1; labels name this agent's host and phase.");
@@ -289,7 +291,10 @@ std::string to_prometheus(const job_status& s) {
                            [&](const worker_status& w) { return w.state == state; });
     out.sample("dtrun_workers", job + "," + label("state", state), std::to_string(n));
   }
+}
 
+// One sample per worker and metric, where the metric is known.
+void write_worker_metrics(exposition& out, const job_status& s) {
   // One agent's own view (no merged nodes): its workers are on its node.
   auto node_rank_of = [&](const worker_status& w) { return s.nodes.empty() ? s.node_rank : w.node_rank; };
   std::vector<std::string> worker_labels;
@@ -341,6 +346,14 @@ std::string to_prometheus(const job_status& s) {
              [](const worker_status& w) -> opt {
                return w.gpu_memory_bytes ? opt(std::to_string(*w.gpu_memory_bytes)) : std::nullopt;
              });
+}
+
+}  // namespace
+
+std::string to_prometheus(const job_status& s) {
+  exposition out;
+  write_job_metrics(out, s);
+  write_worker_metrics(out, s);
   return out.take();
 }
 
