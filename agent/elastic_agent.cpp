@@ -397,7 +397,7 @@ void elastic_agent::impl::finish(int code) {
   exit_code_ = code;
   keep_named_files(code);
   reporter_.agent_exiting(code);
-  group_.cancel_stop();
+  group_.cancel_timers();
   watchdog_.reset();  // closes and removes the pipe
   monitor_.reset();   // removes the control socket; closes the metrics port
   if (stacks_) stacks_->stop();  // a capture under way: its eu-stack children are killed

@@ -72,6 +72,11 @@ void worker_group::stop(int sig, std::chrono::milliseconds grace) {
 
 void worker_group::cancel_stop() { stop_timer_.cancel(); }
 
+void worker_group::cancel_timers() {
+  stop_timer_.cancel();
+  kill_timer_.cancel();
+}
+
 void worker_group::signal_all(int sig) {
   for (const auto& w : workers_) {
     if (!w.alive()) continue;

@@ -95,6 +95,9 @@ class worker_group {
   // it) now, SIGKILL to those still running when `grace` ends.
   void stop(int sig, std::chrono::milliseconds grace);
   void cancel_stop();
+  // The agent is done: no stop's SIGKILL and no SIGKILL deadline acts any
+  // more.
+  void cancel_timers();
 
   // `sig` to every live worker's process group.
   void signal_all(int sig);
