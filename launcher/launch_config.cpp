@@ -14,6 +14,7 @@
 #include "agent/cpu_list.h"
 #include "agent/exit_status.h"
 #include "agent/numa_binding.h"
+#include "launcher/legacy_launch.h"
 #include "launcher/log_options.h"
 #include "rendezvous/base/number_parse.h"
 #include "launcher/torch_plugins.h"
@@ -202,7 +203,27 @@ nlohmann::json to_json(const rendezvous::store_access_options& a) {
 
 }  // namespace
 
-launch_config resolve_launch_config(const launch_options& o, const env_map& env) {
+namespace {
+
+// The scheduler's settings of the rendezvous that no flag gives: this
+// node's group rank (c10d) and who hosts the store.
+void place_by_scheduler(const scheduler_env& s, multi_node_config& m) {
+  auto& r = m.rendezvous;
+  if (s.pinned_group_rank && m.backend == "c10d" && r.fixed_rank < 0) {
+    r.fixed_rank = *s.pinned_group_rank;
+  }
+  if (s.host_store) {
+    r.host_store = *s.host_store;
+    r.join_if_store_port_in_use = false;
+    m.host_decided_by = s.host_store_because;
+  }
+}
+
+}  // namespace
+
+launch_config resolve_launch_config(const launch_options& options, const env_map& env,
+                                    const scheduler_env& sched) {
+  const launch_options o = with_overrides(options, sched.flags);
   launch_config c;
   c.nnodes = naming_the_variable(o, "nnodes", [&] { return parse_nnodes(o.nnodes); });
   if (o.standalone && (c.nnodes.min != 1 || c.nnodes.max != 1)) {
@@ -244,6 +265,7 @@ launch_config resolve_launch_config(const launch_options& o, const env_map& env)
                                                   c.nproc_per_node)) {
     c.standalone = false;
     c.spec.run_id = o.rdzv_id;
+    place_by_scheduler(sched, *multi_node);
     multi_node->rendezvous.max_restarts = o.max_restarts;
     multi_node->rendezvous.store_access = c.store_access;
     c.store_host = multi_node->rendezvous.endpoint_host;
@@ -292,6 +314,11 @@ launch_config resolve_launch_config(const launch_options& o, const env_map& env)
   c.metrics_port = o.metrics_port;
   c.metrics_host = o.metrics_host;
   c.signals = parse_signals(o.signals_to_handle);
+  for (int sig : sched.extra_signals) {
+    if (std::find(c.signals.begin(), c.signals.end(), sig) == c.signals.end()) {
+      c.signals.push_back(sig);
+    }
+  }
   c.spec.signals_to_handle = o.signals_to_handle;
   c.log_dir = o.log_dir;
   if (o.quiet && o.verbose) {
@@ -351,18 +378,70 @@ launch_config resolve_launch_config(const launch_options& o, const env_map& env)
         "OMP_NUM_THREADS is not set; each worker gets OMP_NUM_THREADS=1 (as with torchrun) so "
         "the workers do not overload the machine; set it to tune");
   }
+  c.worker_args = resolve_worker_args(o, env);
+  for (const auto& [k, v] : sched.worker_env) c.worker_args.env_overrides[k] = v;
+  c.warnings.insert(c.warnings.end(), sched.warnings.begin(), sched.warnings.end());
+  c.scheduler = sched;
+  check_worker_args(c);
   return c;
 }
+
+namespace {
+
+nlohmann::json to_json(const std::vector<derived_setting>& settings) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const auto& d : settings) {
+    a.push_back({{"setting", d.setting}, {"value", d.value}, {"source", d.source}});
+  }
+  return a;
+}
+
+// The node's group rank and the node count, where the configuration fixes
+// both (a single node; a static rank or a pinned one with a fixed --nnodes).
+std::optional<std::pair<int, int>> known_group(const launch_config& c) {
+  if (!c.multi_node) return std::pair{0, 1};
+  int group_rank = c.multi_node->rendezvous.fixed_rank;
+  if (group_rank < 0 || c.nnodes.min != c.nnodes.max) return std::nullopt;
+  return std::pair{group_rank, c.nnodes.max};
+}
+
+// One local rank's environment, CPUs and (where it differs from the
+// group's) argv, as far as they are known before rendezvous.
+nlohmann::json worker_json(const launch_config& c, int local_rank, const env_map& agent_env) {
+  nlohmann::json w = {{"local_rank", local_rank},
+                      {"env", agent::static_worker_env(c.spec, local_rank, agent_env)}};
+  if (static_cast<std::size_t>(local_rank) < c.worker_cpus.size()) {
+    w["cpus"] = agent::format_cpu_list(c.worker_cpus[static_cast<std::size_t>(local_rank)]);
+  }
+  auto& env = w["env"];
+  if (auto group = known_group(c)) {
+    env["RANK"] = std::to_string(group->first * c.nproc_per_node + local_rank);
+    env["WORLD_SIZE"] = std::to_string(group->second * c.nproc_per_node);
+    env["GROUP_RANK"] = std::to_string(group->first);
+  }
+  for (const auto& [k, v] : c.worker_args.env_overrides) env[k] = v;
+  if (c.worker_args.changes_args() || c.worker_args.virtual_local_rank ||
+      agent::has_local_rank_macro(c.args)) {
+    // This worker's own argv (${local_rank}, --local-rank, placeholders)
+    // and virtual local rank, as far as known.
+    env_map known;
+    for (const auto& [k, v] : env.items()) known[k] = v.get<std::string>();
+    std::vector<std::string> args = c.args;
+    agent::customize_worker(c.worker_args, args, known);
+    for (const auto& [k, v] : known) env[k] = v;
+    nlohmann::json argv = nlohmann::json::array({c.program});
+    for (const auto& a : args) argv.push_back(a);
+    w["argv"] = argv;
+  }
+  return w;
+}
+
+}  // namespace
 
 nlohmann::json to_json(const launch_config& c, const env_map& env) {
   nlohmann::json workers = nlohmann::json::array();
   for (int local_rank = 0; local_rank < c.nproc_per_node; ++local_rank) {
-    workers.push_back({{"local_rank", local_rank},
-                       {"env", agent::static_worker_env(c.spec, local_rank, env)}});
-    if (static_cast<std::size_t>(local_rank) < c.worker_cpus.size()) {
-      workers.back()["cpus"] =
-          agent::format_cpu_list(c.worker_cpus[static_cast<std::size_t>(local_rank)]);
-    }
+    workers.push_back(worker_json(c, local_rank, env));
   }
   nlohmann::json signals = nlohmann::json::array();
   for (int sig : c.signals) signals.push_back(agent::signal_name(sig));
@@ -396,6 +475,11 @@ nlohmann::json to_json(const launch_config& c, const env_map& env) {
       {"workers", workers},
   };
   if (c.multi_node) out["rendezvous"] = to_json(*c.multi_node);
+  out["scheduler"] = c.scheduler.scheduler.empty() ? nlohmann::json(nullptr)
+                                                   : nlohmann::json(c.scheduler.scheduler);
+  if (!c.scheduler.style.empty()) out["scheduler_style"] = c.scheduler.style;
+  out["derived"] = to_json(c.scheduler.derived);
+  out["from_pet_env"] = to_json(c.scheduler.from_pet);
   out["numa_binding"] = c.numa_binding.empty() ? nlohmann::json() : nlohmann::json(c.numa_binding);
   return out;
 }

@@ -18,6 +18,7 @@
 #include "agent/worker_env.h"
 #include "launcher/cli.h"
 #include "launcher/rendezvous_config.h"
+#include "launcher/scheduler_env.h"
 #include "rendezvous/base/env_map.h"
 #include "rendezvous/store/store_access.h"
 
@@ -71,6 +72,9 @@ struct launch_config {
   agent::report_options report;
   // Warnings to print before launching (one line each).
   std::vector<std::string> warnings;
+  // What scheduler detection derived (printed before a launch and by
+  // --dry-run); its settings are applied in the fields above.
+  scheduler_report scheduler;
   // --numa-binding's mode (empty: none) and each local rank's CPUs.
   std::string numa_binding;
   std::vector<std::vector<int>> worker_cpus;
@@ -101,13 +105,18 @@ std::vector<std::vector<int>> resolve_numa_binding(const std::string& mode,
                                                    const agent::cpu_topology& topology,
                                                    int nproc_per_node);
 
-// Validates and interprets the flags. `env` is the agent's environment
-// (for OMP_NUM_THREADS and the NCCL defaults). Throws usage_error.
-launch_config resolve_launch_config(const launch_options& options, const env_map& env);
+// Validates and interprets the flags, with what scheduler detection
+// derived (its flag overrides applied first, then its settings no flag
+// gives). `env` is the agent's environment (for OMP_NUM_THREADS, the NCCL
+// defaults and CUDA_VISIBLE_DEVICES). Throws usage_error.
+launch_config resolve_launch_config(const launch_options& options, const env_map& env,
+                                    const scheduler_env& scheduler = scheduler_env());
 
-// The configuration as JSON, with each local rank's environment as far as
-// it is known before rendezvous (what the workers get on top of the
-// agent's environment).
+// The configuration as JSON (dtrun --dry-run): the scheduler and what it
+// derived, and each local rank's environment and argv as far as they are
+// known before rendezvous (what the workers get on top of the agent's
+// environment; RANK and WORLD_SIZE where a fixed node rank and node count
+// decide them).
 nlohmann::json to_json(const launch_config& config, const env_map& env);
 
 // A random version-4 UUID, the run id of standalone runs (as torchrun).

@@ -24,7 +24,6 @@
 #include "launcher/cli.h"
 #include "launcher/installed_python.h"
 #include "launcher/launch_config.h"
-#include "launcher/legacy_launch.h"
 #include "rendezvous/base/number_parse.h"
 #include "launcher/program_lookup.h"
 #include "launcher/remote_command.h"
@@ -209,11 +208,10 @@ int main(int argc, char** argv) {
       fmt::print("{}\n", launcher::agent_started_line);
       std::fflush(stdout);
     }
-    launcher::scheduler_env scheduler = launcher::detect_scheduler_env(parsed.options, env);
-    launcher::launch_config config = launcher::resolve_launch_config(parsed.options, env);
-    config.worker_args = launcher::resolve_worker_args(parsed.options, env);
-    launcher::apply_scheduler_env(scheduler, config);
-    launcher::check_worker_args(config);
+    // The pipeline (docs/design.md): the flags, the scheduler's overrides,
+    // one resolve.
+    launcher::launch_config config = launcher::resolve_launch_config(
+        parsed.options, env, launcher::detect_scheduler_env(parsed.options, env));
     // Found once, before any worker: a missing program or script is one
     // line and exit 127/126, not one failing worker per rank.
     auto program_problem = launcher::find_program(config, env);
@@ -230,7 +228,6 @@ int main(int argc, char** argv) {
     }
     if (parsed.options.dry_run) {
       nlohmann::json out = launcher::to_json(config, env);
-      launcher::add_scheduler_json(out, scheduler, config);
       out["program"] = {{"path", config.program_path.empty() ? nlohmann::json()
                                                              : nlohmann::json(config.program_path)},
                         {"chosen_by", config.program_is_python ? launcher::interpreter_choice(config)
@@ -240,7 +237,9 @@ int main(int argc, char** argv) {
       fmt::print("{}\n", out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
       return 0;
     }
-    for (const auto& line : launcher::describe(scheduler)) fmt::print(stderr, "dtrun: {}\n", line);
+    for (const auto& line : launcher::describe(config.scheduler)) {
+      fmt::print(stderr, "dtrun: {}\n", line);
+    }
     return launch(config, parsed.options);
   } catch (const usage_error& e) {
     return fail(exit_usage, e.what());
