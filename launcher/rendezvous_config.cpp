@@ -132,13 +132,18 @@ std::map<std::string, std::string> parse_rdzv_conf(const std::string& text) {
   return conf;
 }
 
-std::optional<multi_node_config> resolve_multi_node(const launch_options& o, int min_nodes,
-                                                    int max_nodes, int nproc_per_node) {
+std::string chosen_backend(const launch_options& o) {
   std::string backend = o.rdzv_backend;
   if (!o.rdzv_backend_given && !o.rdzv_endpoint.empty()) backend = "c10d";
   // torchrun's etcd backends speak the v2 API, which etcd 3.6 removed;
   // dtrun's speaks v3 under all three names.
   if (backend == "etcd" || backend == "etcd-v2") backend = "etcd-v3";
+  return backend;
+}
+
+std::optional<multi_node_config> resolve_multi_node(const launch_options& o, int min_nodes,
+                                                    int max_nodes, int nproc_per_node) {
+  const std::string backend = chosen_backend(o);
   if (backend != "c10d" && backend != "static" && backend != "etcd-v3") {
     throw usage_error(fmt::format("--rdzv-backend={} is not one of c10d, etcd-v3, static", backend));
   }

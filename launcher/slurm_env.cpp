@@ -7,6 +7,7 @@
 
 #include "launcher/env_derivation.h"
 #include "launcher/launch_config.h"
+#include "launcher/rendezvous_config.h"
 #include "launcher/slurm_hostlist.h"
 
 namespace dtrun::launcher {
@@ -131,10 +132,7 @@ void derive_slurm(launch_options& o, const env_map& env, scheduler_env& s) {
   d.run_id(run_id, run_id_source);
   if (parse_nnodes(o.nnodes).max <= 1) return;  // one node: nobody to meet
   d.backend("c10d", "Slurm step of several nodes");
-  // As resolve_multi_node decides: an endpoint without a backend is c10d.
-  auto backend = [&] {
-    return o.rdzv_backend_given || o.rdzv_endpoint.empty() ? o.rdzv_backend : std::string("c10d");
-  };
+  auto backend = [&] { return chosen_backend(o); };
   std::string endpoint_host = given(o, "master-addr") ? o.master_addr : host;
   if (backend() == "c10d" &&
       d.endpoint(fmt::format("{}:{}", endpoint_host, port),
