@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "agent/accelerators.h"
+#include "agent/agent_options.h"
 #include "agent/cpu_topology.h"
 #include "agent/log_spec.h"
 #include "agent/report_options.h"
@@ -41,43 +42,30 @@ struct launch_config {
   std::uint16_t store_port = 0;  // 0: a free port
   // Who may connect to the store this node hosts.
   rendezvous::store_access_options store_access;
-  agent::worker_group_spec spec;
-  // What each worker runs: the program (a name, resolved on PATH when the
-  // launch starts) and its arguments after argv[0].
+  // What the agent runs and how (agent/agent_options.h), resolved here and
+  // handed to it as it is: the worker group (run id, role, restarts), the
+  // program's path (found on PATH by find_program, launcher/program_lookup.h;
+  // empty until then, or when it is not found) and its arguments after
+  // argv[0], the script as the user named it, per-worker edits (legacy
+  // --local-rank, templates, scheduler variables), each local rank's CPUs
+  // (--numa-binding), the stop and hang timeouts, the Python stack hook,
+  // metrics, signals, logs (--redirects, --tee, --local-ranks-filter) and
+  // verbosity (--quiet / -v, --event-log).
+  agent::agent_options agent;
+  // The program as the workers' argv[0] names it (an interpreter or
+  // --no-python's program), before it is found on PATH.
   std::string program;
-  // `program` found on PATH, absolute (launcher/program_lookup.h); empty
-  // until then, or when it is not found.
-  std::string program_path;
-  std::vector<std::string> args;
-  // The script, module or program as the user named it (the failure
-  // summary's title).
-  std::string script;
   bool program_is_python = true;
   // Where the interpreter's name came from (--python, DTRUN_PYTHON,
   // PYTHON_EXEC), named when it cannot be found; empty: the default.
   std::string python_source;
-  // Per-worker edits (legacy --local-rank, templates, scheduler variables).
-  agent::worker_customization worker_args;
-  std::chrono::milliseconds stop_timeout{30000};
-  // Observability: hang detection (0: off), the Python stack hook, metrics.
-  std::chrono::milliseconds hang_timeout{0};
-  bool stack_hook = true;
-  int metrics_port = -1;
-  std::string metrics_host = "127.0.0.1";
-  std::vector<int> signals;
-  std::string log_dir;
-  // --redirects, --tee, --local-ranks-filter (launcher/log_options.h).
-  agent::log_spec logs;
-  // --quiet / -v and --event-log.
-  agent::report_options report;
   // Warnings to print before launching (one line each).
   std::vector<std::string> warnings;
   // What scheduler detection derived (printed before a launch and by
   // --dry-run); its settings are applied in the fields above.
   scheduler_report scheduler;
-  // --numa-binding's mode (empty: none) and each local rank's CPUs.
+  // --numa-binding's mode (empty: none); the CPUs are in agent.worker_cpus.
   std::string numa_binding;
-  std::vector<std::vector<int>> worker_cpus;
 };
 
 // "4", "auto", "cpu", "gpu", "xpu" -> a worker count, as torchrun's

@@ -125,7 +125,7 @@ int take_stdin_for_agent() {
 
 int launch(const launcher::launch_config& config, const launcher::launch_options& o) {
   // --quiet silences warnings and the rendezvous' progress; errors stay.
-  agent::agent_log messages(config.report.level);
+  agent::agent_log messages(config.agent.report.level);
   for (const auto& warning : config.warnings) messages.info(fmt::format("warning: {}", warning));
 
   boost::asio::io_context io(1);
@@ -144,30 +144,15 @@ int launch(const launcher::launch_config& config, const launcher::launch_options
     rendezvous = std::make_unique<rendezvous::dynamic_rendezvous>(io, rdzv_options);
   } else {
     rendezvous = std::make_unique<rendezvous::standalone_rendezvous>(
-        io, rendezvous::standalone_rendezvous_options{config.spec.run_id, config.nproc_per_node,
-                                                      config.store_host, config.store_port,
-                                                      config.store_access});
+        io, rendezvous::standalone_rendezvous_options{config.agent.spec.run_id,
+                                                      config.nproc_per_node, config.store_host,
+                                                      config.store_port, config.store_access});
   }
 
   if (o.rdzv_port_via_stdio == "report") report_rdzv_port(*rendezvous);
 
-  agent::agent_options options;
-  options.spec = config.spec;
-  options.program = config.program_path;
+  agent::agent_options options = config.agent;
   options.interpreter = launcher::describe_interpreter(config);
-  options.args = config.args;
-  options.script_name = config.script;
-  options.worker_args = config.worker_args;
-  options.worker_cpus = config.worker_cpus;
-  options.stop_timeout = config.stop_timeout;
-  options.hang_timeout = config.hang_timeout;
-  options.stack_hook = config.stack_hook;
-  options.metrics_port = config.metrics_port;
-  options.metrics_host = config.metrics_host;
-  options.signals = config.signals;
-  options.log_dir = config.log_dir;
-  options.logs = config.logs;
-  options.report = config.report;
   if (o.prefix_console) {
     options.logs.prefix_console = true;
     // The launching dtrun adds the host; the global rank says the rest.
@@ -228,8 +213,8 @@ int main(int argc, char** argv) {
     }
     if (parsed.options.dry_run) {
       nlohmann::json out = launcher::to_json(config, env);
-      out["program"] = {{"path", config.program_path.empty() ? nlohmann::json()
-                                                             : nlohmann::json(config.program_path)},
+      const std::string& path = config.agent.program;
+      out["program"] = {{"path", path.empty() ? nlohmann::json() : nlohmann::json(path)},
                         {"chosen_by", config.program_is_python ? launcher::interpreter_choice(config)
                                                                : std::string("--no-python")}};
       if (program_problem) out["program"]["problem"] = program_problem->message;

@@ -101,7 +101,7 @@ TEST_CASE("a Slurm step of one task per node derives a c10d rendezvous") {
     CHECK(c.multi_node->rendezvous.fixed_rank == node);
     CHECK(c.multi_node->rendezvous.host_store == (node == 0));
     CHECK(c.multi_node->rendezvous.endpoint_port == 20002);
-    CHECK(std::count(c.signals.begin(), c.signals.end(), SIGUSR1) == 1);
+    CHECK(std::count(c.agent.signals.begin(), c.agent.signals.end(), SIGUSR1) == 1);
   }
 }
 
@@ -157,7 +157,7 @@ TEST_CASE("Slurm: several tasks per node run one worker each") {
     REQUIRE(c.multi_node);
     CHECK(c.multi_node->rendezvous.fixed_rank == procid);
     CHECK(c.multi_node->rendezvous.host_store == (procid == 0));
-    CHECK(c.worker_args.env_overrides.at("LOCAL_RANK") == std::to_string(procid % 2));
+    CHECK(c.agent.worker_args.env_overrides.at("LOCAL_RANK") == std::to_string(procid % 2));
   }
 }
 
