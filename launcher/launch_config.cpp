@@ -244,22 +244,22 @@ void resolve_sizes(const launch_options& o, const env_map& env, launch_config& c
 // How this node meets the others, or that it meets nobody: the rendezvous,
 // the store and who may use it, the run id.
 void resolve_rendezvous(const launch_options& o, const scheduler_env& sched, launch_config& c) {
-  c.store_access = parse_store_access(o);
+  const rendezvous::store_access_options access = parse_store_access(o);
   if (o.standalone) {
     // As torchrun: a fresh run id; any --rdzv-* values are ignored.
     c.agent.spec.run_id = random_run_id();
-    c.store_access.same_user_only = !o.store_allow_any_user;
+    single_node_config single;
+    single.store_access = access;
+    single.store_access.same_user_only = !o.store_allow_any_user;
+    c.plan = std::move(single);
   } else if (auto multi_node = resolve_multi_node(o, c.nnodes.min, c.nnodes.max,
                                                   c.nproc_per_node)) {
-    c.standalone = false;
     c.agent.spec.run_id = o.rdzv_id;
     place_by_scheduler(sched, *multi_node);
     multi_node->rendezvous.max_restarts = o.max_restarts;
-    multi_node->rendezvous.store_access = c.store_access;
-    c.store_host = multi_node->rendezvous.endpoint_host;
-    c.store_port = multi_node->rendezvous.endpoint_port;
+    multi_node->rendezvous.store_access = access;
     c.warnings.insert(c.warnings.end(), multi_node->warnings.begin(), multi_node->warnings.end());
-    c.multi_node = std::move(multi_node);
+    c.plan = std::move(*multi_node);
   } else {
     // One node and nobody to meet: the same as --standalone, but an
     // explicit --master-port is honoured. Without one, the newest torchrun
@@ -267,16 +267,19 @@ void resolve_rendezvous(const launch_options& o, const scheduler_env& sched, lau
     // dtrun does too, but keeps a run id the user or the scheduler gave.
     bool fresh_run_id = !o.master_port_given && o.rdzv_id == "none";
     c.agent.spec.run_id = fresh_run_id ? random_run_id() : o.rdzv_id;
-    c.store_access.same_user_only = !o.store_allow_any_user;
+    single_node_config single;
+    single.store_access = access;
+    single.store_access.same_user_only = !o.store_allow_any_user;
     if (o.master_port_given) {
       if (o.master_port < 0 || o.master_port > max_port) {
         throw usage_error(fmt::format("--master-port: '{}' is not a whole number from 0 to {}",
                                       o.master_port, max_port));
       }
-      c.store_port = static_cast<std::uint16_t>(o.master_port);
+      single.store_port = static_cast<std::uint16_t>(o.master_port);
     }
+    c.plan = std::move(single);
   }
-  if (!c.multi_node && !c.store_access.allowed_networks.empty()) {
+  if (c.single_node() && !access.allowed_networks.empty()) {
     c.warnings.push_back("--store-allow-networks has no effect on a single-node run: its store "
                          "listens on 127.0.0.1 only");
   }
@@ -289,7 +292,7 @@ void resolve_supervision(const launch_options& o, const scheduler_env& sched, la
   a.spec.role = o.role;
   a.spec.local_world_size = c.nproc_per_node;
   a.spec.max_restarts = o.max_restarts;
-  a.spec.use_agent_store = !c.multi_node || c.multi_node->rendezvous.workers_use_agent_store;
+  a.spec.use_agent_store = !c.multi_node() || c.multi_node()->rendezvous.workers_use_agent_store;
   // Checked again here: options may come from elsewhere than the command
   // line (tests, scheduler detection), and a NaN would become any duration.
   a.stop_timeout = seconds_to_duration(o.stop_timeout, "--stop-timeout", {true, max_duration_s});

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -30,18 +31,27 @@ struct node_range {
   int max = 1;
 };
 
+// A run that meets nobody (--standalone, or one node without an
+// endpoint): this node's store on loopback.
+struct single_node_config {
+  std::string store_host = "127.0.0.1";
+  std::uint16_t store_port = 0;  // 0: a free port
+  // Who may connect to it.
+  rendezvous::store_access_options store_access;
+};
+
 struct launch_config {
   node_range nnodes;
   int nproc_per_node = 1;
-  // Single node on loopback (--standalone, or --nnodes=1 without an
-  // endpoint).
-  bool standalone = true;
-  // Several nodes: how they meet (nullopt for single-node runs).
-  std::optional<multi_node_config> multi_node;
-  std::string store_host = "127.0.0.1";
-  std::uint16_t store_port = 0;  // 0: a free port
-  // Who may connect to the store this node hosts.
-  rendezvous::store_access_options store_access;
+  // How this node meets the others: the one rendezvous plan, alone on
+  // loopback, or a multi-node rendezvous (c10d, static or etcd-v3, its
+  // endpoint and who may use the store there).
+  std::variant<single_node_config, multi_node_config> plan;
+  const single_node_config* single_node() const {
+    return std::get_if<single_node_config>(&plan);
+  }
+  const multi_node_config* multi_node() const { return std::get_if<multi_node_config>(&plan); }
+  multi_node_config* multi_node() { return std::get_if<multi_node_config>(&plan); }
   // What the agent runs and how (agent/agent_options.h), resolved here and
   // handed to it as it is: the worker group (run id, role, restarts), the
   // program's path (found on PATH by find_program, launcher/program_lookup.h;

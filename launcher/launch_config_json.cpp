@@ -30,11 +30,25 @@ nlohmann::json to_json(const std::vector<derived_setting>& settings) {
   return a;
 }
 
+// The store this node hosts or joins: on loopback, or the multi-node
+// rendezvous' endpoint (an etcd cluster's first member).
+std::string rdzv_endpoint(const launch_config& c) {
+  if (const auto* m = c.multi_node()) {
+    return fmt::format("{}:{}", m->rendezvous.endpoint_host, m->rendezvous.endpoint_port);
+  }
+  return fmt::format("{}:{}", c.single_node()->store_host, c.single_node()->store_port);
+}
+
+const rendezvous::store_access_options& store_access(const launch_config& c) {
+  if (const auto* m = c.multi_node()) return m->rendezvous.store_access;
+  return c.single_node()->store_access;
+}
+
 // The node's group rank and the node count, where the configuration fixes
 // both (a single node; a static rank or a pinned one with a fixed --nnodes).
 std::optional<std::pair<int, int>> known_group(const launch_config& c) {
-  if (!c.multi_node) return std::pair{0, 1};
-  int group_rank = c.multi_node->rendezvous.fixed_rank;
+  if (!c.multi_node()) return std::pair{0, 1};
+  int group_rank = c.multi_node()->rendezvous.fixed_rank;
   if (group_rank < 0 || c.nnodes.min != c.nnodes.max) return std::nullopt;
   return std::pair{group_rank, c.nnodes.max};
 }
@@ -85,8 +99,8 @@ nlohmann::json to_json(const launch_config& c, const env_map& env) {
   nlohmann::json out = {
       {"nnodes", {{"min", c.nnodes.min}, {"max", c.nnodes.max}}},
       {"nproc_per_node", c.nproc_per_node},
-      {"standalone", c.standalone},
-      {"rdzv_endpoint", fmt::format("{}:{}", c.store_host, c.store_port)},
+      {"standalone", c.single_node() != nullptr},
+      {"rdzv_endpoint", rdzv_endpoint(c)},
       {"run_id", c.agent.spec.run_id},
       {"role", c.agent.spec.role},
       {"max_restarts", c.agent.spec.max_restarts},
@@ -98,7 +112,7 @@ nlohmann::json to_json(const launch_config& c, const env_map& env) {
                                      : nlohmann::json(fmt::format("{}:{}", c.agent.metrics_host,
                                                                   c.agent.metrics_port))},
       {"use_agent_store", c.agent.spec.use_agent_store},
-      {"store_access", to_json(c.store_access)},
+      {"store_access", to_json(store_access(c))},
       {"log_dir", c.agent.log_dir},
       {"logs", to_json(c.agent.logs, c.nproc_per_node)},
       {"event_log", c.agent.report.event_log},
@@ -108,7 +122,7 @@ nlohmann::json to_json(const launch_config& c, const env_map& env) {
       {"argv", argv},
       {"workers", workers},
   };
-  if (c.multi_node) out["rendezvous"] = to_json(*c.multi_node);
+  if (c.multi_node()) out["rendezvous"] = to_json(*c.multi_node());
   out["scheduler"] = c.scheduler.scheduler.empty() ? nlohmann::json(nullptr)
                                                    : nlohmann::json(c.scheduler.scheduler);
   if (!c.scheduler.style.empty()) out["scheduler_style"] = c.scheduler.style;

@@ -130,23 +130,24 @@ int launch(const launcher::launch_config& config, const launcher::launch_options
 
   boost::asio::io_context io(1);
   std::unique_ptr<rendezvous::rendezvous_handler> rendezvous;
-  if (config.multi_node) {
-    auto rdzv_options = config.multi_node->rendezvous;
+  if (const auto* multi_node = config.multi_node()) {
+    auto rdzv_options = multi_node->rendezvous;
     if (!rdzv_options.log) {
       rdzv_options.log = [messages](const std::string& line) { messages.info(line); };
     }
     std::shared_ptr<rendezvous::etcd_session> etcd;
-    if (config.multi_node->etcd) {
+    if (multi_node->etcd) {
       etcd = std::make_shared<rendezvous::etcd_session>(
-          io, *config.multi_node->etcd, rendezvous::make_etcd_tls(*config.multi_node->etcd));
+          io, *multi_node->etcd, rendezvous::make_etcd_tls(*multi_node->etcd));
       rdzv_options.store_factory = rendezvous::etcd_round_store_factory(io, etcd);
     }
     rendezvous = std::make_unique<rendezvous::dynamic_rendezvous>(io, rdzv_options);
   } else {
+    const launcher::single_node_config& single = *config.single_node();
     rendezvous = std::make_unique<rendezvous::standalone_rendezvous>(
         io, rendezvous::standalone_rendezvous_options{config.agent.spec.run_id,
-                                                      config.nproc_per_node, config.store_host,
-                                                      config.store_port, config.store_access});
+                                                      config.nproc_per_node, single.store_host,
+                                                      single.store_port, single.store_access});
   }
 
   if (o.rdzv_port_via_stdio == "report") report_rdzv_port(*rendezvous);
@@ -204,12 +205,12 @@ int main(int argc, char** argv) {
       return fail(program_problem->exit_code, program_problem->message);
     }
     if (parsed.options.rdzv_port_via_stdio == "read" && !parsed.options.dry_run) {
-      if (!config.multi_node) {
+      if (!config.multi_node()) {
         throw usage_error("--rdzv-port-via-stdio=read needs a c10d rendezvous");
       }
       auto port = read_port_line();
       if (!port) return 128 + SIGTERM;  // stopped before it began: nothing to say
-      config.multi_node->rendezvous.endpoint_port = *port;
+      config.multi_node()->rendezvous.endpoint_port = *port;
     }
     if (parsed.options.dry_run) {
       nlohmann::json out = launcher::to_json(config, env);

@@ -169,8 +169,8 @@ TEST_CASE("standalone gets a fresh uuid run id and a free loopback port") {
   launch_config b = resolve_launch_config(o, {});
   CHECK(a.agent.spec.run_id.size() == 36);
   CHECK(a.agent.spec.run_id != b.agent.spec.run_id);
-  CHECK(a.store_host == "127.0.0.1");
-  CHECK(a.store_port == 0);
+  CHECK(a.single_node()->store_host == "127.0.0.1");
+  CHECK(a.single_node()->store_port == 0);
 }
 
 TEST_CASE("nnodes=1 without an endpoint behaves like standalone") {
@@ -178,21 +178,21 @@ TEST_CASE("nnodes=1 without an endpoint behaves like standalone") {
   o.standalone = false;
   o.rdzv_id = "myjob";
   launch_config c = resolve_launch_config(o, {});
-  CHECK(c.standalone);
+  CHECK(c.single_node());
   CHECK(c.agent.spec.run_id == "myjob");
-  CHECK(c.store_port == 0);
+  CHECK(c.single_node()->store_port == 0);
   o.master_port = 29555;
   o.master_port_given = true;
-  CHECK(resolve_launch_config(o, {}).store_port == 29555);
+  CHECK(resolve_launch_config(o, {}).single_node()->store_port == 29555);
 }
 
 TEST_CASE("the single-node store serves only its user unless told otherwise") {
   launch_options o = standalone_options();
-  CHECK(resolve_launch_config(o, {}).store_access.same_user_only);
+  CHECK(resolve_launch_config(o, {}).single_node()->store_access.same_user_only);
   o.standalone = false;  // nnodes=1 without an endpoint: the same store
-  CHECK(resolve_launch_config(o, {}).store_access.same_user_only);
+  CHECK(resolve_launch_config(o, {}).single_node()->store_access.same_user_only);
   o.store_allow_any_user = true;
-  CHECK_FALSE(resolve_launch_config(o, {}).store_access.same_user_only);
+  CHECK_FALSE(resolve_launch_config(o, {}).single_node()->store_access.same_user_only);
   o.store_allow_networks = "10.0.0.0/8";
   auto c = resolve_launch_config(o, {});
   REQUIRE(c.warnings.size() == 1);
@@ -206,8 +206,8 @@ TEST_CASE("a multi-node store takes the allow-list and no same-user rule") {
   o.rdzv_endpoint = "192.0.2.1:1234";
   o.store_allow_networks = "10.0.0.0/8,fd00::/8";
   auto c = resolve_launch_config(o, {});
-  REQUIRE(c.multi_node);
-  const auto& access = c.multi_node->rendezvous.store_access;
+  REQUIRE(c.multi_node());
+  const auto& access = c.multi_node()->rendezvous.store_access;
   CHECK_FALSE(access.same_user_only);
   REQUIRE(access.allowed_networks.size() == 2);
   CHECK(access.allowed_networks[1].text == "fd00::/8");
@@ -225,11 +225,11 @@ TEST_CASE("an endpoint means c10d rendezvous, and the endpoint's node hosts the 
   o.rdzv_id = "job7";
   o.rdzv_conf = "join_timeout=12, last_call_timeout=3,keep_alive_interval=0.5";
   auto c = resolve_launch_config(o, {});
-  REQUIRE(c.multi_node);
-  CHECK_FALSE(c.standalone);
+  REQUIRE(c.multi_node());
+  CHECK_FALSE(c.single_node());
   CHECK(c.agent.spec.run_id == "job7");
-  const auto& r = c.multi_node->rendezvous;
-  CHECK(c.multi_node->backend == "c10d");
+  const auto& r = c.multi_node()->rendezvous;
+  CHECK(c.multi_node()->backend == "c10d");
   CHECK(r.endpoint_port == 29400);  // c10d's default port
   CHECK(r.min_nodes == 2);
   CHECK(r.max_nodes == 4);
@@ -242,10 +242,10 @@ TEST_CASE("an endpoint means c10d rendezvous, and the endpoint's node hosts the 
 
   o.rdzv_endpoint = "192.0.2.1:1234";  // TEST-NET: never this machine
   auto other = resolve_launch_config(o, {});
-  CHECK_FALSE(other.multi_node->rendezvous.host_store);
-  CHECK(other.multi_node->rendezvous.endpoint_port == 1234);
+  CHECK_FALSE(other.multi_node()->rendezvous.host_store);
+  CHECK(other.multi_node()->rendezvous.endpoint_port == 1234);
   o.rdzv_conf = "is_host=1";
-  CHECK(resolve_launch_config(o, {}).multi_node->rendezvous.host_store);
+  CHECK(resolve_launch_config(o, {}).multi_node()->rendezvous.host_store);
 }
 
 TEST_CASE("without an endpoint, several nodes use the static backend") {
@@ -256,16 +256,16 @@ TEST_CASE("without an endpoint, several nodes use the static backend") {
   o.master_addr = "10.0.0.1";
   o.master_port = 29555;
   auto c = resolve_launch_config(o, {});
-  REQUIRE(c.multi_node);
-  const auto& r = c.multi_node->rendezvous;
-  CHECK(c.multi_node->backend == "static");
+  REQUIRE(c.multi_node());
+  const auto& r = c.multi_node()->rendezvous;
+  CHECK(c.multi_node()->backend == "static");
   CHECK(r.fixed_rank == 2);
   CHECK(r.endpoint_host == "10.0.0.1");
   CHECK(r.endpoint_port == 29555);
   CHECK_FALSE(r.fresh_worker_store);  // MASTER_PORT stays --master-port
   CHECK_FALSE(r.host_store);  // node rank 0 hosts
   o.node_rank = 0;
-  CHECK(resolve_launch_config(o, {}).multi_node->rendezvous.host_store);
+  CHECK(resolve_launch_config(o, {}).multi_node()->rendezvous.host_store);
 }
 
 TEST_CASE("multi-node mistakes get one-line usage errors") {
@@ -327,7 +327,7 @@ TEST_CASE("every numeric rdzv-conf key refuses bad values with its name and rang
     CHECK_THROWS_WITH(resolve_launch_config(o, {}), message);
   }
   o.rdzv_conf = "keep_alive_interval=0.5,join_timeout=1e3,keep_alive_max_attempt= 7";
-  auto r = resolve_launch_config(o, {}).multi_node->rendezvous;
+  auto r = resolve_launch_config(o, {}).multi_node()->rendezvous;
   CHECK(r.keep_alive_interval == std::chrono::milliseconds(500));
   CHECK(r.join_timeout == std::chrono::seconds(1000));
   CHECK(r.keep_alive_max_attempt == 7);

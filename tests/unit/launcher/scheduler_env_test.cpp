@@ -96,11 +96,11 @@ TEST_CASE("a Slurm step of one task per node derives a c10d rendezvous") {
     CHECK(s.worker_env.empty());
 
     launch_config c = resolve_launch_config(o, {}, s);
-    REQUIRE(c.multi_node);
-    CHECK(c.multi_node->backend == "c10d");
-    CHECK(c.multi_node->rendezvous.fixed_rank == node);
-    CHECK(c.multi_node->rendezvous.host_store == (node == 0));
-    CHECK(c.multi_node->rendezvous.endpoint_port == 20002);
+    REQUIRE(c.multi_node());
+    CHECK(c.multi_node()->backend == "c10d");
+    CHECK(c.multi_node()->rendezvous.fixed_rank == node);
+    CHECK(c.multi_node()->rendezvous.host_store == (node == 0));
+    CHECK(c.multi_node()->rendezvous.endpoint_port == 20002);
     CHECK(std::count(c.agent.signals.begin(), c.agent.signals.end(), SIGUSR1) == 1);
   }
 }
@@ -154,9 +154,9 @@ TEST_CASE("Slurm: several tasks per node run one worker each") {
     CHECK(s.worker_env.at("GROUP_WORLD_SIZE") == "2");
 
     launch_config c = resolve_launch_config(o, {}, s);
-    REQUIRE(c.multi_node);
-    CHECK(c.multi_node->rendezvous.fixed_rank == procid);
-    CHECK(c.multi_node->rendezvous.host_store == (procid == 0));
+    REQUIRE(c.multi_node());
+    CHECK(c.multi_node()->rendezvous.fixed_rank == procid);
+    CHECK(c.multi_node()->rendezvous.host_store == (procid == 0));
     CHECK(c.agent.worker_args.env_overrides.at("LOCAL_RANK") == std::to_string(procid % 2));
   }
 }
@@ -244,11 +244,11 @@ TEST_CASE("Kubernetes: node-level MASTER_ADDR/WORLD_SIZE/RANK derive a static re
     CHECK(o.master_port == 23456);
     CHECK(o.master_port_given);
     launch_config c = resolve_launch_config(o, {});
-    REQUIRE(c.multi_node);
-    CHECK(c.multi_node->backend == "static");
-    CHECK(c.multi_node->rendezvous.fixed_rank == rank);
-    CHECK(c.multi_node->rendezvous.endpoint_host == "job-master-0");
-    CHECK(c.multi_node->rendezvous.endpoint_port == 23456);
+    REQUIRE(c.multi_node());
+    CHECK(c.multi_node()->backend == "static");
+    CHECK(c.multi_node()->rendezvous.fixed_rank == rank);
+    CHECK(c.multi_node()->rendezvous.endpoint_host == "job-master-0");
+    CHECK(c.multi_node()->rendezvous.endpoint_port == 23456);
   }
 }
 
