@@ -232,12 +232,12 @@ void resolve_sizes(const launch_options& o, const env_map& env, launch_config& c
                              o.nproc_per_node == "auto" || !o.numa_binding.empty();
   const agent::accelerator_inventory devices =
       wants_devices ? agent::discover_accelerators(root, env) : agent::accelerator_inventory{};
-  c.nproc_per_node = naming_the_variable(
+  c.agent.spec.local_world_size = naming_the_variable(
       o, "nproc-per-node", [&] { return parse_nproc_with(o.nproc_per_node, devices, env); });
   if (!o.numa_binding.empty()) {
     c.numa_binding = o.numa_binding;
     c.agent.worker_cpus = resolve_numa_binding(o.numa_binding, devices.gpus(), root,
-                                               agent::load_cpu_topology(), c.nproc_per_node);
+                                               agent::load_cpu_topology(), c.nproc_per_node());
   }
 }
 
@@ -253,7 +253,7 @@ void resolve_rendezvous(const launch_options& o, const scheduler_env& sched, lau
     single.store_access.same_user_only = !o.store_allow_any_user;
     c.plan = std::move(single);
   } else if (auto multi_node = resolve_multi_node(o, c.nnodes.min, c.nnodes.max,
-                                                  c.nproc_per_node)) {
+                                                  c.nproc_per_node())) {
     c.agent.spec.run_id = o.rdzv_id;
     place_by_scheduler(sched, *multi_node);
     multi_node->rendezvous.max_restarts = o.max_restarts;
@@ -290,7 +290,6 @@ void resolve_rendezvous(const launch_options& o, const scheduler_env& sched, lau
 void resolve_supervision(const launch_options& o, const scheduler_env& sched, launch_config& c) {
   agent::agent_options& a = c.agent;
   a.spec.role = o.role;
-  a.spec.local_world_size = c.nproc_per_node;
   a.spec.max_restarts = o.max_restarts;
   a.spec.use_agent_store = !c.multi_node() || c.multi_node()->rendezvous.workers_use_agent_store;
   // Checked again here: options may come from elsewhere than the command
@@ -378,7 +377,7 @@ launch_config resolve_launch_config(const launch_options& options, const env_map
   if (o.module && o.no_python) {
     throw usage_error("use either --no-python or -m/--module, not both");
   }
-  c.agent.logs = resolve_log_spec(o, c.nproc_per_node, env, c.warnings);
+  c.agent.logs = resolve_log_spec(o, c.nproc_per_node(), env, c.warnings);
   resolve_rendezvous(o, sched, c);
   resolve_supervision(o, sched, c);
   resolve_program(o, env, c);
@@ -390,7 +389,7 @@ launch_config resolve_launch_config(const launch_options& options, const env_map
         fmt::join(o.flags_after_script, ", "), o.flags_after_script.size() == 1 ? "es" : "",
         o.script, o.script));
   }
-  if (c.nproc_per_node > 1 && env.count("OMP_NUM_THREADS") == 0) {
+  if (c.nproc_per_node() > 1 && env.count("OMP_NUM_THREADS") == 0) {
     c.warnings.push_back(
         "OMP_NUM_THREADS is not set; each worker gets OMP_NUM_THREADS=1 (as with torchrun) so "
         "the workers do not overload the machine; set it to tune");

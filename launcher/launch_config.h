@@ -42,7 +42,8 @@ struct single_node_config {
 
 struct launch_config {
   node_range nnodes;
-  int nproc_per_node = 1;
+  // This node's worker count: the worker group's local world size.
+  int nproc_per_node() const { return agent.spec.local_world_size; }
   // How this node meets the others: the one rendezvous plan, alone on
   // loopback, or a multi-node rendezvous (c10d, static or etcd-v3, its
   // endpoint and who may use the store there).

@@ -63,8 +63,8 @@ nlohmann::json worker_json(const launch_config& c, int local_rank, const env_map
   }
   auto& env = w["env"];
   if (auto group = known_group(c)) {
-    env["RANK"] = std::to_string(group->first * c.nproc_per_node + local_rank);
-    env["WORLD_SIZE"] = std::to_string(group->second * c.nproc_per_node);
+    env["RANK"] = std::to_string(group->first * c.nproc_per_node() + local_rank);
+    env["WORLD_SIZE"] = std::to_string(group->second * c.nproc_per_node());
     env["GROUP_RANK"] = std::to_string(group->first);
   }
   for (const auto& [k, v] : c.agent.worker_args.env_overrides) env[k] = v;
@@ -88,7 +88,7 @@ nlohmann::json worker_json(const launch_config& c, int local_rank, const env_map
 
 nlohmann::json to_json(const launch_config& c, const env_map& env) {
   nlohmann::json workers = nlohmann::json::array();
-  for (int local_rank = 0; local_rank < c.nproc_per_node; ++local_rank) {
+  for (int local_rank = 0; local_rank < c.nproc_per_node(); ++local_rank) {
     workers.push_back(worker_json(c, local_rank, env));
   }
   nlohmann::json signals = nlohmann::json::array();
@@ -98,7 +98,7 @@ nlohmann::json to_json(const launch_config& c, const env_map& env) {
   for (const auto& a : c.agent.args) argv.push_back(a);
   nlohmann::json out = {
       {"nnodes", {{"min", c.nnodes.min}, {"max", c.nnodes.max}}},
-      {"nproc_per_node", c.nproc_per_node},
+      {"nproc_per_node", c.nproc_per_node()},
       {"standalone", c.single_node() != nullptr},
       {"rdzv_endpoint", rdzv_endpoint(c)},
       {"run_id", c.agent.spec.run_id},
@@ -114,7 +114,7 @@ nlohmann::json to_json(const launch_config& c, const env_map& env) {
       {"use_agent_store", c.agent.spec.use_agent_store},
       {"store_access", to_json(store_access(c))},
       {"log_dir", c.agent.log_dir},
-      {"logs", to_json(c.agent.logs, c.nproc_per_node)},
+      {"logs", to_json(c.agent.logs, c.nproc_per_node())},
       {"event_log", c.agent.report.event_log},
       {"verbosity", c.agent.report.level == agent::verbosity::quiet     ? "quiet"
                     : c.agent.report.level == agent::verbosity::verbose ? "verbose"

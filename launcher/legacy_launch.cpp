@@ -29,7 +29,7 @@ agent::worker_customization resolve_worker_args(const launch_options& o,
 }
 
 void check_worker_args(const launch_config& config) {
-  for (int local_rank = 0; local_rank < config.nproc_per_node; ++local_rank) {
+  for (int local_rank = 0; local_rank < config.nproc_per_node(); ++local_rank) {
     env_map env = agent::static_worker_env(config.agent.spec, local_rank, {});
     std::vector<std::string> args = config.agent.args;
     try {

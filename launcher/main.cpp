@@ -146,7 +146,7 @@ int launch(const launcher::launch_config& config, const launcher::launch_options
     const launcher::single_node_config& single = *config.single_node();
     rendezvous = std::make_unique<rendezvous::standalone_rendezvous>(
         io, rendezvous::standalone_rendezvous_options{config.agent.spec.run_id,
-                                                      config.nproc_per_node, single.store_host,
+                                                      config.nproc_per_node(), single.store_host,
                                                       single.store_port, single.store_access});
   }
 
