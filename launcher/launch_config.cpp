@@ -330,7 +330,7 @@ void resolve_supervision(const launch_options& o, const scheduler_env& sched, la
 
 // What each worker runs: torchrun's worker command line, [python, -u,
 // (-m), script, *args], or --no-python's program and its arguments.
-void resolve_program(const launch_options& o, const env_map& env, launch_config& c) {
+void resolve_worker_program(const launch_options& o, const env_map& env, launch_config& c) {
   c.program_is_python = !o.no_python;
   c.agent.script_name = o.script;
   if (o.no_python) {
@@ -380,7 +380,7 @@ launch_config resolve_launch_config(const launch_options& options, const env_map
   c.agent.logs = resolve_log_spec(o, c.nproc_per_node(), env, c.warnings);
   resolve_rendezvous(o, sched, c);
   resolve_supervision(o, sched, c);
-  resolve_program(o, env, c);
+  resolve_worker_program(o, env, c);
   if (!o.flags_after_script.empty()) {
     c.warnings.push_back(fmt::format(
         "{} after the script go{} to the script, not to dtrun (as with torchrun); put dtrun's "

@@ -8,17 +8,17 @@
 
 namespace dtrun::launcher {
 
-scheduler_env detect_scheduler_env(const launch_options& given, const env_map& env) {
+scheduler_env detect_scheduler_env(const launch_options& options, const env_map& env) {
   scheduler_env s;
-  for (const auto& [flag, source] : given.given) {
+  for (const auto& [flag, source] : options.given) {
     if (source.rfind("PET_", 0) != 0) continue;
     auto it = env.find(source);
     s.from_pet.push_back({flag, it == env.end() ? "" : it->second, source});
   }
-  if (given.no_scheduler_detect || given.standalone) return s;
+  if (options.no_scheduler_detect || options.standalone) return s;
   // The derivation reads what it derived so far: a working copy of the
   // flags, with each override applied as it is made (env_derivation.h).
-  launch_options o = given;
+  launch_options o = options;
   // Kubeflow's operators before v1.7 spelled it PET_N_PROC_PER_NODE, which
   // torchrun never read.
   auto old = env_derivation::first_of(env, {"PET_N_PROC_PER_NODE"});
