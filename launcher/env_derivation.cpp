@@ -45,44 +45,52 @@ bool given(const launch_options& o, const char* flag) { return o.given.count(fla
 
 void deriver::nnodes(int n, const std::string& source) {
   if (given(o_, "nnodes")) return;
+  s_.flags.nnodes = n;
   o_.nnodes = std::to_string(n);
   note("nnodes", o_.nnodes, source);
 }
 void deriver::node_rank(int rank, const std::string& source) {
   if (given(o_, "node-rank")) return;
+  s_.flags.node_rank = rank;
   o_.node_rank = rank;
   note("node-rank", std::to_string(rank), source);
 }
 void deriver::nproc(const std::string& n, const std::string& source) {
   if (given(o_, "nproc-per-node")) return;
+  s_.flags.nproc_per_node = n;
   o_.nproc_per_node = n;
   note("nproc-per-node", n, source);
 }
 void deriver::backend(const std::string& b, const std::string& source) {
   if (given(o_, "rdzv-backend") || given(o_, "rdzv-endpoint")) return;
+  s_.flags.rdzv_backend = b;
   o_.rdzv_backend = b;
   o_.rdzv_backend_given = true;
   note("rdzv-backend", b, source);
 }
 bool deriver::endpoint(const std::string& e, const std::string& source) {
   if (given(o_, "rdzv-endpoint")) return false;
+  s_.flags.rdzv_endpoint = e;
   o_.rdzv_endpoint = e;
   note("rdzv-endpoint", e, source);
   return true;
 }
 void deriver::run_id(const std::string& id, const std::string& source) {
   if (given(o_, "rdzv-id")) return;
+  s_.flags.rdzv_id = id;
   o_.rdzv_id = id;
   note("rdzv-id", id, source);
 }
 void deriver::master_addr(const std::string& addr, const std::string& source) {
   if (given(o_, "master-addr")) return;
+  s_.flags.master_addr = addr;
   o_.master_addr = addr;
   note("master-addr", addr, source);
 }
 void deriver::master_port(int port, const std::string& source) {
   if (given(o_, "master-port")) return;
   if (port <= 0 || port > 65535) throw off_hint(fmt::format("{}={} is not a port", source, port));
+  s_.flags.master_port = port;
   o_.master_port = port;
   o_.master_port_given = true;
   note("master-port", std::to_string(port), source);

@@ -36,7 +36,9 @@ variable required(const env_map& env, std::initializer_list<const char*> names,
 // The user gave the flag (on the command line or through PET_*).
 bool given(const launch_options& o, const char* flag);
 
-// Sets options the user did not give, and notes each in `derived`.
+// Fills in the flags the user did not give: the typed override in
+// `s.flags`, and the same value in `o`, the derivation's working copy of
+// the flags (what it reads next); notes each in `derived`.
 class deriver {
  public:
   deriver(launch_options& o, scheduler_env& s) : o_(o), s_(s) {}

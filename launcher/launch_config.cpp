@@ -14,6 +14,7 @@
 #include "agent/cpu_list.h"
 #include "agent/exit_status.h"
 #include "agent/numa_binding.h"
+#include "launcher/legacy_launch.h"
 #include "launcher/log_options.h"
 #include "rendezvous/base/number_parse.h"
 #include "launcher/torch_plugins.h"
@@ -194,16 +195,23 @@ rendezvous::store_access_options parse_store_access(const launch_options& o) {
   return access;
 }
 
-nlohmann::json to_json(const rendezvous::store_access_options& a) {
-  nlohmann::json networks = nlohmann::json::array();
-  for (const auto& n : a.allowed_networks) networks.push_back(n.text);
-  return {{"same_user_only", a.same_user_only}, {"allowed_networks", networks}};
+// The scheduler's settings of the rendezvous that no flag gives: this
+// node's group rank (c10d) and who hosts the store.
+void place_by_scheduler(const scheduler_env& s, multi_node_config& m) {
+  auto& r = m.rendezvous;
+  if (s.pinned_group_rank && m.backend == "c10d" && r.fixed_rank < 0) {
+    r.fixed_rank = *s.pinned_group_rank;
+  }
+  if (s.host_store) {
+    r.host_store = *s.host_store;
+    r.join_if_store_port_in_use = false;
+    m.host_decided_by = s.host_store_because;
+  }
 }
 
-}  // namespace
-
-launch_config resolve_launch_config(const launch_options& o, const env_map& env) {
-  launch_config c;
+// --nnodes, --nproc-per-node (with the devices it counts) and the CPUs of
+// --numa-binding.
+void resolve_sizes(const launch_options& o, const env_map& env, launch_config& c) {
   c.nnodes = naming_the_variable(o, "nnodes", [&] { return parse_nnodes(o.nnodes); });
   if (o.standalone && (c.nnodes.min != 1 || c.nnodes.max != 1)) {
     // torchrun accepts this and waits for nodes that can never reach its
@@ -224,120 +232,155 @@ launch_config resolve_launch_config(const launch_options& o, const env_map& env)
                              o.nproc_per_node == "auto" || !o.numa_binding.empty();
   const agent::accelerator_inventory devices =
       wants_devices ? agent::discover_accelerators(root, env) : agent::accelerator_inventory{};
-  c.nproc_per_node = naming_the_variable(
+  c.agent.spec.local_world_size = naming_the_variable(
       o, "nproc-per-node", [&] { return parse_nproc_with(o.nproc_per_node, devices, env); });
   if (!o.numa_binding.empty()) {
     c.numa_binding = o.numa_binding;
-    c.worker_cpus = resolve_numa_binding(o.numa_binding, devices.gpus(), root,
-                                         agent::load_cpu_topology(), c.nproc_per_node);
+    c.agent.worker_cpus = resolve_numa_binding(o.numa_binding, devices.gpus(), root,
+                                               agent::load_cpu_topology(), c.nproc_per_node());
   }
-  if (o.module && o.no_python) {
-    throw usage_error("use either --no-python or -m/--module, not both");
-  }
-  c.logs = resolve_log_spec(o, c.nproc_per_node, env, c.warnings);
-  c.store_access = parse_store_access(o);
+}
+
+// How this node meets the others, or that it meets nobody: the rendezvous,
+// the store and who may use it, the run id.
+void resolve_rendezvous(const launch_options& o, const scheduler_env& sched, launch_config& c) {
+  const rendezvous::store_access_options access = parse_store_access(o);
   if (o.standalone) {
     // As torchrun: a fresh run id; any --rdzv-* values are ignored.
-    c.spec.run_id = random_run_id();
-    c.store_access.same_user_only = !o.store_allow_any_user;
+    c.agent.spec.run_id = random_run_id();
+    single_node_config single;
+    single.store_access = access;
+    single.store_access.same_user_only = !o.store_allow_any_user;
+    c.plan = std::move(single);
   } else if (auto multi_node = resolve_multi_node(o, c.nnodes.min, c.nnodes.max,
-                                                  c.nproc_per_node)) {
-    c.standalone = false;
-    c.spec.run_id = o.rdzv_id;
+                                                  c.nproc_per_node())) {
+    c.agent.spec.run_id = o.rdzv_id;
+    place_by_scheduler(sched, *multi_node);
     multi_node->rendezvous.max_restarts = o.max_restarts;
-    multi_node->rendezvous.store_access = c.store_access;
-    c.store_host = multi_node->rendezvous.endpoint_host;
-    c.store_port = multi_node->rendezvous.endpoint_port;
+    multi_node->rendezvous.store_access = access;
     c.warnings.insert(c.warnings.end(), multi_node->warnings.begin(), multi_node->warnings.end());
-    c.multi_node = std::move(multi_node);
+    c.plan = std::move(*multi_node);
   } else {
     // One node and nobody to meet: the same as --standalone, but an
     // explicit --master-port is honoured. Without one, the newest torchrun
     // makes this a standalone run with a fresh run id (run.py's run());
     // dtrun does too, but keeps a run id the user or the scheduler gave.
     bool fresh_run_id = !o.master_port_given && o.rdzv_id == "none";
-    c.spec.run_id = fresh_run_id ? random_run_id() : o.rdzv_id;
-    c.store_access.same_user_only = !o.store_allow_any_user;
+    c.agent.spec.run_id = fresh_run_id ? random_run_id() : o.rdzv_id;
+    single_node_config single;
+    single.store_access = access;
+    single.store_access.same_user_only = !o.store_allow_any_user;
     if (o.master_port_given) {
       if (o.master_port < 0 || o.master_port > max_port) {
         throw usage_error(fmt::format("--master-port: '{}' is not a whole number from 0 to {}",
                                       o.master_port, max_port));
       }
-      c.store_port = static_cast<std::uint16_t>(o.master_port);
+      single.store_port = static_cast<std::uint16_t>(o.master_port);
     }
+    c.plan = std::move(single);
   }
-  if (!c.multi_node && !c.store_access.allowed_networks.empty()) {
+  if (c.single_node() && !access.allowed_networks.empty()) {
     c.warnings.push_back("--store-allow-networks has no effect on a single-node run: its store "
                          "listens on 127.0.0.1 only");
   }
-  c.spec.role = o.role;
-  c.spec.local_world_size = c.nproc_per_node;
-  c.spec.max_restarts = o.max_restarts;
-  c.spec.use_agent_store = !c.multi_node || c.multi_node->rendezvous.workers_use_agent_store;
+}
+
+// How the agent supervises the workers and reports: the worker group,
+// restarts, timeouts, the stack hook, metrics, signals, verbosity.
+void resolve_supervision(const launch_options& o, const scheduler_env& sched, launch_config& c) {
+  agent::agent_options& a = c.agent;
+  a.spec.role = o.role;
+  a.spec.max_restarts = o.max_restarts;
+  a.spec.use_agent_store = !c.multi_node() || c.multi_node()->rendezvous.workers_use_agent_store;
   // Checked again here: options may come from elsewhere than the command
   // line (tests, scheduler detection), and a NaN would become any duration.
-  c.stop_timeout = seconds_to_duration(o.stop_timeout, "--stop-timeout", {true, max_duration_s});
+  a.stop_timeout = seconds_to_duration(o.stop_timeout, "--stop-timeout", {true, max_duration_s});
   if (o.max_restarts < 0 || o.max_restarts > max_restarts_limit) {
     throw usage_error(fmt::format("--max-restarts: '{}' is not a whole number from 0 to {}",
                                   o.max_restarts, max_restarts_limit));
   }
-  c.hang_timeout = seconds_to_duration(o.hang_timeout, "--hang-timeout", {true, max_duration_s});
+  a.hang_timeout = seconds_to_duration(o.hang_timeout, "--hang-timeout", {true, max_duration_s});
   // A positive timeout under a millisecond is the shortest one, not "off".
-  if (o.hang_timeout > 0 && c.hang_timeout.count() == 0) c.hang_timeout = std::chrono::milliseconds(1);
-  c.stack_hook = !o.no_stack_hook && !o.no_python;
+  if (o.hang_timeout > 0 && a.hang_timeout.count() == 0) {
+    a.hang_timeout = std::chrono::milliseconds(1);
+  }
+  a.stack_hook = !o.no_stack_hook && !o.no_python;
   if (o.metrics_port > max_port) {
     throw usage_error(fmt::format("--metrics-port: '{}' is not a whole number from 0 to {}",
                                   o.metrics_port, max_port));
   }
-  c.metrics_port = o.metrics_port;
-  c.metrics_host = o.metrics_host;
-  c.signals = parse_signals(o.signals_to_handle);
-  c.spec.signals_to_handle = o.signals_to_handle;
-  c.log_dir = o.log_dir;
+  a.metrics_port = o.metrics_port;
+  a.metrics_host = o.metrics_host;
+  a.signals = parse_signals(o.signals_to_handle);
+  for (int sig : sched.extra_signals) {
+    if (std::find(a.signals.begin(), a.signals.end(), sig) == a.signals.end()) {
+      a.signals.push_back(sig);
+    }
+  }
+  a.spec.signals_to_handle = o.signals_to_handle;
+  a.log_dir = o.log_dir;
   if (o.quiet && o.verbose) {
     throw usage_error("--quiet and --verbose contradict each other; pass one of them");
   }
-  c.report.level = o.quiet     ? agent::verbosity::quiet
+  a.report.level = o.quiet     ? agent::verbosity::quiet
                    : o.verbose ? agent::verbosity::verbose
                                : agent::verbosity::normal;
-  c.report.event_log = resolve_torch_plugins(o);  // --event-log, --event-log-handler
+  a.report.event_log = resolve_torch_plugins(o);  // --event-log, --event-log-handler
+}
 
-  // torchrun's worker command line: [python, -u, (-m), script, *args].
+// What each worker runs: torchrun's worker command line, [python, -u,
+// (-m), script, *args], or --no-python's program and its arguments.
+void resolve_worker_program(const launch_options& o, const env_map& env, launch_config& c) {
   c.program_is_python = !o.no_python;
-  c.script = o.script;
+  c.agent.script_name = o.script;
   if (o.no_python) {
     c.program = o.script;
-    c.args = o.script_args;
-  } else {
-    // --python, DTRUN_PYTHON, then torchrun's PYTHON_EXEC, then the
-    // environment dtrun is installed in (torchrun's sys.executable), then
-    // PATH.
-    auto set = [&env](const char* name) {
-      auto it = env.find(name);
-      return it != env.end() && !it->second.empty() ? std::optional(it->second) : std::nullopt;
-    };
-    std::string fallback = o.installed_python.empty() ? "python3" : o.installed_python;
-    c.program = !o.python.empty() ? o.python
-                                  : set("DTRUN_PYTHON").value_or(
-                                        set("PYTHON_EXEC").value_or(fallback));
-    if (!o.python.empty()) {
-      // --python reads DTRUN_PYTHON as its default (CLI11's envname).
-      auto given = o.given.find("python");
-      c.python_source = given != o.given.end() && given->second != "command line"
-                            ? given->second
-                            : "--python";
-    } else if (set("DTRUN_PYTHON")) {
-      c.python_source = "DTRUN_PYTHON";
-    } else if (set("PYTHON_EXEC")) {
-      c.python_source = "PYTHON_EXEC";
-    } else if (!o.installed_python.empty()) {
-      c.python_source = "the Python environment dtrun is installed in";
-    }
-    c.args = {"-u"};
-    if (o.module) c.args.push_back("-m");
-    c.args.push_back(o.script);
-    c.args.insert(c.args.end(), o.script_args.begin(), o.script_args.end());
+    c.agent.args = o.script_args;
+    return;
   }
+  // --python, DTRUN_PYTHON, then torchrun's PYTHON_EXEC, then the
+  // environment dtrun is installed in (torchrun's sys.executable), then
+  // PATH.
+  auto set = [&env](const char* name) {
+    auto it = env.find(name);
+    return it != env.end() && !it->second.empty() ? std::optional(it->second) : std::nullopt;
+  };
+  std::string fallback = o.installed_python.empty() ? "python3" : o.installed_python;
+  c.program = !o.python.empty()
+                  ? o.python
+                  : set("DTRUN_PYTHON").value_or(set("PYTHON_EXEC").value_or(fallback));
+  if (!o.python.empty()) {
+    // --python reads DTRUN_PYTHON as its default (CLI11's envname).
+    auto given = o.given.find("python");
+    c.python_source =
+        given != o.given.end() && given->second != "command line" ? given->second : "--python";
+  } else if (set("DTRUN_PYTHON")) {
+    c.python_source = "DTRUN_PYTHON";
+  } else if (set("PYTHON_EXEC")) {
+    c.python_source = "PYTHON_EXEC";
+  } else if (!o.installed_python.empty()) {
+    c.python_source = "the Python environment dtrun is installed in";
+  }
+  c.agent.args = {"-u"};
+  if (o.module) c.agent.args.push_back("-m");
+  c.agent.args.push_back(o.script);
+  c.agent.args.insert(c.agent.args.end(), o.script_args.begin(), o.script_args.end());
+}
+
+}  // namespace
+
+launch_config resolve_launch_config(const launch_options& options, const env_map& env,
+                                    const scheduler_env& sched) {
+  const launch_options o = with_overrides(options, sched.flags);
+  launch_config c;
+  resolve_sizes(o, env, c);
+  if (o.module && o.no_python) {
+    throw usage_error("use either --no-python or -m/--module, not both");
+  }
+  c.agent.logs = resolve_log_spec(o, c.nproc_per_node(), env, c.warnings);
+  resolve_rendezvous(o, sched, c);
+  resolve_supervision(o, sched, c);
+  resolve_worker_program(o, env, c);
   if (!o.flags_after_script.empty()) {
     c.warnings.push_back(fmt::format(
         "{} after the script go{} to the script, not to dtrun (as with torchrun); put dtrun's "
@@ -346,58 +389,17 @@ launch_config resolve_launch_config(const launch_options& o, const env_map& env)
         fmt::join(o.flags_after_script, ", "), o.flags_after_script.size() == 1 ? "es" : "",
         o.script, o.script));
   }
-  if (c.nproc_per_node > 1 && env.count("OMP_NUM_THREADS") == 0) {
+  if (c.nproc_per_node() > 1 && env.count("OMP_NUM_THREADS") == 0) {
     c.warnings.push_back(
         "OMP_NUM_THREADS is not set; each worker gets OMP_NUM_THREADS=1 (as with torchrun) so "
         "the workers do not overload the machine; set it to tune");
   }
+  c.agent.worker_args = resolve_worker_args(o, env);
+  for (const auto& [k, v] : sched.worker_env) c.agent.worker_args.env_overrides[k] = v;
+  c.warnings.insert(c.warnings.end(), sched.warnings.begin(), sched.warnings.end());
+  c.scheduler = sched;
+  check_worker_args(c);
   return c;
-}
-
-nlohmann::json to_json(const launch_config& c, const env_map& env) {
-  nlohmann::json workers = nlohmann::json::array();
-  for (int local_rank = 0; local_rank < c.nproc_per_node; ++local_rank) {
-    workers.push_back({{"local_rank", local_rank},
-                       {"env", agent::static_worker_env(c.spec, local_rank, env)}});
-    if (static_cast<std::size_t>(local_rank) < c.worker_cpus.size()) {
-      workers.back()["cpus"] =
-          agent::format_cpu_list(c.worker_cpus[static_cast<std::size_t>(local_rank)]);
-    }
-  }
-  nlohmann::json signals = nlohmann::json::array();
-  for (int sig : c.signals) signals.push_back(agent::signal_name(sig));
-  nlohmann::json argv =
-      nlohmann::json::array({c.program_path.empty() ? c.program : c.program_path});
-  for (const auto& a : c.args) argv.push_back(a);
-  nlohmann::json out = {
-      {"nnodes", {{"min", c.nnodes.min}, {"max", c.nnodes.max}}},
-      {"nproc_per_node", c.nproc_per_node},
-      {"standalone", c.standalone},
-      {"rdzv_endpoint", fmt::format("{}:{}", c.store_host, c.store_port)},
-      {"run_id", c.spec.run_id},
-      {"role", c.spec.role},
-      {"max_restarts", c.spec.max_restarts},
-      {"stop_timeout_s", static_cast<double>(c.stop_timeout.count()) / 1000.0},
-      {"signals_to_handle", signals},
-      {"hang_timeout_s", static_cast<double>(c.hang_timeout.count()) / 1000.0},
-      {"stack_hook", c.stack_hook},
-      {"metrics", c.metrics_port < 0 ? nlohmann::json()
-                                     : nlohmann::json(fmt::format("{}:{}", c.metrics_host,
-                                                                  c.metrics_port))},
-      {"use_agent_store", c.spec.use_agent_store},
-      {"store_access", to_json(c.store_access)},
-      {"log_dir", c.log_dir},
-      {"logs", to_json(c.logs, c.nproc_per_node)},
-      {"event_log", c.report.event_log},
-      {"verbosity", c.report.level == agent::verbosity::quiet     ? "quiet"
-                    : c.report.level == agent::verbosity::verbose ? "verbose"
-                                                                  : "normal"},
-      {"argv", argv},
-      {"workers", workers},
-  };
-  if (c.multi_node) out["rendezvous"] = to_json(*c.multi_node);
-  out["numa_binding"] = c.numa_binding.empty() ? nlohmann::json() : nlohmann::json(c.numa_binding);
-  return out;
 }
 
 }  // namespace dtrun::launcher

@@ -6,11 +6,13 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "agent/accelerators.h"
+#include "agent/agent_options.h"
 #include "agent/cpu_topology.h"
 #include "agent/log_spec.h"
 #include "agent/report_options.h"
@@ -18,6 +20,7 @@
 #include "agent/worker_env.h"
 #include "launcher/cli.h"
 #include "launcher/rendezvous_config.h"
+#include "launcher/scheduler_env.h"
 #include "rendezvous/base/env_map.h"
 #include "rendezvous/store/store_access.h"
 
@@ -28,52 +31,52 @@ struct node_range {
   int max = 1;
 };
 
-struct launch_config {
-  node_range nnodes;
-  int nproc_per_node = 1;
-  // Single node on loopback (--standalone, or --nnodes=1 without an
-  // endpoint).
-  bool standalone = true;
-  // Several nodes: how they meet (nullopt for single-node runs).
-  std::optional<multi_node_config> multi_node;
+// A run that meets nobody (--standalone, or one node without an
+// endpoint): this node's store on loopback.
+struct single_node_config {
   std::string store_host = "127.0.0.1";
   std::uint16_t store_port = 0;  // 0: a free port
-  // Who may connect to the store this node hosts.
+  // Who may connect to it.
   rendezvous::store_access_options store_access;
-  agent::worker_group_spec spec;
-  // What each worker runs: the program (a name, resolved on PATH when the
-  // launch starts) and its arguments after argv[0].
+};
+
+struct launch_config {
+  node_range nnodes;
+  // This node's worker count: the worker group's local world size.
+  int nproc_per_node() const { return agent.spec.local_world_size; }
+  // How this node meets the others: the one rendezvous plan, alone on
+  // loopback, or a multi-node rendezvous (c10d, static or etcd-v3, its
+  // endpoint and who may use the store there).
+  std::variant<single_node_config, multi_node_config> plan;
+  const single_node_config* single_node() const {
+    return std::get_if<single_node_config>(&plan);
+  }
+  const multi_node_config* multi_node() const { return std::get_if<multi_node_config>(&plan); }
+  multi_node_config* multi_node() { return std::get_if<multi_node_config>(&plan); }
+  // What the agent runs and how (agent/agent_options.h), resolved here and
+  // handed to it as it is: the worker group (run id, role, restarts), the
+  // program's path (found on PATH by find_program, launcher/program_lookup.h;
+  // empty until then, or when it is not found) and its arguments after
+  // argv[0], the script as the user named it, per-worker edits (legacy
+  // --local-rank, templates, scheduler variables), each local rank's CPUs
+  // (--numa-binding), the stop and hang timeouts, the Python stack hook,
+  // metrics, signals, logs (--redirects, --tee, --local-ranks-filter) and
+  // verbosity (--quiet / -v, --event-log).
+  agent::agent_options agent;
+  // The program as the workers' argv[0] names it (an interpreter or
+  // --no-python's program), before it is found on PATH.
   std::string program;
-  // `program` found on PATH, absolute (launcher/program_lookup.h); empty
-  // until then, or when it is not found.
-  std::string program_path;
-  std::vector<std::string> args;
-  // The script, module or program as the user named it (the failure
-  // summary's title).
-  std::string script;
   bool program_is_python = true;
   // Where the interpreter's name came from (--python, DTRUN_PYTHON,
   // PYTHON_EXEC), named when it cannot be found; empty: the default.
   std::string python_source;
-  // Per-worker edits (legacy --local-rank, templates, scheduler variables).
-  agent::worker_customization worker_args;
-  std::chrono::milliseconds stop_timeout{30000};
-  // Observability: hang detection (0: off), the Python stack hook, metrics.
-  std::chrono::milliseconds hang_timeout{0};
-  bool stack_hook = true;
-  int metrics_port = -1;
-  std::string metrics_host = "127.0.0.1";
-  std::vector<int> signals;
-  std::string log_dir;
-  // --redirects, --tee, --local-ranks-filter (launcher/log_options.h).
-  agent::log_spec logs;
-  // --quiet / -v and --event-log.
-  agent::report_options report;
   // Warnings to print before launching (one line each).
   std::vector<std::string> warnings;
-  // --numa-binding's mode (empty: none) and each local rank's CPUs.
+  // What scheduler detection derived (printed before a launch and by
+  // --dry-run); its settings are applied in the fields above.
+  scheduler_report scheduler;
+  // --numa-binding's mode (empty: none); the CPUs are in agent.worker_cpus.
   std::string numa_binding;
-  std::vector<std::vector<int>> worker_cpus;
 };
 
 // "4", "auto", "cpu", "gpu", "xpu" -> a worker count, as torchrun's
@@ -101,13 +104,18 @@ std::vector<std::vector<int>> resolve_numa_binding(const std::string& mode,
                                                    const agent::cpu_topology& topology,
                                                    int nproc_per_node);
 
-// Validates and interprets the flags. `env` is the agent's environment
-// (for OMP_NUM_THREADS and the NCCL defaults). Throws usage_error.
-launch_config resolve_launch_config(const launch_options& options, const env_map& env);
+// Validates and interprets the flags, with what scheduler detection
+// derived (its flag overrides applied first, then its settings no flag
+// gives). `env` is the agent's environment (for OMP_NUM_THREADS, the NCCL
+// defaults and CUDA_VISIBLE_DEVICES). Throws usage_error.
+launch_config resolve_launch_config(const launch_options& options, const env_map& env,
+                                    const scheduler_env& scheduler = scheduler_env());
 
-// The configuration as JSON, with each local rank's environment as far as
-// it is known before rendezvous (what the workers get on top of the
-// agent's environment).
+// The configuration as JSON (dtrun --dry-run): the scheduler and what it
+// derived, and each local rank's environment and argv as far as they are
+// known before rendezvous (what the workers get on top of the agent's
+// environment; RANK and WORLD_SIZE where a fixed node rank and node count
+// decide them).
 nlohmann::json to_json(const launch_config& config, const env_map& env);
 
 // A random version-4 UUID, the run id of standalone runs (as torchrun).

@@ -29,11 +29,11 @@ agent::worker_customization resolve_worker_args(const launch_options& o,
 }
 
 void check_worker_args(const launch_config& config) {
-  for (int local_rank = 0; local_rank < config.nproc_per_node; ++local_rank) {
-    env_map env = agent::static_worker_env(config.spec, local_rank, {});
-    std::vector<std::string> args = config.args;
+  for (int local_rank = 0; local_rank < config.nproc_per_node(); ++local_rank) {
+    env_map env = agent::static_worker_env(config.agent.spec, local_rank, {});
+    std::vector<std::string> args = config.agent.args;
     try {
-      agent::customize_worker(config.worker_args, args, env);
+      agent::customize_worker(config.agent.worker_args, args, env);
     } catch (const agent::no_visible_device& e) {
       throw usage_error(e.what());
     }

@@ -24,7 +24,6 @@
 #include "launcher/cli.h"
 #include "launcher/installed_python.h"
 #include "launcher/launch_config.h"
-#include "launcher/legacy_launch.h"
 #include "rendezvous/base/number_parse.h"
 #include "launcher/program_lookup.h"
 #include "launcher/remote_command.h"
@@ -126,49 +125,35 @@ int take_stdin_for_agent() {
 
 int launch(const launcher::launch_config& config, const launcher::launch_options& o) {
   // --quiet silences warnings and the rendezvous' progress; errors stay.
-  agent::agent_log messages(config.report.level);
+  agent::agent_log messages(config.agent.report.level);
   for (const auto& warning : config.warnings) messages.info(fmt::format("warning: {}", warning));
 
   boost::asio::io_context io(1);
   std::unique_ptr<rendezvous::rendezvous_handler> rendezvous;
-  if (config.multi_node) {
-    auto rdzv_options = config.multi_node->rendezvous;
+  if (const auto* multi_node = config.multi_node()) {
+    auto rdzv_options = multi_node->rendezvous;
     if (!rdzv_options.log) {
       rdzv_options.log = [messages](const std::string& line) { messages.info(line); };
     }
     std::shared_ptr<rendezvous::etcd_session> etcd;
-    if (config.multi_node->etcd) {
+    if (multi_node->etcd) {
       etcd = std::make_shared<rendezvous::etcd_session>(
-          io, *config.multi_node->etcd, rendezvous::make_etcd_tls(*config.multi_node->etcd));
+          io, *multi_node->etcd, rendezvous::make_etcd_tls(*multi_node->etcd));
       rdzv_options.store_factory = rendezvous::etcd_round_store_factory(io, etcd);
     }
     rendezvous = std::make_unique<rendezvous::dynamic_rendezvous>(io, rdzv_options);
   } else {
+    const launcher::single_node_config& single = *config.single_node();
     rendezvous = std::make_unique<rendezvous::standalone_rendezvous>(
-        io, rendezvous::standalone_rendezvous_options{config.spec.run_id, config.nproc_per_node,
-                                                      config.store_host, config.store_port,
-                                                      config.store_access});
+        io, rendezvous::standalone_rendezvous_options{config.agent.spec.run_id,
+                                                      config.nproc_per_node(), single.store_host,
+                                                      single.store_port, single.store_access});
   }
 
   if (o.rdzv_port_via_stdio == "report") report_rdzv_port(*rendezvous);
 
-  agent::agent_options options;
-  options.spec = config.spec;
-  options.program = config.program_path;
+  agent::agent_options options = config.agent;
   options.interpreter = launcher::describe_interpreter(config);
-  options.args = config.args;
-  options.script_name = config.script;
-  options.worker_args = config.worker_args;
-  options.worker_cpus = config.worker_cpus;
-  options.stop_timeout = config.stop_timeout;
-  options.hang_timeout = config.hang_timeout;
-  options.stack_hook = config.stack_hook;
-  options.metrics_port = config.metrics_port;
-  options.metrics_host = config.metrics_host;
-  options.signals = config.signals;
-  options.log_dir = config.log_dir;
-  options.logs = config.logs;
-  options.report = config.report;
   if (o.prefix_console) {
     options.logs.prefix_console = true;
     // The launching dtrun adds the host; the global rank says the rest.
@@ -209,11 +194,10 @@ int main(int argc, char** argv) {
       fmt::print("{}\n", launcher::agent_started_line);
       std::fflush(stdout);
     }
-    launcher::scheduler_env scheduler = launcher::detect_scheduler_env(parsed.options, env);
-    launcher::launch_config config = launcher::resolve_launch_config(parsed.options, env);
-    config.worker_args = launcher::resolve_worker_args(parsed.options, env);
-    launcher::apply_scheduler_env(scheduler, config);
-    launcher::check_worker_args(config);
+    // The pipeline (docs/design.md): the flags, the scheduler's overrides,
+    // one resolve.
+    launcher::launch_config config = launcher::resolve_launch_config(
+        parsed.options, env, launcher::detect_scheduler_env(parsed.options, env));
     // Found once, before any worker: a missing program or script is one
     // line and exit 127/126, not one failing worker per rank.
     auto program_problem = launcher::find_program(config, env);
@@ -221,18 +205,17 @@ int main(int argc, char** argv) {
       return fail(program_problem->exit_code, program_problem->message);
     }
     if (parsed.options.rdzv_port_via_stdio == "read" && !parsed.options.dry_run) {
-      if (!config.multi_node) {
+      if (!config.multi_node()) {
         throw usage_error("--rdzv-port-via-stdio=read needs a c10d rendezvous");
       }
       auto port = read_port_line();
       if (!port) return 128 + SIGTERM;  // stopped before it began: nothing to say
-      config.multi_node->rendezvous.endpoint_port = *port;
+      config.multi_node()->rendezvous.endpoint_port = *port;
     }
     if (parsed.options.dry_run) {
       nlohmann::json out = launcher::to_json(config, env);
-      launcher::add_scheduler_json(out, scheduler, config);
-      out["program"] = {{"path", config.program_path.empty() ? nlohmann::json()
-                                                             : nlohmann::json(config.program_path)},
+      const std::string& path = config.agent.program;
+      out["program"] = {{"path", path.empty() ? nlohmann::json() : nlohmann::json(path)},
                         {"chosen_by", config.program_is_python ? launcher::interpreter_choice(config)
                                                                : std::string("--no-python")}};
       if (program_problem) out["program"]["problem"] = program_problem->message;
@@ -240,7 +223,9 @@ int main(int argc, char** argv) {
       fmt::print("{}\n", out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
       return 0;
     }
-    for (const auto& line : launcher::describe(scheduler)) fmt::print(stderr, "dtrun: {}\n", line);
+    for (const auto& line : launcher::describe(config.scheduler)) {
+      fmt::print(stderr, "dtrun: {}\n", line);
+    }
     return launch(config, parsed.options);
   } catch (const usage_error& e) {
     return fail(exit_usage, e.what());

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <system_error>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -30,11 +31,13 @@ std::string absolute(const std::string& path) {
 // The script Python will open: a file path, unless the worker's argument
 // is built per rank (${local_rank}) or is not a file (-m module, "-c").
 bool names_a_script_file(const launch_config& c) {
-  if (!c.program_is_python || c.script.empty() || c.script[0] == '-') return false;
-  if (c.script.find('$') != std::string::npos) return false;
+  const std::string& script = c.agent.script_name;
+  const std::vector<std::string>& args = c.agent.args;
+  if (!c.program_is_python || script.empty() || script[0] == '-') return false;
+  if (script.find('$') != std::string::npos) return false;
   // -m: the module name comes right after "-m" in the arguments.
-  for (std::size_t i = 0; i + 1 < c.args.size(); ++i) {
-    if (c.args[i] == "-m" && c.args[i + 1] == c.script) return false;
+  for (std::size_t i = 0; i + 1 < args.size(); ++i) {
+    if (args[i] == "-m" && args[i + 1] == script) return false;
   }
   return true;
 }
@@ -47,7 +50,7 @@ std::string interpreter_choice(const launch_config& config) {
 
 std::string describe_interpreter(const launch_config& config) {
   if (!config.program_is_python) return "";
-  const std::string& path = config.program_path.empty() ? config.program : config.program_path;
+  const std::string& path = config.agent.program.empty() ? config.program : config.agent.program;
   return fmt::format("{} ({})", path, interpreter_choice(config));
 }
 
@@ -67,18 +70,18 @@ std::optional<program_problem> find_program(launch_config& config, const env_map
     return program_problem{exit_not_found,
                            fmt::format("program '{}' not found on PATH", config.program)};
   }
-  config.program_path = absolute(*found);
+  config.agent.program = absolute(*found);
   if (auto failure = agent::check_program(*found)) {
     return program_problem{failure->exit_code, failure->error};
   }
   if (names_a_script_file(config)) {
     struct stat st {};
-    if (::stat(config.script.c_str(), &st) != 0) {
+    if (::stat(config.agent.script_name.c_str(), &st) != 0) {
       return program_problem{
           exit_not_found,
           fmt::format("script '{}' not found: looked for {} (a relative path is taken from the "
                       "folder dtrun runs in); no worker was started",
-                      config.script, absolute(config.script))};
+                      config.agent.script_name, absolute(config.agent.script_name))};
     }
   }
   return std::nullopt;

@@ -132,28 +132,21 @@ std::map<std::string, std::string> parse_rdzv_conf(const std::string& text) {
   return conf;
 }
 
-std::optional<multi_node_config> resolve_multi_node(const launch_options& o, int min_nodes,
-                                                    int max_nodes, int nproc_per_node) {
+std::string chosen_backend(const launch_options& o) {
   std::string backend = o.rdzv_backend;
   if (!o.rdzv_backend_given && !o.rdzv_endpoint.empty()) backend = "c10d";
   // torchrun's etcd backends speak the v2 API, which etcd 3.6 removed;
   // dtrun's speaks v3 under all three names.
   if (backend == "etcd" || backend == "etcd-v2") backend = "etcd-v3";
-  if (backend != "c10d" && backend != "static" && backend != "etcd-v3") {
-    throw usage_error(fmt::format("--rdzv-backend={} is not one of c10d, etcd-v3, static", backend));
-  }
-  // One node and nobody to meet: single-node (the caller's standalone path).
-  if (max_nodes == 1 && o.rdzv_endpoint.empty()) return std::nullopt;
+  return backend;
+}
 
-  auto conf = parse_rdzv_conf(o.rdzv_conf);
-  multi_node_config c;
-  c.backend = backend;
-  auto& r = c.rendezvous;
-  r.run_id = o.rdzv_id;
-  r.min_nodes = min_nodes;
-  r.max_nodes = max_nodes;
-  r.local_world_size = nproc_per_node;
-  r.local_addr = o.local_addr;
+namespace {
+
+// The rendezvous' timings and settings from --rdzv-conf (and
+// --exit-barrier-timeout, which wins over it).
+void read_rdzv_settings(const std::map<std::string, std::string>& conf, const launch_options& o,
+                        rendezvous::dynamic_rendezvous_options& r) {
   using std::chrono::seconds;
   r.join_timeout = rdzv_join_timeout(conf);
   r.last_call_timeout = duration(conf, "last_call_timeout", seconds(30));
@@ -163,18 +156,6 @@ std::optional<multi_node_config> resolve_multi_node(const launch_options& o, int
   if (o.exit_barrier_timeout > 0) {  // the flag wins over --rdzv-conf
     r.exit_barrier_timeout = seconds_to_duration(o.exit_barrier_timeout, "--exit-barrier-timeout",
                                                  rdzv_duration_limits);
-  }
-  if (backend != "static" && o.node_rank != 0) {
-    auto given = o.given.find("node-rank");
-    if (given != o.given.end() && given->second == "command line") {
-      // As torchrun 2.13 (pytorch#182374). Only from the command line: a
-      // PyTorchJob's PET_NODE_RANK beside c10d is the operator's, not a
-      // mistake of the user's.
-      c.warnings.push_back(fmt::format(
-          "--node-rank={} has no effect with --rdzv-backend={}: the rendezvous assigns each "
-          "node's rank (only the static backend takes --node-rank)",
-          o.node_rank, o.rdzv_backend_given ? o.rdzv_backend : backend));
-    }
   }
   // Accepted for torchrun compatibility (dtrun derives these), but checked.
   duration(conf, "read_timeout", seconds(60));
@@ -200,17 +181,16 @@ std::optional<multi_node_config> resolve_multi_node(const launch_options& o, int
     }
     r.workers_use_agent_store = ws->second == "agent";
   }
+}
 
-  if (backend == "etcd-v3") {
-    c.etcd = etcd_settings(o, conf);
-    // Every node opens a store for the workers; group rank 0's is used.
-    r.worker_store_on_every_node = true;
-    r.host_store = false;
-    c.host_decided_by = "etcd holds the rendezvous; group rank 0 hosts the workers' store";
-    r.endpoint_host = c.etcd->members.front().host;
-    r.endpoint_port = c.etcd->members.front().port;
-    return c;
-  }
+// c10d and static: the store on the endpoint (static: --master-addr and
+// --master-port unless an endpoint is given), and who hosts it.
+void meet_at_endpoint(const launch_options& o, const std::map<std::string, std::string>& conf,
+                      multi_node_config& c) {
+  const std::string& backend = c.backend;
+  const int min_nodes = c.rendezvous.min_nodes;
+  const int max_nodes = c.rendezvous.max_nodes;
+  auto& r = c.rendezvous;
   std::string where;
   std::uint16_t default_port = c10d_default_port;
   if (backend == "static") {
@@ -267,6 +247,52 @@ std::optional<multi_node_config> resolve_multi_node(const launch_options& o, int
     c.host_decided_by = "the endpoint host is this machine";
     if (!r.host_store) c.host_decided_by = "the endpoint host is another machine";
   }
+}
+
+}  // namespace
+
+std::optional<multi_node_config> resolve_multi_node(const launch_options& o, int min_nodes,
+                                                    int max_nodes, int nproc_per_node) {
+  const std::string backend = chosen_backend(o);
+  if (backend != "c10d" && backend != "static" && backend != "etcd-v3") {
+    throw usage_error(fmt::format("--rdzv-backend={} is not one of c10d, etcd-v3, static", backend));
+  }
+  // One node and nobody to meet: single-node (the caller's standalone path).
+  if (max_nodes == 1 && o.rdzv_endpoint.empty()) return std::nullopt;
+
+  auto conf = parse_rdzv_conf(o.rdzv_conf);
+  multi_node_config c;
+  c.backend = backend;
+  auto& r = c.rendezvous;
+  r.run_id = o.rdzv_id;
+  r.min_nodes = min_nodes;
+  r.max_nodes = max_nodes;
+  r.local_world_size = nproc_per_node;
+  r.local_addr = o.local_addr;
+  read_rdzv_settings(conf, o, r);
+  if (backend != "static" && o.node_rank != 0) {
+    auto given = o.given.find("node-rank");
+    if (given != o.given.end() && given->second == "command line") {
+      // As torchrun 2.13 (pytorch#182374). Only from the command line: a
+      // PyTorchJob's PET_NODE_RANK beside c10d is the operator's, not a
+      // mistake of the user's.
+      c.warnings.push_back(fmt::format(
+          "--node-rank={} has no effect with --rdzv-backend={}: the rendezvous assigns each "
+          "node's rank (only the static backend takes --node-rank)",
+          o.node_rank, o.rdzv_backend_given ? o.rdzv_backend : backend));
+    }
+  }
+  if (backend == "etcd-v3") {
+    c.etcd = etcd_settings(o, conf);
+    // Every node opens a store for the workers; group rank 0's is used.
+    r.worker_store_on_every_node = true;
+    r.host_store = false;
+    c.host_decided_by = "etcd holds the rendezvous; group rank 0 hosts the workers' store";
+    r.endpoint_host = c.etcd->members.front().host;
+    r.endpoint_port = c.etcd->members.front().port;
+    return c;
+  }
+  meet_at_endpoint(o, conf, c);
   return c;
 }
 

@@ -38,6 +38,12 @@ struct multi_node_config {
   std::vector<std::string> warnings;
 };
 
+// The backend the flags choose: --rdzv-backend (etcd and etcd-v2 are
+// dtrun's etcd-v3), else c10d when an endpoint is given (as torchrun), else
+// static. The one place that says so; resolve_multi_node refuses an
+// unknown name.
+std::string chosen_backend(const launch_options& options);
+
 // "k=v,k=v" -> map. Throws usage_error on a malformed pair.
 std::map<std::string, std::string> parse_rdzv_conf(const std::string& text);
 

@@ -4,21 +4,20 @@
 // the flags the user did not give. Explicit flags (and PET_* variables,
 // which torchrun reads as flags) always win. What is derived from what is
 // in docs/schedulers.md; --dry-run lists it under "derived".
+//
+// Detection reads the flags and returns typed overrides; they are applied
+// once, by resolve_launch_config (launcher/launch_config.h), before it
+// resolves anything.
 #pragma once
 
 #include <optional>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
-#include "agent/worker_env.h"
 #include "launcher/cli.h"
 #include "rendezvous/base/env_map.h"
 
 namespace dtrun::launcher {
-
-struct launch_config;
 
 // One setting dtrun filled in, and the variable(s) it came from.
 struct derived_setting {
@@ -27,7 +26,9 @@ struct derived_setting {
   std::string source;
 };
 
-struct scheduler_env {
+// What detection says it did: kept in the resolved configuration, printed
+// before a launch (describe) and by --dry-run.
+struct scheduler_report {
   // "slurm", "kubernetes", "node-env" (MASTER_ADDR/WORLD_SIZE/RANK set by
   // some platform) or "" when none was detected.
   std::string scheduler;
@@ -36,9 +37,26 @@ struct scheduler_env {
   std::vector<derived_setting> derived;
   // Settings read from PET_* variables (torchrun's own environment flags).
   std::vector<derived_setting> from_pet;
-  std::vector<std::string> warnings;
+};
 
-  // Applied to the resolved configuration (apply_scheduler_env):
+// The flags a scheduler fills in, each set only when the user gave no
+// value (on the command line or as PET_*).
+struct flag_overrides {
+  std::optional<int> nnodes;
+  std::optional<int> node_rank;
+  // A count, or PET_N_PROC_PER_NODE's text as the operator wrote it.
+  std::optional<std::string> nproc_per_node;
+  std::optional<std::string> rdzv_backend;
+  std::optional<std::string> rdzv_endpoint;
+  std::optional<std::string> rdzv_id;
+  std::optional<std::string> master_addr;
+  std::optional<int> master_port;
+};
+
+struct scheduler_env : scheduler_report {
+  flag_overrides flags;
+  std::vector<std::string> warnings;
+  // Settings no flag gives:
   // c10d rendezvous with this node's group rank pinned (SLURM_NODEID).
   std::optional<int> pinned_group_rank;
   // Who hosts the store, decided by the scheduler's node id instead of
@@ -51,21 +69,16 @@ struct scheduler_env {
   std::vector<int> extra_signals;
 };
 
-// Detects the scheduler from `env` and fills in the options not given.
-// Does nothing with --no-scheduler-detect or --standalone. Throws
-// usage_error when the scheduler's variables contradict each other or the
-// flags.
-scheduler_env detect_scheduler_env(launch_options& options, const env_map& env);
+// Detects the scheduler from `env` and derives the flags not given in
+// `options`. Derives nothing with --no-scheduler-detect or --standalone.
+// Throws usage_error when the scheduler's variables contradict each other
+// or the flags.
+scheduler_env detect_scheduler_env(const launch_options& options, const env_map& env);
 
-// The parts that live in the resolved configuration.
-void apply_scheduler_env(const scheduler_env& sched, launch_config& config);
+// `options` with the scheduler's flag overrides applied.
+launch_options with_overrides(launch_options options, const flag_overrides& flags);
 
 // One line per derived setting, for stderr before a launch.
-std::vector<std::string> describe(const scheduler_env& sched);
-
-// For --dry-run: adds "scheduler" and "derived" to `out` (to_json's
-// output), and the worker variables and expected ranks to its workers.
-void add_scheduler_json(nlohmann::json& out, const scheduler_env& sched,
-                        const launch_config& config);
+std::vector<std::string> describe(const scheduler_report& report);
 
 }  // namespace dtrun::launcher

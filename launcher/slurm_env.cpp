@@ -7,6 +7,7 @@
 
 #include "launcher/env_derivation.h"
 #include "launcher/launch_config.h"
+#include "launcher/rendezvous_config.h"
 #include "launcher/slurm_hostlist.h"
 
 namespace dtrun::launcher {
@@ -36,124 +37,155 @@ bool in_slurm_step(const env_map& env) {
   return id && *id < first_special_step_id;
 }
 
-void derive_slurm(launch_options& o, const env_map& env, scheduler_env& s) {
-  const std::string where = "Slurm step";
-  s.scheduler = "slurm";
-  deriver d(o, s);
-  variable job = required(env, {"SLURM_JOB_ID"}, where);
-  variable step = required(env, {"SLURM_STEP_ID", "SLURM_STEPID"}, where);
-  variable nodes = required(env, {"SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES"}, where);
-  variable nodelist =
-      required(env, {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"}, where);
-  variable node_id = required(env, {"SLURM_NODEID"}, where);
-  variable tasks = required(env, {"SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_NPROCS"}, where);
-  variable procid = required(env, {"SLURM_PROCID"}, where);
-  int num_nodes = number_of(nodes);
-  int num_tasks = number_of(tasks);
-  int node = number_of(node_id);
+namespace {
 
-  std::string host;
+// What every task of a step reads alike.
+struct slurm_step {
+  variable job, step, nodes, nodelist, node_id, tasks, procid;
+  int num_nodes = 0;
+  int num_tasks = 0;
+  int node = 0;       // SLURM_NODEID
+  std::string host;   // the first host of the node list
+  int port = 0;       // the rendezvous port, and where it came from
+  std::string port_source;
+  std::string run_id;
+  std::string run_id_source;
+};
+
+constexpr const char* slurm_where = "Slurm step";
+
+slurm_step read_step(const launch_options& o, const env_map& env) {
+  slurm_step st;
+  st.job = required(env, {"SLURM_JOB_ID"}, slurm_where);
+  st.step = required(env, {"SLURM_STEP_ID", "SLURM_STEPID"}, slurm_where);
+  st.nodes =
+      required(env, {"SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES"}, slurm_where);
+  st.nodelist =
+      required(env, {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"}, slurm_where);
+  st.node_id = required(env, {"SLURM_NODEID"}, slurm_where);
+  st.tasks = required(env, {"SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_NPROCS"}, slurm_where);
+  st.procid = required(env, {"SLURM_PROCID"}, slurm_where);
+  st.num_nodes = number_of(st.nodes);
+  st.num_tasks = number_of(st.tasks);
+  st.node = number_of(st.node_id);
   try {
-    host = first_host(nodelist.value);
+    st.host = first_host(st.nodelist.value);
   } catch (const hostlist_error& e) {
-    throw off_hint(fmt::format("{}: {}", nodelist.name, e.what()));
+    throw off_hint(fmt::format("{}: {}", st.nodelist.name, e.what()));
   }
-  auto job_number = as_number(job.value);
-  if (!job_number) throw off_hint(fmt::format("{}={} is not a number", job.name, job.value));
-  int port = slurm_port_base + static_cast<int>(*job_number % slurm_port_span);
-  std::string port_source = fmt::format("{}: {} + job id % {}", job.name, slurm_port_base,
-                                        slurm_port_span);
+  auto job_number = as_number(st.job.value);
+  if (!job_number) {
+    throw off_hint(fmt::format("{}={} is not a number", st.job.name, st.job.value));
+  }
+  st.port = slurm_port_base + static_cast<int>(*job_number % slurm_port_span);
+  st.port_source =
+      fmt::format("{}: {} + job id % {}", st.job.name, slurm_port_base, slurm_port_span);
   if (auto master_port = first_of(env, {"MASTER_PORT"})) {
-    port = number_of(*master_port);
-    port_source = master_port->name;
+    st.port = number_of(*master_port);
+    st.port_source = master_port->name;
   }
   if (given(o, "master-port")) {
-    port = o.master_port;
-    port_source = "--master-port";
+    st.port = o.master_port;
+    st.port_source = "--master-port";
   }
-  std::string run_id = job.value + "." + step.value;
-  std::string run_id_source = job.name + "." + step.name;
-  s.extra_signals = {SIGUSR1, SIGUSR2};
+  st.run_id = st.job.value + "." + st.step.value;
+  st.run_id_source = st.job.name + "." + st.step.name;
+  return st;
+}
 
-  if (num_tasks > num_nodes) {
-    // Several tasks on a node: each task is one worker. Every task of the
-    // step decides alike (the counts are the step's), so all agree.
-    s.style = "task-per-worker";
-    if (given(o, "nproc-per-node") && o.nproc_per_node != "1") {
-      throw usage_error(fmt::format(
-          "srun started {} tasks on {} nodes and --nproc-per-node={} would make each task start "
-          "{} workers; use srun --ntasks-per-node=1 with --nproc-per-node, or drop "
-          "--nproc-per-node to run one worker per task",
-          num_tasks, num_nodes, o.nproc_per_node, o.nproc_per_node));
-    }
-    variable localid = required(env, {"SLURM_LOCALID"}, where);
-    auto per_node = first_of(env, {"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"});
-    int local_tasks = 0;
-    std::string local_source;
-    if (per_node) {
-      std::vector<int> counts;
-      try {
-        counts = expand_tasks_per_node(per_node->value);
-      } catch (const hostlist_error& e) {
-        throw off_hint(fmt::format("{}: {}", per_node->name, e.what()));
-      }
-      if (node >= static_cast<int>(counts.size())) {
-        throw off_hint(fmt::format("{}={} has no entry for SLURM_NODEID={}", per_node->name,
-                                   per_node->value, node));
-      }
-      local_tasks = counts[static_cast<std::size_t>(node)];
-      local_source = fmt::format("{}[SLURM_NODEID]", per_node->name);
-    } else {
-      variable n = required(env, {"SLURM_NTASKS_PER_NODE"}, where);
-      local_tasks = number_of(n);
-      local_source = n.name;
-    }
-    d.nnodes(num_tasks, tasks.name + " (one rendezvous member per task)");
-    d.node_rank(number_of(procid), procid.name);
-    d.nproc("1", "one worker per Slurm task");
-    d.backend("static", "task-per-worker: ranks are SLURM_PROCID");
-    d.master_addr(host, "first host of " + nodelist.name);
-    d.master_port(port, port_source);
-    d.run_id(run_id, run_id_source);
-    d.worker_var("LOCAL_RANK", std::to_string(number_of(localid)), localid.name);
-    d.worker_var("LOCAL_WORLD_SIZE", std::to_string(local_tasks), local_source);
-    d.worker_var("GROUP_RANK", std::to_string(node), node_id.name);
-    d.worker_var("GROUP_WORLD_SIZE", std::to_string(num_nodes), nodes.name);
-    return;
+// Several tasks on a node: each task is one worker. Every task of the
+// step decides alike (the counts are the step's), so all agree.
+void derive_task_per_worker(const launch_options& o, const env_map& env, const slurm_step& st,
+                            deriver& d, scheduler_env& s) {
+  s.style = "task-per-worker";
+  if (given(o, "nproc-per-node") && o.nproc_per_node != "1") {
+    throw usage_error(fmt::format(
+        "srun started {} tasks on {} nodes and --nproc-per-node={} would make each task start "
+        "{} workers; use srun --ntasks-per-node=1 with --nproc-per-node, or drop "
+        "--nproc-per-node to run one worker per task",
+        st.num_tasks, st.num_nodes, o.nproc_per_node, o.nproc_per_node));
   }
+  variable localid = required(env, {"SLURM_LOCALID"}, slurm_where);
+  auto per_node = first_of(env, {"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"});
+  int local_tasks = 0;
+  std::string local_source;
+  if (per_node) {
+    std::vector<int> counts;
+    try {
+      counts = expand_tasks_per_node(per_node->value);
+    } catch (const hostlist_error& e) {
+      throw off_hint(fmt::format("{}: {}", per_node->name, e.what()));
+    }
+    if (st.node >= static_cast<int>(counts.size())) {
+      throw off_hint(fmt::format("{}={} has no entry for SLURM_NODEID={}", per_node->name,
+                                 per_node->value, st.node));
+    }
+    local_tasks = counts[static_cast<std::size_t>(st.node)];
+    local_source = fmt::format("{}[SLURM_NODEID]", per_node->name);
+  } else {
+    variable n = required(env, {"SLURM_NTASKS_PER_NODE"}, slurm_where);
+    local_tasks = number_of(n);
+    local_source = n.name;
+  }
+  d.nnodes(st.num_tasks, st.tasks.name + " (one rendezvous member per task)");
+  d.node_rank(number_of(st.procid), st.procid.name);
+  d.nproc("1", "one worker per Slurm task");
+  d.backend("static", "task-per-worker: ranks are SLURM_PROCID");
+  d.master_addr(st.host, "first host of " + st.nodelist.name);
+  d.master_port(st.port, st.port_source);
+  d.run_id(st.run_id, st.run_id_source);
+  d.worker_var("LOCAL_RANK", std::to_string(number_of(localid)), localid.name);
+  d.worker_var("LOCAL_WORLD_SIZE", std::to_string(local_tasks), local_source);
+  d.worker_var("GROUP_RANK", std::to_string(st.node), st.node_id.name);
+  d.worker_var("GROUP_WORLD_SIZE", std::to_string(st.num_nodes), st.nodes.name);
+}
 
+void derive_agent_per_node(const launch_options& o, const env_map& env, const slurm_step& st,
+                           deriver& d, scheduler_env& s) {
   s.style = "agent-per-node";
-  d.nnodes(num_nodes, nodes.name);
-  d.node_rank(node, node_id.name);
+  d.nnodes(st.num_nodes, st.nodes.name);
+  d.node_rank(st.node, st.node_id.name);
   if (auto gpus = first_of(env, {"SLURM_GPUS_ON_NODE"}); gpus && number_of(*gpus) > 0) {
     d.nproc(gpus->value, gpus->name);
   }
-  d.run_id(run_id, run_id_source);
+  d.run_id(st.run_id, st.run_id_source);
   if (parse_nnodes(o.nnodes).max <= 1) return;  // one node: nobody to meet
   d.backend("c10d", "Slurm step of several nodes");
-  // As resolve_multi_node decides: an endpoint without a backend is c10d.
-  auto backend = [&] {
-    return o.rdzv_backend_given || o.rdzv_endpoint.empty() ? o.rdzv_backend : std::string("c10d");
-  };
-  std::string endpoint_host = given(o, "master-addr") ? o.master_addr : host;
+  auto backend = [&] { return chosen_backend(o); };
+  std::string endpoint_host = given(o, "master-addr") ? o.master_addr : st.host;
   if (backend() == "c10d" &&
-      d.endpoint(fmt::format("{}:{}", endpoint_host, port),
-                 fmt::format("first host of {}, port from {}", nodelist.name, port_source)) &&
+      d.endpoint(fmt::format("{}:{}", endpoint_host, st.port),
+                 fmt::format("first host of {}, port from {}", st.nodelist.name,
+                             st.port_source)) &&
       o.rdzv_conf.find("is_host") == std::string::npos) {
     // Node 0 of the step is the first host of its node list; deciding by
     // the node id avoids relying on host names resolving to this machine.
     s.host_store = o.node_rank == 0;
     s.host_store_because = fmt::format("{}={}: the step's node 0 hosts the store",
-                                       node_id.name, o.node_rank);
+                                       st.node_id.name, o.node_rank);
   }
   if (backend() == "static") {
-    d.master_addr(host, "first host of " + nodelist.name);
-    d.master_port(port, port_source);
+    d.master_addr(st.host, "first host of " + st.nodelist.name);
+    d.master_port(st.port, st.port_source);
   }
   node_range range = parse_nnodes(o.nnodes);
   if (backend() == "c10d" && range.min == range.max && o.node_rank >= 0 &&
       o.node_rank < range.max) {
     s.pinned_group_rank = o.node_rank;  // GROUP_RANK == SLURM_NODEID
+  }
+}
+
+}  // namespace
+
+void derive_slurm(launch_options& o, const env_map& env, scheduler_env& s) {
+  s.scheduler = "slurm";
+  deriver d(o, s);
+  const slurm_step st = read_step(o, env);
+  s.extra_signals = {SIGUSR1, SIGUSR2};
+  if (st.num_tasks > st.num_nodes) {
+    derive_task_per_worker(o, env, st, d, s);
+  } else {
+    derive_agent_per_node(o, env, st, d, s);
   }
 }
 

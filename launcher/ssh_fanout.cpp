@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -27,11 +26,11 @@
 #include "agent/line_assembler.h"
 #include "rendezvous/base/number_parse.h"
 #include "launcher/remote_command.h"
+#include "launcher/ssh_host.h"
+#include "launcher/ssh_process.h"
 #include "launcher/summary_merge.h"
 #include "rendezvous/base/exit_codes.h"
 #include "rendezvous/base/printable.h"
-
-extern char** environ;
 
 // Completion handlers here do not throw: every failure becomes a line on
 // stderr and an exit code.
@@ -39,105 +38,8 @@ namespace dtrun::launcher {
 namespace asio = boost::asio;
 namespace {
 
-// The signals whose default action the ssh children must get back: this
-// process handles or ignores them, and an exec'd child inherits "ignored".
-constexpr std::array reset_in_child = {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
-
-struct pipe_pair {
-  int read = -1;
-  int write = -1;
-};
-
-pipe_pair make_pipe() {
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) {
-    throw std::runtime_error(fmt::format("cannot create a pipe: {}", std::strerror(errno)));
-  }
-  return {fds[0], fds[1]};
-}
-
-// Starts `argv` with the given stdio in a process group of its own.
-// Returns the pid, or the errno of a failed spawn (ENOENT: not found).
-struct spawned {
-  pid_t pid = -1;
-  int error = 0;
-};
-
-spawned spawn_ssh(const std::vector<std::string>& argv, int in, int out, int err) {
-  posix_spawn_file_actions_t actions;
-  posix_spawnattr_t attr;
-  ::posix_spawn_file_actions_init(&actions);
-  ::posix_spawnattr_init(&attr);
-  // dup2 clears close-on-exec on the copies; every other pipe end of ours
-  // is close-on-exec, so ssh holds no other host's pipe (a host's stdin
-  // must reach EOF as soon as this dtrun dies).
-  ::posix_spawn_file_actions_adddup2(&actions, in, 0);
-  ::posix_spawn_file_actions_adddup2(&actions, out, 1);
-  ::posix_spawn_file_actions_adddup2(&actions, err, 2);
-  sigset_t defaults;
-  sigemptyset(&defaults);
-  for (int sig : reset_in_child) sigaddset(&defaults, sig);
-  sigset_t none;
-  sigemptyset(&none);
-  ::posix_spawnattr_setsigdefault(&attr, &defaults);
-  ::posix_spawnattr_setsigmask(&attr, &none);
-  // Own process group: Ctrl-C on the terminal reaches this dtrun, which
-  // stops the hosts in order, and not ssh, which would just drop them.
-  ::posix_spawnattr_setpgroup(&attr, 0);
-  ::posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF |
-                                        POSIX_SPAWN_SETSIGMASK);
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  spawned result;
-  result.error = ::posix_spawnp(&result.pid, args[0], &actions, &attr, args.data(), environ);
-  ::posix_spawn_file_actions_destroy(&actions);
-  ::posix_spawnattr_destroy(&attr);
-  return result;
-}
-
-// The disposition this dtrun was started with (read before the
-// signal_set installs its handler) is SIG_IGN.
-bool ignored_at_start(int sig) {
-  struct sigaction current {};
-  return ::sigaction(sig, nullptr, &current) == 0 && (current.sa_flags & SA_SIGINFO) == 0 &&
-         current.sa_handler == SIG_IGN;
-}
-
-
-// One of a host's two output streams, read on the loop, split into lines.
-// Reading pauses while its lines are written to the console (console_sink
-// pushes back on a slow terminal through the pipe, not a growing buffer).
-struct host_stream {
-  std::optional<asio::posix::stream_descriptor> pipe;
-  agent::line_assembler lines{""};
-  std::array<char, 65536> buffer{};
-  std::string pending;  // lines being written to the console
-  bool eof = false;
-};
-
-struct host {
-  host_launch launch;
-  std::string prefix;  // "node1: "
-  pid_t pid = -1;
-  int stdin_fd = -1;  // -1: closed
-  std::optional<agent::exit_status> status;
-  host_stream out;
-  host_stream err;
-  bool port_sent = false;  // port_role::read: the rendezvous port was written
-  // Holds one of the max_connecting slots: started, and neither its agent
-  // said agent_started_line nor its ssh ended yet.
-  bool connecting = false;
-  // The set-up deadline of a connecting host (fanout_options::setup_timeout).
-  std::optional<asio::steady_timer> setup_deadline;
-  // The summary block being read from its stderr, and the complete ones.
-  std::optional<std::vector<std::string>> block;
-  std::vector<std::vector<std::string>> blocks;
-  std::string last_line;  // its last stderr line outside a summary
-  bool done = false;
-
-  bool finished() const { return status && out.eof && err.eof; }
-};
+using host = fanout_host;
+using host_stream = fanout_stream;
 
 class fanout {
  public:
@@ -207,10 +109,10 @@ class fanout {
     auto h = std::make_unique<host>();
     h->launch = launch;
     h->prefix = launch.host.target + ": ";
-    pipe_pair in = make_pipe();
-    pipe_pair out = make_pipe();
-    pipe_pair err = make_pipe();
-    spawned s = spawn_ssh(launch.ssh_argv, in.read, out.write, err.write);
+    ssh_pipe in = make_ssh_pipe();
+    ssh_pipe out = make_ssh_pipe();
+    ssh_pipe err = make_ssh_pipe();
+    spawned_ssh s = spawn_ssh(launch.ssh_argv, in.read, out.write, err.write);
     for (int fd : {in.read, out.write, err.write}) ::close(fd);
     if (s.error != 0) {
       for (int fd : {in.write, out.read, err.read}) ::close(fd);
@@ -288,7 +190,7 @@ class fanout {
       if (is_stdout && h.launch.port == port_role::report && !port_ && take_port(h, line)) {
         continue;
       }
-      if (!is_stdout && take_summary_line(h, line)) continue;
+      if (!is_stdout && h.take_summary_line(line)) continue;
       if (!is_stdout) {
         // ssh ends its own messages with "\r\n".
         h.last_line = line.substr(0, line.find_last_not_of('\r') + 1);
@@ -317,22 +219,6 @@ class fanout {
       write_line(*other, std::to_string(*port_));
       other->port_sent = true;
     }
-    return true;
-  }
-
-  bool take_summary_line(host& h, std::string_view line) {
-    if (is_summary_rule(line)) {
-      if (!h.block) {
-        h.block.emplace().emplace_back(line);
-      } else {
-        h.block->emplace_back(line);
-        h.blocks.push_back(std::move(*h.block));
-        h.block.reset();
-      }
-      return true;
-    }
-    if (!h.block) return false;
-    h.block->emplace_back(line);
     return true;
   }
 
@@ -400,7 +286,7 @@ class fanout {
     }
     int code = h.status->code;
     if (code != 0 && h.blocks.empty() && stop_signal_ == 0 && !launch_failure_) {
-      say_error(describe_host_failure(h, code));
+      say_error(h.describe_failure(code, options_.remote_dtrun));
       launch_failed(code);
     }
     finish_if_all_done();
@@ -421,35 +307,6 @@ class fanout {
       if (!h->done) return false;
     }
     return true;
-  }
-
-  std::string describe_host_failure(const host& h, int code) const {
-    const std::string& target = h.launch.host.target;
-    const std::string remote_error = "dtrun: error: ";
-    if (code == 255) {
-      std::string said = h.last_line.empty() ? "" : fmt::format(" ({})", h.last_line);
-      return fmt::format(
-          "host {}: ssh failed (exit 255){}; check that 'ssh {} true' works without a password "
-          "or prompt (BatchMode), or give the right options with --ssh",
-          target, said, target);
-    }
-    if (h.status && h.status->signal != 0) {
-      return fmt::format("host {}: its ssh was killed by {}; its agent stops its workers when it "
-                         "sees the connection close",
-                         target, agent::signal_name(h.status->signal));
-    }
-    if (h.last_line.rfind(remote_error, 0) == 0) {
-      // The remote dtrun's own one-line error says what to do.
-      return fmt::format("host {}: {}", target, h.last_line.substr(remote_error.size()));
-    }
-    std::string said = h.last_line.empty() ? "" : fmt::format(": {}", h.last_line);
-    if (code == exit_not_found) {
-      return fmt::format("host {}: exit code 127{}; install dtrun at '{}' on every host or pass "
-                         "--remote-dtrun=PATH",
-                         target, said, options_.remote_dtrun);
-    }
-    return fmt::format("host {}: dtrun there ended with exit code {} before the job did{}", target,
-                       code, said);
   }
 
   // A host failed to start or lost its agent: the others cannot complete

@@ -75,7 +75,7 @@ TEST_CASE("nproc gpu counts the GPUs CUDA_VISIBLE_DEVICES leaves") {
   fake_machine machine;
   auto nproc = [&](dtrun::env_map env) {
     env["DTRUN_SYSTEM_ROOT"] = machine.str();
-    return resolve_launch_config(options({"--nproc-per-node=gpu"}), env).nproc_per_node;
+    return resolve_launch_config(options({"--nproc-per-node=gpu"}), env).nproc_per_node();
   };
   CHECK(nproc({}) == 3);
   CHECK(nproc({{"CUDA_VISIBLE_DEVICES", "2,0"}}) == 2);
@@ -83,7 +83,7 @@ TEST_CASE("nproc gpu counts the GPUs CUDA_VISIBLE_DEVICES leaves") {
   CHECK(nproc({{"CUDA_VISIBLE_DEVICES", "GPU-bbbb"}}) == 1);
   CHECK(resolve_launch_config(options({"--nproc-per-node=auto"}),
                               {{"DTRUN_SYSTEM_ROOT", machine.str()}})
-            .nproc_per_node == 3);
+            .nproc_per_node() == 3);
   CHECK(error_of(options({"--nproc-per-node=gpu"}),
                  {{"DTRUN_SYSTEM_ROOT", machine.str()}, {"CUDA_VISIBLE_DEVICES", ""}}) ==
         "--nproc-per-node=gpu but no GPU is visible (CUDA_VISIBLE_DEVICES=''); give a number or "

@@ -83,7 +83,7 @@ TEST_CASE("a Python script runs as [python, -u, script, args]") {
   o.script_args = {"--lr", "3"};
   launch_config c = resolve_launch_config(o, {});
   CHECK(c.program == "python3");
-  CHECK(c.args == std::vector<std::string>{"-u", "train.py", "--lr", "3"});
+  CHECK(c.agent.args == std::vector<std::string>{"-u", "train.py", "--lr", "3"});
   CHECK(c.program_is_python);
 }
 
@@ -120,14 +120,14 @@ TEST_CASE("the python of the environment dtrun is installed in comes after PYTHO
 
 TEST_CASE("torchrun's built-in plug-in names map to dtrun's event log") {
   launch_options o = standalone_options();
-  CHECK(resolve_launch_config(o, {}).report.event_log.empty());
+  CHECK(resolve_launch_config(o, {}).agent.report.event_log.empty());
   o.event_log_handler = "console";
-  CHECK(resolve_launch_config(o, {}).report.event_log == "-");
+  CHECK(resolve_launch_config(o, {}).agent.report.event_log == "-");
   o.event_log = "/tmp/events.jsonl";  // an explicit --event-log wins
-  CHECK(resolve_launch_config(o, {}).report.event_log == "/tmp/events.jsonl");
+  CHECK(resolve_launch_config(o, {}).agent.report.event_log == "/tmp/events.jsonl");
   o.event_log.clear();
   o.event_log_handler = "dynamic_rendezvous";
-  CHECK(resolve_launch_config(o, {}).report.event_log.empty());
+  CHECK(resolve_launch_config(o, {}).agent.report.event_log.empty());
   o.logs_specs = "default";
   CHECK_NOTHROW(resolve_launch_config(o, {}));
 }
@@ -150,13 +150,14 @@ TEST_CASE("other plug-in names are usage errors saying what to use") {
 TEST_CASE("module mode runs python -m and no-python runs a program") {
   launch_options m = standalone_options("pkg.main");
   m.module = true;
-  CHECK(resolve_launch_config(m, {}).args == std::vector<std::string>{"-u", "-m", "pkg.main"});
+  CHECK(resolve_launch_config(m, {}).agent.args ==
+        std::vector<std::string>{"-u", "-m", "pkg.main"});
   launch_options n = standalone_options("/bin/echo");
   n.no_python = true;
   n.script_args = {"hi"};
   launch_config c = resolve_launch_config(n, {});
   CHECK(c.program == "/bin/echo");
-  CHECK(c.args == std::vector<std::string>{"hi"});
+  CHECK(c.agent.args == std::vector<std::string>{"hi"});
   n.module = true;
   CHECK_THROWS_AS(resolve_launch_config(n, {}), usage_error);
 }
@@ -166,10 +167,10 @@ TEST_CASE("standalone gets a fresh uuid run id and a free loopback port") {
   o.rdzv_id = "ignored";
   launch_config a = resolve_launch_config(o, {});
   launch_config b = resolve_launch_config(o, {});
-  CHECK(a.spec.run_id.size() == 36);
-  CHECK(a.spec.run_id != b.spec.run_id);
-  CHECK(a.store_host == "127.0.0.1");
-  CHECK(a.store_port == 0);
+  CHECK(a.agent.spec.run_id.size() == 36);
+  CHECK(a.agent.spec.run_id != b.agent.spec.run_id);
+  CHECK(a.single_node()->store_host == "127.0.0.1");
+  CHECK(a.single_node()->store_port == 0);
 }
 
 TEST_CASE("nnodes=1 without an endpoint behaves like standalone") {
@@ -177,21 +178,21 @@ TEST_CASE("nnodes=1 without an endpoint behaves like standalone") {
   o.standalone = false;
   o.rdzv_id = "myjob";
   launch_config c = resolve_launch_config(o, {});
-  CHECK(c.standalone);
-  CHECK(c.spec.run_id == "myjob");
-  CHECK(c.store_port == 0);
+  CHECK(c.single_node());
+  CHECK(c.agent.spec.run_id == "myjob");
+  CHECK(c.single_node()->store_port == 0);
   o.master_port = 29555;
   o.master_port_given = true;
-  CHECK(resolve_launch_config(o, {}).store_port == 29555);
+  CHECK(resolve_launch_config(o, {}).single_node()->store_port == 29555);
 }
 
 TEST_CASE("the single-node store serves only its user unless told otherwise") {
   launch_options o = standalone_options();
-  CHECK(resolve_launch_config(o, {}).store_access.same_user_only);
+  CHECK(resolve_launch_config(o, {}).single_node()->store_access.same_user_only);
   o.standalone = false;  // nnodes=1 without an endpoint: the same store
-  CHECK(resolve_launch_config(o, {}).store_access.same_user_only);
+  CHECK(resolve_launch_config(o, {}).single_node()->store_access.same_user_only);
   o.store_allow_any_user = true;
-  CHECK_FALSE(resolve_launch_config(o, {}).store_access.same_user_only);
+  CHECK_FALSE(resolve_launch_config(o, {}).single_node()->store_access.same_user_only);
   o.store_allow_networks = "10.0.0.0/8";
   auto c = resolve_launch_config(o, {});
   REQUIRE(c.warnings.size() == 1);
@@ -205,8 +206,8 @@ TEST_CASE("a multi-node store takes the allow-list and no same-user rule") {
   o.rdzv_endpoint = "192.0.2.1:1234";
   o.store_allow_networks = "10.0.0.0/8,fd00::/8";
   auto c = resolve_launch_config(o, {});
-  REQUIRE(c.multi_node);
-  const auto& access = c.multi_node->rendezvous.store_access;
+  REQUIRE(c.multi_node());
+  const auto& access = c.multi_node()->rendezvous.store_access;
   CHECK_FALSE(access.same_user_only);
   REQUIRE(access.allowed_networks.size() == 2);
   CHECK(access.allowed_networks[1].text == "fd00::/8");
@@ -224,11 +225,11 @@ TEST_CASE("an endpoint means c10d rendezvous, and the endpoint's node hosts the 
   o.rdzv_id = "job7";
   o.rdzv_conf = "join_timeout=12, last_call_timeout=3,keep_alive_interval=0.5";
   auto c = resolve_launch_config(o, {});
-  REQUIRE(c.multi_node);
-  CHECK_FALSE(c.standalone);
-  CHECK(c.spec.run_id == "job7");
-  const auto& r = c.multi_node->rendezvous;
-  CHECK(c.multi_node->backend == "c10d");
+  REQUIRE(c.multi_node());
+  CHECK_FALSE(c.single_node());
+  CHECK(c.agent.spec.run_id == "job7");
+  const auto& r = c.multi_node()->rendezvous;
+  CHECK(c.multi_node()->backend == "c10d");
   CHECK(r.endpoint_port == 29400);  // c10d's default port
   CHECK(r.min_nodes == 2);
   CHECK(r.max_nodes == 4);
@@ -241,10 +242,10 @@ TEST_CASE("an endpoint means c10d rendezvous, and the endpoint's node hosts the 
 
   o.rdzv_endpoint = "192.0.2.1:1234";  // TEST-NET: never this machine
   auto other = resolve_launch_config(o, {});
-  CHECK_FALSE(other.multi_node->rendezvous.host_store);
-  CHECK(other.multi_node->rendezvous.endpoint_port == 1234);
+  CHECK_FALSE(other.multi_node()->rendezvous.host_store);
+  CHECK(other.multi_node()->rendezvous.endpoint_port == 1234);
   o.rdzv_conf = "is_host=1";
-  CHECK(resolve_launch_config(o, {}).multi_node->rendezvous.host_store);
+  CHECK(resolve_launch_config(o, {}).multi_node()->rendezvous.host_store);
 }
 
 TEST_CASE("without an endpoint, several nodes use the static backend") {
@@ -255,16 +256,16 @@ TEST_CASE("without an endpoint, several nodes use the static backend") {
   o.master_addr = "10.0.0.1";
   o.master_port = 29555;
   auto c = resolve_launch_config(o, {});
-  REQUIRE(c.multi_node);
-  const auto& r = c.multi_node->rendezvous;
-  CHECK(c.multi_node->backend == "static");
+  REQUIRE(c.multi_node());
+  const auto& r = c.multi_node()->rendezvous;
+  CHECK(c.multi_node()->backend == "static");
   CHECK(r.fixed_rank == 2);
   CHECK(r.endpoint_host == "10.0.0.1");
   CHECK(r.endpoint_port == 29555);
   CHECK_FALSE(r.fresh_worker_store);  // MASTER_PORT stays --master-port
   CHECK_FALSE(r.host_store);  // node rank 0 hosts
   o.node_rank = 0;
-  CHECK(resolve_launch_config(o, {}).multi_node->rendezvous.host_store);
+  CHECK(resolve_launch_config(o, {}).multi_node()->rendezvous.host_store);
 }
 
 TEST_CASE("multi-node mistakes get one-line usage errors") {
@@ -326,7 +327,7 @@ TEST_CASE("every numeric rdzv-conf key refuses bad values with its name and rang
     CHECK_THROWS_WITH(resolve_launch_config(o, {}), message);
   }
   o.rdzv_conf = "keep_alive_interval=0.5,join_timeout=1e3,keep_alive_max_attempt= 7";
-  auto r = resolve_launch_config(o, {}).multi_node->rendezvous;
+  auto r = resolve_launch_config(o, {}).multi_node()->rendezvous;
   CHECK(r.keep_alive_interval == std::chrono::milliseconds(500));
   CHECK(r.join_timeout == std::chrono::seconds(1000));
   CHECK(r.keep_alive_max_attempt == 7);
@@ -350,7 +351,7 @@ TEST_CASE("counts and the stop timeout are checked when the config is resolved")
   o.stop_timeout = 1e300;
   CHECK_THROWS_WITH(resolve_launch_config(o, {}), Catch::StartsWith("--stop-timeout:"));
   o.stop_timeout = 2.5;
-  CHECK(resolve_launch_config(o, {}).stop_timeout == std::chrono::milliseconds(2500));
+  CHECK(resolve_launch_config(o, {}).agent.stop_timeout == std::chrono::milliseconds(2500));
   o.max_restarts = -1;
   CHECK_THROWS_WITH(resolve_launch_config(o, {}), Catch::StartsWith("--max-restarts: '-1'"));
 }
@@ -384,7 +385,7 @@ TEST_CASE("the dry-run JSON has the per-rank environment") {
   CHECK(j["nproc_per_node"] == 3);
   CHECK(j["nnodes"]["min"] == 1);
   CHECK(j["rdzv_endpoint"] == "127.0.0.1:0");
-  CHECK(j["run_id"] == c.spec.run_id);
+  CHECK(j["run_id"] == c.agent.spec.run_id);
   REQUIRE(j["workers"].size() == 3);
   CHECK(j["workers"][2]["env"]["LOCAL_RANK"] == "2");
   CHECK(j["workers"][2]["env"]["LOCAL_WORLD_SIZE"] == "3");
@@ -401,9 +402,9 @@ TEST_CASE("the workers get the signals-to-handle text as given") {
   launch_options o = standalone_options();
   o.signals_to_handle = "SIGUSR1, SIGUSR2";
   launch_config c = resolve_launch_config(o, {});
-  CHECK(c.spec.signals_to_handle == "SIGUSR1, SIGUSR2");
-  CHECK(dtrun::agent::static_worker_env(c.spec, 0, {}).at("TORCHELASTIC_SIGNALS_TO_HANDLE") ==
-        "SIGUSR1, SIGUSR2");
+  CHECK(c.agent.spec.signals_to_handle == "SIGUSR1, SIGUSR2");
+  CHECK(dtrun::agent::static_worker_env(c.agent.spec, 0, {})
+            .at("TORCHELASTIC_SIGNALS_TO_HANDLE") == "SIGUSR1, SIGUSR2");
 }
 
 TEST_CASE("log flags are resolved into the config and shown by the dry run") {
@@ -412,7 +413,7 @@ TEST_CASE("log flags are resolved into the config and shown by the dry run") {
   o.redirects = "1";
   o.tee = "1:2";
   launch_config c = resolve_launch_config(o, {});
-  CHECK(c.logs.routes(1).err == dtrun::agent::stream_route::file_and_console);
+  CHECK(c.agent.logs.routes(1).err == dtrun::agent::stream_route::file_and_console);
   nlohmann::json j = to_json(c, {});
   CHECK(j["logs"]["workers"][1]["stderr"] == "file+console");
   CHECK(j["logs"]["workers"][0]["stdout"] == "file");

@@ -18,6 +18,14 @@ launch_options parse_with_script(std::vector<std::string> args) {
   return parse_command_line(args).options;
 }
 
+// Detection, and its flag overrides applied to `o` (as resolve_launch_config
+// applies them), so the derived flags can be checked there.
+scheduler_env detect(launch_options& o, const env_map& env) {
+  scheduler_env s = detect_scheduler_env(o, env);
+  o = with_overrides(o, s.flags);
+  return s;
+}
+
 std::string source_of(const scheduler_env& s, const std::string& setting) {
   for (const auto& d : s.derived) {
     if (d.setting == setting) return d.source;
@@ -69,7 +77,7 @@ env_map slurm_task_per_worker(int procid) {
 TEST_CASE("a Slurm step of one task per node derives a c10d rendezvous") {
   for (int node : {0, 1}) {
     launch_options o = parse_with_script({"--nproc-per-node=2"});
-    scheduler_env s = detect_scheduler_env(o, slurm_agent_per_node(node));
+    scheduler_env s = detect(o, slurm_agent_per_node(node));
     CHECK(s.scheduler == "slurm");
     CHECK(s.style == "agent-per-node");
     CHECK(o.nnodes == "2");
@@ -87,14 +95,13 @@ TEST_CASE("a Slurm step of one task per node derives a c10d rendezvous") {
     CHECK(s.extra_signals == std::vector<int>{SIGUSR1, SIGUSR2});
     CHECK(s.worker_env.empty());
 
-    launch_config c = resolve_launch_config(o, {});
-    apply_scheduler_env(s, c);
-    REQUIRE(c.multi_node);
-    CHECK(c.multi_node->backend == "c10d");
-    CHECK(c.multi_node->rendezvous.fixed_rank == node);
-    CHECK(c.multi_node->rendezvous.host_store == (node == 0));
-    CHECK(c.multi_node->rendezvous.endpoint_port == 20002);
-    CHECK(std::count(c.signals.begin(), c.signals.end(), SIGUSR1) == 1);
+    launch_config c = resolve_launch_config(o, {}, s);
+    REQUIRE(c.multi_node());
+    CHECK(c.multi_node()->backend == "c10d");
+    CHECK(c.multi_node()->rendezvous.fixed_rank == node);
+    CHECK(c.multi_node()->rendezvous.host_store == (node == 0));
+    CHECK(c.multi_node()->rendezvous.endpoint_port == 20002);
+    CHECK(std::count(c.agent.signals.begin(), c.agent.signals.end(), SIGUSR1) == 1);
   }
 }
 
@@ -106,7 +113,7 @@ TEST_CASE("Slurm: the older variable names and GPUs on the node fill in") {
   env["SLURM_GPUS_ON_NODE"] = "4";
   env["MASTER_PORT"] = "12345";
   launch_options o = parse_with_script({});
-  scheduler_env s = detect_scheduler_env(o, env);
+  scheduler_env s = detect(o, env);
   CHECK(source_of(s, "nnodes") == "SLURM_NNODES");
   CHECK(o.nproc_per_node == "4");
   CHECK(source_of(s, "nproc-per-node") == "SLURM_GPUS_ON_NODE");
@@ -116,7 +123,7 @@ TEST_CASE("Slurm: the older variable names and GPUs on the node fill in") {
 TEST_CASE("Slurm: explicit flags win over the step's variables") {
   launch_options o = parse_with_script({"--nnodes=2", "--rdzv-endpoint=head:555", "--rdzv-id=mine",
                             "--node-rank=1", "--nproc-per-node=3"});
-  scheduler_env s = detect_scheduler_env(o, slurm_agent_per_node(0));
+  scheduler_env s = detect(o, slurm_agent_per_node(0));
   CHECK(o.rdzv_endpoint == "head:555");
   CHECK(o.rdzv_id == "mine");
   CHECK(o.node_rank == 1);
@@ -125,7 +132,7 @@ TEST_CASE("Slurm: explicit flags win over the step's variables") {
   CHECK(s.derived.empty());
 
   launch_options single = parse_with_script({"--nnodes=1"});
-  detect_scheduler_env(single, slurm_agent_per_node(0));
+  detect(single, slurm_agent_per_node(0));
   CHECK(single.rdzv_endpoint.empty());  // one node: nobody to meet
   CHECK(single.rdzv_id == "2.0");
 }
@@ -133,7 +140,7 @@ TEST_CASE("Slurm: explicit flags win over the step's variables") {
 TEST_CASE("Slurm: several tasks per node run one worker each") {
   for (int procid = 0; procid < 4; ++procid) {
     launch_options o = parse_with_script({});
-    scheduler_env s = detect_scheduler_env(o, slurm_task_per_worker(procid));
+    scheduler_env s = detect(o, slurm_task_per_worker(procid));
     CHECK(s.style == "task-per-worker");
     CHECK(o.nnodes == "4");
     CHECK(o.node_rank == procid);
@@ -146,12 +153,11 @@ TEST_CASE("Slurm: several tasks per node run one worker each") {
     CHECK(s.worker_env.at("GROUP_RANK") == std::to_string(procid / 2));
     CHECK(s.worker_env.at("GROUP_WORLD_SIZE") == "2");
 
-    launch_config c = resolve_launch_config(o, {});
-    apply_scheduler_env(s, c);
-    REQUIRE(c.multi_node);
-    CHECK(c.multi_node->rendezvous.fixed_rank == procid);
-    CHECK(c.multi_node->rendezvous.host_store == (procid == 0));
-    CHECK(c.worker_args.env_overrides.at("LOCAL_RANK") == std::to_string(procid % 2));
+    launch_config c = resolve_launch_config(o, {}, s);
+    REQUIRE(c.multi_node());
+    CHECK(c.multi_node()->rendezvous.fixed_rank == procid);
+    CHECK(c.multi_node()->rendezvous.host_store == (procid == 0));
+    CHECK(c.agent.worker_args.env_overrides.at("LOCAL_RANK") == std::to_string(procid % 2));
   }
 }
 
@@ -162,7 +168,7 @@ TEST_CASE("Slurm: uneven tasks per node take this node's count") {
   env["SLURM_NODEID"] = "1";
   env["SLURM_LOCALID"] = "0";
   launch_options o = parse_with_script({});
-  scheduler_env s = detect_scheduler_env(o, env);
+  scheduler_env s = detect(o, env);
   CHECK(o.nnodes == "3");
   CHECK(s.worker_env.at("LOCAL_WORLD_SIZE") == "1");
   CHECK(s.worker_env.at("GROUP_RANK") == "1");
@@ -170,7 +176,7 @@ TEST_CASE("Slurm: uneven tasks per node take this node's count") {
 
 TEST_CASE("Slurm: several workers per task with several tasks per node is refused") {
   launch_options o = parse_with_script({"--nproc-per-node=2"});
-  CHECK_THROWS_WITH(detect_scheduler_env(o, slurm_task_per_worker(0)),
+  CHECK_THROWS_WITH(detect(o, slurm_task_per_worker(0)),
                     Catch::Contains("--ntasks-per-node=1"));
 }
 
@@ -181,17 +187,17 @@ TEST_CASE("Slurm: an sbatch script outside a step and --no-scheduler-detect deri
     batch.erase(step_var);
   }
   launch_options o = parse_with_script({});
-  scheduler_env s = detect_scheduler_env(o, batch);
+  scheduler_env s = detect(o, batch);
   CHECK(s.scheduler.empty());
   CHECK(o.nnodes == "1:1");
 
   env_map batch_step = slurm_agent_per_node(0);
   batch_step["SLURM_STEP_ID"] = "4294967294";  // the batch step's id
   launch_options b = parse_with_script({});
-  CHECK(detect_scheduler_env(b, batch_step).scheduler.empty());
+  CHECK(detect(b, batch_step).scheduler.empty());
 
   launch_options off = parse_with_script({"--no-scheduler-detect"});
-  CHECK(detect_scheduler_env(off, slurm_agent_per_node(1)).scheduler.empty());
+  CHECK(detect(off, slurm_agent_per_node(1)).scheduler.empty());
   CHECK(off.nnodes == "1:1");
   CHECK(off.rdzv_endpoint.empty());
 }
@@ -200,15 +206,15 @@ TEST_CASE("Slurm: a broken step environment says which variable") {
   env_map env = slurm_agent_per_node(0);
   env["SLURM_STEP_NODELIST"] = "node[1-";
   launch_options o = parse_with_script({});
-  CHECK_THROWS_WITH(detect_scheduler_env(o, env), Catch::Contains("SLURM_STEP_NODELIST"));
+  CHECK_THROWS_WITH(detect(o, env), Catch::Contains("SLURM_STEP_NODELIST"));
   env = slurm_agent_per_node(0);
   env.erase("SLURM_NODEID");
   launch_options p = parse_with_script({});
-  CHECK_THROWS_WITH(detect_scheduler_env(p, env), Catch::Contains("SLURM_NODEID"));
+  CHECK_THROWS_WITH(detect(p, env), Catch::Contains("SLURM_NODEID"));
   env = slurm_agent_per_node(0);
   env["SLURM_JOB_ID"] = "12x";
   launch_options q = parse_with_script({});
-  CHECK_THROWS_WITH(detect_scheduler_env(q, env), Catch::Contains("SLURM_JOB_ID=12x"));
+  CHECK_THROWS_WITH(detect(q, env), Catch::Contains("SLURM_JOB_ID=12x"));
 }
 
 namespace {
@@ -229,7 +235,7 @@ env_map kubeflow_v1_6(int rank) {
 TEST_CASE("Kubernetes: node-level MASTER_ADDR/WORLD_SIZE/RANK derive a static rendezvous") {
   for (int rank : {0, 1}) {
     launch_options o = parse_with_script({"--nproc-per-node=2"});
-    scheduler_env s = detect_scheduler_env(o, kubeflow_v1_6(rank));
+    scheduler_env s = detect(o, kubeflow_v1_6(rank));
     CHECK(s.scheduler == "kubernetes");
     CHECK(o.nnodes == "2");
     CHECK(source_of(s, "nnodes").rfind("WORLD_SIZE", 0) == 0);
@@ -238,11 +244,11 @@ TEST_CASE("Kubernetes: node-level MASTER_ADDR/WORLD_SIZE/RANK derive a static re
     CHECK(o.master_port == 23456);
     CHECK(o.master_port_given);
     launch_config c = resolve_launch_config(o, {});
-    REQUIRE(c.multi_node);
-    CHECK(c.multi_node->backend == "static");
-    CHECK(c.multi_node->rendezvous.fixed_rank == rank);
-    CHECK(c.multi_node->rendezvous.endpoint_host == "job-master-0");
-    CHECK(c.multi_node->rendezvous.endpoint_port == 23456);
+    REQUIRE(c.multi_node());
+    CHECK(c.multi_node()->backend == "static");
+    CHECK(c.multi_node()->rendezvous.fixed_rank == rank);
+    CHECK(c.multi_node()->rendezvous.endpoint_host == "job-master-0");
+    CHECK(c.multi_node()->rendezvous.endpoint_port == 23456);
   }
 }
 
@@ -259,7 +265,7 @@ TEST_CASE("Kubernetes: from v1.7 the PET variables are flags and WORLD_SIZE is p
   env["PET_NODE_RANK"] = "1";
   launch_options o = parse_with_script({});
   CHECK(o.given.at("nnodes") == "PET_NNODES");
-  scheduler_env s = detect_scheduler_env(o, env);
+  scheduler_env s = detect(o, env);
   CHECK(o.nnodes == "2");
   CHECK(o.node_rank == 1);
   CHECK(o.nproc_per_node == "2");
@@ -269,14 +275,14 @@ TEST_CASE("Kubernetes: from v1.7 the PET variables are flags and WORLD_SIZE is p
 
   env["WORLD_SIZE"] = "7";
   launch_options p = parse_with_script({});
-  CHECK(detect_scheduler_env(p, env).warnings.size() == 1);
+  CHECK(detect(p, env).warnings.size() == 1);
 }
 
 TEST_CASE("Kubernetes: the old operator's PET_N_PROC_PER_NODE is honoured") {
   env_map env = kubeflow_v1_6(0);
   env["PET_N_PROC_PER_NODE"] = "3";
   launch_options o = parse_with_script({});
-  scheduler_env s = detect_scheduler_env(o, env);
+  scheduler_env s = detect(o, env);
   CHECK(o.nproc_per_node == "3");
   CHECK(source_of(s, "nproc-per-node") == "PET_N_PROC_PER_NODE");
 }
@@ -285,7 +291,7 @@ TEST_CASE("Kubernetes: inside a torchrun worker the variables are per-process: i
   env_map env = kubeflow_v1_6(1);
   env["LOCAL_RANK"] = "0";
   launch_options o = parse_with_script({});
-  CHECK(detect_scheduler_env(o, env).scheduler.empty());
+  CHECK(detect(o, env).scheduler.empty());
   CHECK(o.nnodes == "1:1");
 }
 
@@ -293,7 +299,7 @@ TEST_CASE("Kubernetes: a rank beyond the node count is refused") {
   env_map env = kubeflow_v1_6(1);
   env["RANK"] = "5";
   launch_options o = parse_with_script({});
-  CHECK_THROWS_WITH(detect_scheduler_env(o, env), Catch::Contains("RANK=5"));
+  CHECK_THROWS_WITH(detect(o, env), Catch::Contains("RANK=5"));
 }
 
 TEST_CASE("the flags given are recorded with where they came from") {
