@@ -117,6 +117,10 @@ class elastic_agent::impl {
   env_map inherited_;
   // Whether this host's name was checked for gloo (host_name_check.h).
   bool host_name_checked_ = false;
+  // The current round's facts, as the rendezvous gave them: the round,
+  // this node's rank and the node count are read from here (the reporter
+  // too, by reference: declared before it, destroyed after it).
+  rendezvous::rendezvous_info round_info_;
   run_reporter reporter_;
   std::optional<stdin_watch> launcher_;  // dtrun --hosts: the pipe from the launcher
   std::optional<worker_output> output_;
@@ -143,9 +147,6 @@ class elastic_agent::impl {
   phase phase_ = phase::starting;
   std::optional<failure> failure_;
   int stop_signal_ = 0;
-  // The current round's facts, as the rendezvous gave them: the round,
-  // this node's rank and the node count are read from here.
-  rendezvous::rendezvous_info round_info_;
   bool round_over_ = false;
   std::optional<int> job_restarts_;
   bool unreported_ = false;  // the last failure's report never reached the rendezvous

@@ -75,11 +75,13 @@ void elastic_agent::impl::on_hang(std::chrono::milliseconds idle) {
   auto round = round_info_.round;
   stacks_->capture(group_.workers(), round, [this, idle_s, round, group = rounds_](
                                                 const std::vector<captured_stack>& stacks) {
-    // A worker failed, a signal came or the group restarted meanwhile.
-    if (phase_ != phase::running || group != rounds_) return;
+    // A stacks file that could not be written is said even when the hang
+    // is moot by now.
     for (const auto& c : stacks) {
       if (!c.exited && !c.error.empty()) log_error(c.error);
     }
+    // A worker failed, a signal came or the group restarted meanwhile.
+    if (phase_ != phase::running || group != rounds_) return;
     hang_report report = make_hang_report(
         stacks, group_.workers(),
         [this, round](int local_rank) { return stacks_->file(round, local_rank); });

@@ -17,7 +17,14 @@ void worker_group::start() {
   runner_.start([this](pid_t pid, int wait_status) { on_exit(pid, wait_status); });
 }
 
-void worker_group::clear() { workers_.clear(); }
+// A new round never inherits a stop: its workers are not the ones a
+// previous stop's SIGKILL or deadline was meant for.
+void worker_group::clear() {
+  stop_timer_.cancel();
+  kills_.clear();
+  kill_timer_.cancel();
+  workers_.clear();
+}
 
 spawn_result worker_group::spawn(int local_rank, int rank, const spawn_request& request,
                                  std::string error_file) {

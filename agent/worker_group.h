@@ -84,7 +84,8 @@ class worker_group {
   // Once, before the first spawn (process_runner::start).
   void start();
 
-  // A new round: forgets the previous round's workers.
+  // A new round: forgets the previous round's workers, and any stop or
+  // SIGKILL deadline still pending for them.
   void clear();
 
   // Starts one worker; on success it joins the group.
