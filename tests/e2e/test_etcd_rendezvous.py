@@ -168,13 +168,29 @@ def test_quorum_lost_stops_the_job_with_a_clear_error(tmp_path):
         etcd.kill(3)
         outs = finish(procs, timeout=120)
         stopped_after = time.monotonic() - lost_at
+        # The agent that learns of the lost quorum first stops its workers;
+        # the other node's workers may then fail on the broken collective
+        # before their own agent learns it (a race of the lease timers, not
+        # a defect: a fresh-clone run saw it once). Each node ends one of
+        # two ways, both with a clear reason, and the first to learn always
+        # ends the first way.
+        learnt = 0
         for code, _, stderr in outs:
             assert code != 0, stderr
-            # First why the round ended, then why no new one could start.
             assert "lost its quorum or cannot be reached" in stderr, stderr
             last = stderr.strip().splitlines()[-1]
+            if "could not reach the rendezvous to report the failure; not restarting" in stderr:
+                # Its workers failed first: the failure could not be counted.
+                assert "exited with code" in stderr, stderr
+                assert ("(run quorum, round 0; the failure could not be reported to the "
+                        "rendezvous, so no restart could be counted)") in stderr, stderr
+                assert last == "dtrun: " + "=" * 72, stderr
+                continue
+            # First why the round ended, then why no new one could start.
             assert last.startswith("dtrun: rendezvous failed: cannot get a lease from etcd"), stderr
             assert "no quorum" in last, stderr
+            learnt += 1
+        assert learnt >= 1, outs
         assert dh.gone_within(e["DTRUN_TEST_MARK"]) == []
     print(f"quorum lost: every agent stopped its workers and exited {stopped_after:.1f}s later")
 
