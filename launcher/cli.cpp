@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <map>
 #include <optional>
 #include <regex>
 #include <set>
@@ -133,20 +134,39 @@ std::string did_you_mean(const CLI::App& app, const std::string& extras) {
 std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 
 // Which flags were given and where from: the command line, or the variable
-// CLI11 read (PET_*), so scheduler detection never overrides either.
-void record_given(const CLI::App& app, const std::vector<std::string>& own,
-                  std::map<std::string, std::string>& given) {
+// CLI11 read (PET_*), so scheduler detection never overrides either. Each
+// flag that keeps its source has it beside its value (given_value); the
+// flags read from PET_* are listed by name, in name order.
+void record_given(const CLI::App& app, const std::vector<std::string>& own, launch_options& o) {
   std::set<const CLI::Option*> on_command_line;
   for (const auto& arg : own) {
     if (!is_flag_token(arg)) continue;
     std::string name = arg.rfind("--", 0) == 0 ? arg.substr(0, arg.find('=')) : arg.substr(0, 2);
     if (const CLI::Option* opt = app.get_option_no_throw(name)) on_command_line.insert(opt);
   }
+  const std::map<std::string, std::string*> sources = {
+      {"nnodes", &o.nnodes.source},
+      {"nproc-per-node", &o.nproc_per_node.source},
+      {"rdzv-backend", &o.rdzv_backend.source},
+      {"rdzv-endpoint", &o.rdzv_endpoint.source},
+      {"rdzv-id", &o.rdzv_id.source},
+      {"node-rank", &o.node_rank.source},
+      {"master-addr", &o.master_addr.source},
+      {"master-port", &o.master_port.source},
+      {"python", &o.python.source},
+      {"hosts", &o.hosts.source},
+      {"hostfile", &o.hostfile.source},
+  };
+  std::map<std::string, std::string> from_variables;  // in name order
   for (const CLI::Option* opt : app.get_options()) {
     if (opt->count() == 0 || opt->get_lnames().empty()) continue;
-    given[opt->get_lnames().front()] =
-        on_command_line.count(opt) > 0 ? "command line" : opt->get_envname();
+    const std::string& name = opt->get_lnames().front();
+    const std::string source =
+        on_command_line.count(opt) > 0 ? command_line_source : opt->get_envname();
+    if (auto field = sources.find(name); field != sources.end()) *field->second = source;
+    if (source.rfind("PET_", 0) == 0) from_variables[name] = source;
   }
+  for (const auto& [flag, variable] : from_variables) o.from_variables.push_back({flag, variable});
 }
 
 // "--master-port: ..." -> "PET_MASTER_PORT (--master-port): ..." when the
@@ -305,10 +325,8 @@ parse_result parse_command_line(const std::vector<std::string>& args) {
     // PET_<FLAG> rather than the command line.
     throw usage_error(or_swallowed(name_the_variable(app, own_tokens, e.what())));
   }
-  record_given(app, own_tokens, o.given);
+  record_given(app, own_tokens, o);
   o.remote_args = without_fanout_flags(app, own_tokens);
-  o.master_port_given = app.get_option("--master-port")->count() > 0;
-  o.rdzv_backend_given = app.get_option("--rdzv-backend")->count() > 0;
   if (app.get_option("--stop-timeout")->count() == 0 &&
       app.get_option("--shutdown-timeout")->count() == 0) {
     stop_timeout_from_env(o);

@@ -33,8 +33,6 @@ int number_of(const variable& v);
 // The first of `names` that is set; usage error naming the first otherwise.
 variable required(const env_map& env, std::initializer_list<const char*> names,
                   const std::string& scheduler);
-// The user gave the flag (on the command line or through PET_*).
-bool given(const launch_options& o, const char* flag);
 
 // Fills in the flags the user did not give: the typed override in
 // `s.flags`, and the same value in `o`, the derivation's working copy of
