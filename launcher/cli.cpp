@@ -15,6 +15,7 @@
 
 #include "rendezvous/base/build_version.h"
 #include "rendezvous/base/number_checks.h"
+#include "rendezvous/base/number_parse.h"
 #include "launcher/cli_flags.h"
 #include "launcher/usage_hints.h"
 
@@ -260,6 +261,38 @@ void stop_timeout_from_env(launch_options& o) {
 }
 
 }  // namespace
+
+node_range parse_nnodes(const std::string& text) {
+  auto colon = text.find(':');
+  if (colon == std::string::npos) {
+    int n = static_cast<int>(parse_integer(text, "--nnodes", 1, max_nnodes));
+    return {n, n};
+  }
+  int lo = static_cast<int>(parse_integer(text.substr(0, colon), "--nnodes MIN", 1, max_nnodes));
+  int hi = static_cast<int>(parse_integer(text.substr(colon + 1), "--nnodes MAX", 1, max_nnodes));
+  if (lo > hi) {
+    throw usage_error(fmt::format(
+        "--nnodes: '{}' has MIN > MAX; give N or MIN:MAX with 1 <= MIN <= MAX <= {} (e.g. "
+        "--nnodes=1:4)",
+        text, max_nnodes));
+  }
+  return {lo, hi};
+}
+
+nnodes_flag::nnodes_flag(std::string text) : text_(std::move(text)) {
+  try {
+    range_ = parse_nnodes(text_);
+  } catch (const usage_error& e) {
+    error_ = e.what();
+  }
+}
+
+nnodes_flag::nnodes_flag(int nodes) : text_(std::to_string(nodes)), range_{nodes, nodes} {}
+
+node_range nnodes_flag::range() const {
+  if (!error_.empty()) throw usage_error(error_);
+  return range_;
+}
 
 parse_result parse_command_line(const std::vector<std::string>& args) {
   parse_result result;

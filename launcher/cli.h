@@ -36,6 +36,36 @@ struct given_value {
   bool given_or_derived() const { return given() || derived; }
 };
 
+// A run's node count: --nnodes=N is N:N.
+struct node_range {
+  int min = 1;
+  int max = 1;
+};
+
+// "2" or "1:4" -> a node range. Throws usage_error.
+node_range parse_nnodes(const std::string& text);
+
+// --nnodes: the text as given ("2", "1:4"; messages quote it) and the node
+// range it means, parsed once, when the text is set. Scheduler detection
+// sets a count instead, without text to parse. A text that does not parse
+// keeps its usage error, thrown where the range is read (so a bad
+// PET_NNODES fails where it did, named as it was).
+class nnodes_flag {
+ public:
+  nnodes_flag(std::string text);  // NOLINT: CLI11 and tests assign the text
+  nnodes_flag(const char* text) : nnodes_flag(std::string(text)) {}  // NOLINT
+  explicit nnodes_flag(int nodes);  // N nodes, N:N
+
+  const std::string& text() const { return text_; }
+  // Throws the text's usage_error when it does not parse.
+  node_range range() const;
+
+ private:
+  std::string text_;
+  node_range range_;
+  std::string error_;  // why text_ is refused; empty: it parsed
+};
+
 // A flag read from its variable rather than the command line.
 struct flag_from_variable {
   std::string flag;      // the long name: "max-restarts"
@@ -46,7 +76,7 @@ struct flag_from_variable {
 // resolve_launch_config() validates and interprets them.
 struct launch_options {
   // Worker group and rendezvous.
-  given_value<std::string> nnodes{"1:1"};
+  given_value<nnodes_flag> nnodes{"1:1"};
   given_value<std::string> nproc_per_node{"1"};
   std::string numa_binding;  // empty: none; node, socket, exclusive, core-complex
   bool standalone = false;

@@ -49,7 +49,9 @@ CLI::Option* add_flag(CLI::App& app, const std::string& name, bool& value,
 
 void define_workers_flags(CLI::App& app, launch_options& o) {
   const std::string group_workers = "Worker group";
-  add_option(app, "nnodes", o.nnodes.value, "Number of nodes, N or MIN:MAX")->group(group_workers);
+  add_option(app, "nnodes", o.nnodes.value, "Number of nodes, N or MIN:MAX")
+      ->default_str(o.nnodes.value.text())
+      ->group(group_workers);
   add_option(app, "nproc-per-node", o.nproc_per_node.value,
              "Workers per node: a number, auto, cpu, gpu or xpu")->group(group_workers);
   add_option(app, "role", o.role, "Name of the workers' role")->group(group_workers);

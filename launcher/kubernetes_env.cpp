@@ -33,18 +33,18 @@ void derive_node_env(launch_options& o, const env_map& env, scheduler_env& s) {
     d.nnodes(world_size, "WORLD_SIZE (pods: without PET_NNODES, WORLD_SIZE counts nodes)");
   } else if (auto nproc = as_number(o.nproc_per_node.value)) {
     // Operators from v1.7 set WORLD_SIZE = pods x nproc; older ones pods.
-    int nodes = parse_nnodes(o.nnodes.value).max;
+    int nodes = o.nnodes.value.range().max;
     if (world_size != nodes && static_cast<std::uint64_t>(world_size) != nodes * *nproc) {
       s.warnings.push_back(fmt::format(
           "WORLD_SIZE={} is neither --nnodes={} nor nodes x --nproc-per-node={}; the workers get "
           "dtrun's own WORLD_SIZE",
-          world_size, o.nnodes.value, o.nproc_per_node.value));
+          world_size, o.nnodes.value.text(), o.nproc_per_node.value));
     }
   }
   d.node_rank(number_of(rank), "RANK (the pod's index)");
   d.master_addr(env.at("MASTER_ADDR"), "MASTER_ADDR");
   d.master_port(number_of({"MASTER_PORT", env.at("MASTER_PORT")}), "MASTER_PORT");
-  int nodes = parse_nnodes(o.nnodes.value).max;
+  int nodes = o.nnodes.value.range().max;
   if (o.node_rank.value >= nodes) {
     throw off_hint(fmt::format("this pod's node rank {} is not below the {} nodes (RANK={}, "
                                "WORLD_SIZE={})",

@@ -131,23 +131,6 @@ std::vector<std::vector<int>> resolve_numa_binding(const std::string& mode_name,
   }
 }
 
-node_range parse_nnodes(const std::string& text) {
-  auto colon = text.find(':');
-  if (colon == std::string::npos) {
-    int n = static_cast<int>(parse_integer(text, "--nnodes", 1, max_nnodes));
-    return {n, n};
-  }
-  int lo = static_cast<int>(parse_integer(text.substr(0, colon), "--nnodes MIN", 1, max_nnodes));
-  int hi = static_cast<int>(parse_integer(text.substr(colon + 1), "--nnodes MAX", 1, max_nnodes));
-  if (lo > hi) {
-    throw usage_error(fmt::format(
-        "--nnodes: '{}' has MIN > MAX; give N or MIN:MAX with 1 <= MIN <= MAX <= {} (e.g. "
-        "--nnodes=1:4)",
-        text, max_nnodes));
-  }
-  return {lo, hi};
-}
-
 std::vector<int> parse_signals(const std::string& list) {
   std::vector<int> signals = {SIGTERM, SIGINT, SIGHUP, SIGQUIT};
   std::size_t start = 0;
@@ -211,7 +194,7 @@ void place_by_scheduler(const scheduler_env& s, multi_node_config& m) {
 // --nnodes, --nproc-per-node (with the devices it counts) and the CPUs of
 // --numa-binding.
 void resolve_sizes(const launch_options& o, const env_map& env, launch_config& c) {
-  c.nnodes = naming_the_variable(o.nnodes, [&] { return parse_nnodes(o.nnodes.value); });
+  c.nnodes = naming_the_variable(o.nnodes, [&] { return o.nnodes.value.range(); });
   if (o.standalone && (c.nnodes.min != 1 || c.nnodes.max != 1)) {
     // torchrun accepts this and waits for nodes that can never reach its
     // private store (localhost, a random port) until the join timeout;
@@ -222,7 +205,7 @@ void resolve_sizes(const launch_options& o, const env_map& env, launch_config& c
         "--standalone runs a single node, but {}={} asks for more; for several nodes drop "
         "--standalone and give every node --rdzv-endpoint=HOST:PORT --rdzv-id=ID, for one "
         "node drop {}",
-        flag, o.nnodes.value, flag));
+        flag, o.nnodes.value.text(), flag));
   }
   const std::string root = system_root(env);
   const bool wants_devices = o.nproc_per_node.value == "gpu" || o.nproc_per_node.value == "xpu" ||

@@ -34,20 +34,18 @@ scheduler_env detect_scheduler_env(const launch_options& options, const env_map&
 
 namespace {
 
+// A typed override, set as it is (no text to parse again).
 template <typename T, typename U>
 void override_with(given_value<T>& flag, const std::optional<U>& value) {
   if (!value) return;
-  flag.value = *value;
+  flag.value = T(*value);
   flag.derived = true;
 }
 
 }  // namespace
 
-launch_options with_overrides(launch_options o, const flag_overrides& f) {
-  if (f.nnodes) {
-    o.nnodes.value = std::to_string(*f.nnodes);
-    o.nnodes.derived = true;
-  }
+void apply_overrides(launch_options& o, const flag_overrides& f) {
+  override_with(o.nnodes, f.nnodes);
   override_with(o.node_rank, f.node_rank);
   override_with(o.nproc_per_node, f.nproc_per_node);
   override_with(o.rdzv_backend, f.rdzv_backend);
@@ -55,6 +53,10 @@ launch_options with_overrides(launch_options o, const flag_overrides& f) {
   override_with(o.rdzv_id, f.rdzv_id);
   override_with(o.master_addr, f.master_addr);
   override_with(o.master_port, f.master_port);
+}
+
+launch_options with_overrides(launch_options o, const flag_overrides& f) {
+  apply_overrides(o, f);
   return o;
 }
 

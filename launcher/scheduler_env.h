@@ -75,6 +75,11 @@ struct scheduler_env : scheduler_report {
 // or the flags.
 scheduler_env detect_scheduler_env(const launch_options& options, const env_map& env);
 
+// Sets the flags that `flags` overrides, typed, marked derived: the one
+// place an override is applied (detection's working copy, and
+// resolve_launch_config).
+void apply_overrides(launch_options& options, const flag_overrides& flags);
+
 // `options` with the scheduler's flag overrides applied.
 launch_options with_overrides(launch_options options, const flag_overrides& flags);
 

@@ -149,7 +149,7 @@ void derive_agent_per_node(const launch_options& o, const env_map& env, const sl
     d.nproc(gpus->value, gpus->name);
   }
   d.run_id(st.run_id, st.run_id_source);
-  if (parse_nnodes(o.nnodes.value).max <= 1) return;  // one node: nobody to meet
+  if (o.nnodes.value.range().max <= 1) return;  // one node: nobody to meet
   d.backend("c10d", "Slurm step of several nodes");
   auto backend = [&] { return chosen_backend(o); };
   std::string endpoint_host = o.master_addr.given() ? o.master_addr.value : st.host;
@@ -168,7 +168,7 @@ void derive_agent_per_node(const launch_options& o, const env_map& env, const sl
     d.master_addr(st.host, "first host of " + st.nodelist.name);
     d.master_port(st.port, st.port_source);
   }
-  node_range range = parse_nnodes(o.nnodes.value);
+  node_range range = o.nnodes.value.range();
   if (backend() == "c10d" && range.min == range.max && o.node_rank.value >= 0 &&
       o.node_rank.value < range.max) {
     s.pinned_group_rank = o.node_rank.value;  // GROUP_RANK == SLURM_NODEID

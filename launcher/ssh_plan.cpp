@@ -38,12 +38,12 @@ ssh_launch_settings resolve_ssh_settings(const launch_options& o,
     throw usage_error("--standalone runs on this machine only; drop it to launch on --hosts");
   }
   if (o.nnodes.given()) {
-    node_range range = parse_nnodes(o.nnodes.value);
+    node_range range = o.nnodes.value.range();
     int count = static_cast<int>(s.hosts.size());
     if (range.min != count || range.max != count) {
       throw usage_error(fmt::format(
           "--nnodes={} does not match the {} host(s) listed; drop --nnodes (one node per host)",
-          o.nnodes.value, count));
+          o.nnodes.value.text(), count));
     }
   }
   if (o.rdzv_backend.given_or_derived() && o.rdzv_backend.value != "c10d") {

@@ -34,7 +34,7 @@ TEST_CASE("torchrun's flags are all accepted") {
                             "--start-method=fork", "--stop-timeout=7",
                             "--signals-to-handle=SIGUSR1", "--log-dir=/tmp/l", "x.py"});
   CHECK(o.standalone);
-  CHECK(o.nnodes.value == "1:1");
+  CHECK(o.nnodes.value.text() == "1:1");
   CHECK(o.role == "trainer");
   CHECK(o.run_path);
   CHECK(o.local_addr == "10.0.0.1");

@@ -69,6 +69,20 @@ TEST_CASE("nnodes accepts N and MIN:MAX") {
   CHECK_THROWS_AS(parse_nnodes(":"), usage_error);
 }
 
+TEST_CASE("the --nnodes text is parsed once; a refusal is thrown where the range is read") {
+  nnodes_flag range("1:4");
+  CHECK(range.text() == "1:4");
+  CHECK(range.range().min == 1);
+  CHECK(range.range().max == 4);
+  nnodes_flag refused("0");  // not thrown here: where the range is read
+  CHECK(refused.text() == "0");
+  CHECK_THROWS_WITH(refused.range(), "--nnodes: '0' is not a whole number from 1 to 100000");
+  nnodes_flag derived(3);  // a scheduler's count, set as a number
+  CHECK(derived.text() == "3");
+  CHECK(derived.range().min == 3);
+  CHECK(derived.range().max == 3);
+}
+
 TEST_CASE("the four terminating signals are always handled, and others are added") {
   auto defaults = parse_signals("");
   CHECK(defaults == std::vector<int>{SIGTERM, SIGINT, SIGHUP, SIGQUIT});

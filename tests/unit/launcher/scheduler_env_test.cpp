@@ -80,7 +80,7 @@ TEST_CASE("a Slurm step of one task per node derives a c10d rendezvous") {
     scheduler_env s = detect(o, slurm_agent_per_node(node));
     CHECK(s.scheduler == "slurm");
     CHECK(s.style == "agent-per-node");
-    CHECK(o.nnodes.value == "2");
+    CHECK(o.nnodes.value.text() == "2");
     CHECK(source_of(s, "nnodes") == "SLURM_STEP_NUM_NODES");
     CHECK(o.node_rank.value == node);
     CHECK(source_of(s, "node-rank") == "SLURM_NODEID");
@@ -142,7 +142,7 @@ TEST_CASE("Slurm: several tasks per node run one worker each") {
     launch_options o = parse_with_script({});
     scheduler_env s = detect(o, slurm_task_per_worker(procid));
     CHECK(s.style == "task-per-worker");
-    CHECK(o.nnodes.value == "4");
+    CHECK(o.nnodes.value.text() == "4");
     CHECK(o.node_rank.value == procid);
     CHECK(o.nproc_per_node.value == "1");
     CHECK(o.rdzv_backend.value == "static");
@@ -169,7 +169,7 @@ TEST_CASE("Slurm: uneven tasks per node take this node's count") {
   env["SLURM_LOCALID"] = "0";
   launch_options o = parse_with_script({});
   scheduler_env s = detect(o, env);
-  CHECK(o.nnodes.value == "3");
+  CHECK(o.nnodes.value.text() == "3");
   CHECK(s.worker_env.at("LOCAL_WORLD_SIZE") == "1");
   CHECK(s.worker_env.at("GROUP_RANK") == "1");
 }
@@ -189,7 +189,7 @@ TEST_CASE("Slurm: an sbatch script outside a step and --no-scheduler-detect deri
   launch_options o = parse_with_script({});
   scheduler_env s = detect(o, batch);
   CHECK(s.scheduler.empty());
-  CHECK(o.nnodes.value == "1:1");
+  CHECK(o.nnodes.value.text() == "1:1");
 
   env_map batch_step = slurm_agent_per_node(0);
   batch_step["SLURM_STEP_ID"] = "4294967294";  // the batch step's id
@@ -198,7 +198,7 @@ TEST_CASE("Slurm: an sbatch script outside a step and --no-scheduler-detect deri
 
   launch_options off = parse_with_script({"--no-scheduler-detect"});
   CHECK(detect(off, slurm_agent_per_node(1)).scheduler.empty());
-  CHECK(off.nnodes.value == "1:1");
+  CHECK(off.nnodes.value.text() == "1:1");
   CHECK(off.rdzv_endpoint.value.empty());
 }
 
@@ -237,7 +237,7 @@ TEST_CASE("Kubernetes: node-level MASTER_ADDR/WORLD_SIZE/RANK derive a static re
     launch_options o = parse_with_script({"--nproc-per-node=2"});
     scheduler_env s = detect(o, kubeflow_v1_6(rank));
     CHECK(s.scheduler == "kubernetes");
-    CHECK(o.nnodes.value == "2");
+    CHECK(o.nnodes.value.text() == "2");
     CHECK(source_of(s, "nnodes").rfind("WORLD_SIZE", 0) == 0);
     CHECK(o.node_rank.value == rank);
     CHECK(o.master_addr.value == "job-master-0");
@@ -266,7 +266,7 @@ TEST_CASE("Kubernetes: from v1.7 the PET variables are flags and WORLD_SIZE is p
   launch_options o = parse_with_script({});
   CHECK(o.nnodes.source == "PET_NNODES");
   scheduler_env s = detect(o, env);
-  CHECK(o.nnodes.value == "2");
+  CHECK(o.nnodes.value.text() == "2");
   CHECK(o.node_rank.value == 1);
   CHECK(o.nproc_per_node.value == "2");
   CHECK(s.derived.empty());  // everything came from PET_*
@@ -292,7 +292,7 @@ TEST_CASE("Kubernetes: inside a torchrun worker the variables are per-process: i
   env["LOCAL_RANK"] = "0";
   launch_options o = parse_with_script({});
   CHECK(detect(o, env).scheduler.empty());
-  CHECK(o.nnodes.value == "1:1");
+  CHECK(o.nnodes.value.text() == "1:1");
 }
 
 TEST_CASE("Kubernetes: a rank beyond the node count is refused") {
