@@ -294,6 +294,32 @@ node_range nnodes_flag::range() const {
   return range_;
 }
 
+nproc_flag::nproc_flag(std::string text) : text_(std::move(text)) {
+  if (text_ == "auto") {
+    kind_ = kind::auto_detect;
+  } else if (text_ == "cpu") {
+    kind_ = kind::cpu;
+  } else if (text_ == "gpu") {
+    kind_ = kind::gpu;
+  } else if (text_ == "xpu") {
+    kind_ = kind::xpu;
+  } else {
+    try {
+      count_ = static_cast<int>(parse_integer(text_, "--nproc-per-node", 1, max_nproc_per_node));
+    } catch (const usage_error&) {
+      error_ = fmt::format(
+          "--nproc-per-node: '{}' is not a whole number from 1 to {}, 'auto', 'cpu', 'gpu' or "
+          "'xpu'",
+          text_, max_nproc_per_node);
+    }
+  }
+}
+
+int nproc_flag::count() const {
+  if (!error_.empty()) throw usage_error(error_);
+  return count_;
+}
+
 parse_result parse_command_line(const std::vector<std::string>& args) {
   parse_result result;
   launch_options& o = result.options;

@@ -66,6 +66,36 @@ class nnodes_flag {
   std::string error_;  // why text_ is refused; empty: it parsed
 };
 
+// --nproc-per-node: the text as given ("4", "auto", "cpu", "gpu", "xpu";
+// messages quote it) and what it means, parsed once, when the text is set:
+// a count, or what to count when the run is resolved (launch_config.h's
+// parse_nproc). A text that is neither keeps its usage error, thrown where
+// the count is read.
+class nproc_flag {
+ public:
+  enum class kind { count, auto_detect, cpu, gpu, xpu };
+
+  nproc_flag(std::string text);  // NOLINT: CLI11 and tests assign the text
+  nproc_flag(const char* text) : nproc_flag(std::string(text)) {}  // NOLINT
+
+  const std::string& text() const { return text_; }
+  kind what() const { return kind_; }
+  // A whole number of workers (not a name, not refused).
+  bool is_number() const { return kind_ == kind::count && error_.empty(); }
+  // The number; throws the text's usage_error when it is refused.
+  int count() const;
+  // gpu, xpu or auto: the visible accelerators decide.
+  bool counts_accelerators() const {
+    return kind_ == kind::auto_detect || kind_ == kind::gpu || kind_ == kind::xpu;
+  }
+
+ private:
+  std::string text_;
+  kind kind_ = kind::count;
+  int count_ = 1;
+  std::string error_;  // why text_ is refused; empty: it parsed
+};
+
 // A flag read from its variable rather than the command line.
 struct flag_from_variable {
   std::string flag;      // the long name: "max-restarts"
@@ -77,7 +107,7 @@ struct flag_from_variable {
 struct launch_options {
   // Worker group and rendezvous.
   given_value<nnodes_flag> nnodes{"1:1"};
-  given_value<std::string> nproc_per_node{"1"};
+  given_value<nproc_flag> nproc_per_node{"1"};
   std::string numa_binding;  // empty: none; node, socket, exclusive, core-complex
   bool standalone = false;
   // Not given (nor derived): c10d when an endpoint is given, else static.

@@ -53,7 +53,9 @@ void define_workers_flags(CLI::App& app, launch_options& o) {
       ->default_str(o.nnodes.value.text())
       ->group(group_workers);
   add_option(app, "nproc-per-node", o.nproc_per_node.value,
-             "Workers per node: a number, auto, cpu, gpu or xpu")->group(group_workers);
+             "Workers per node: a number, auto, cpu, gpu or xpu")
+      ->default_str(o.nproc_per_node.value.text())
+      ->group(group_workers);
   add_option(app, "role", o.role, "Name of the workers' role")->group(group_workers);
   // Like torchrun 2.9+, a flag only: there is no PET_NUMA_BINDING.
   app.add_option(both_spellings("numa-binding"), o.numa_binding,

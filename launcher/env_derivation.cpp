@@ -55,7 +55,7 @@ void deriver::node_rank(int rank, const std::string& source) {
 }
 void deriver::nproc(const std::string& n, const std::string& source) {
   if (o_.nproc_per_node.given()) return;
-  s_.flags.nproc_per_node = n;
+  s_.flags.nproc_per_node = nproc_flag(n);
   apply();
   note("nproc-per-node", n, source);
 }

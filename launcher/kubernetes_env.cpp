@@ -31,14 +31,15 @@ void derive_node_env(launch_options& o, const env_map& env, scheduler_env& s) {
   int world_size = number_of(world);
   if (!o.nnodes.given()) {
     d.nnodes(world_size, "WORLD_SIZE (pods: without PET_NNODES, WORLD_SIZE counts nodes)");
-  } else if (auto nproc = as_number(o.nproc_per_node.value)) {
+  } else if (const nproc_flag& nproc = o.nproc_per_node.value; nproc.is_number()) {
     // Operators from v1.7 set WORLD_SIZE = pods x nproc; older ones pods.
     int nodes = o.nnodes.value.range().max;
-    if (world_size != nodes && static_cast<std::uint64_t>(world_size) != nodes * *nproc) {
+    if (world_size != nodes && static_cast<std::int64_t>(world_size) !=
+                                   static_cast<std::int64_t>(nodes) * nproc.count()) {
       s.warnings.push_back(fmt::format(
           "WORLD_SIZE={} is neither --nnodes={} nor nodes x --nproc-per-node={}; the workers get "
           "dtrun's own WORLD_SIZE",
-          world_size, o.nnodes.value.text(), o.nproc_per_node.value));
+          world_size, o.nnodes.value.text(), nproc.text()));
     }
   }
   d.node_rank(number_of(rank), "RANK (the pod's index)");

@@ -54,10 +54,11 @@ std::string visibility_hint(const env_map& env, std::initializer_list<const char
   return hint.empty() ? hint : hint + ")";
 }
 
-int parse_nproc_with(const std::string& text, const agent::accelerator_inventory& devices,
+int parse_nproc_with(const nproc_flag& nproc, const agent::accelerator_inventory& devices,
                      const env_map& env) {
-  if (text == "cpu") return capped_cpu_count();
-  if (text == "gpu") {
+  using kind = nproc_flag::kind;
+  if (nproc.what() == kind::cpu) return capped_cpu_count();
+  if (nproc.what() == kind::gpu) {
     if (devices.gpus().empty()) {
       throw usage_error(fmt::format(
           "--nproc-per-node=gpu but no GPU is visible{}; give a number or 'cpu'",
@@ -66,7 +67,7 @@ int parse_nproc_with(const std::string& text, const agent::accelerator_inventory
     }
     return std::min<int>(static_cast<int>(devices.gpus().size()), max_nproc_per_node);
   }
-  if (text == "xpu") {
+  if (nproc.what() == kind::xpu) {
     if (devices.xpu.empty()) {
       throw usage_error(fmt::format(
           "--nproc-per-node=xpu but no Intel GPU is visible{}; give a number or 'cpu'",
@@ -74,19 +75,13 @@ int parse_nproc_with(const std::string& text, const agent::accelerator_inventory
     }
     return std::min<int>(static_cast<int>(devices.xpu.size()), max_nproc_per_node);
   }
-  if (text == "auto") {
+  if (nproc.what() == kind::auto_detect) {
     const auto& accelerators = !devices.gpus().empty() ? devices.gpus() : devices.xpu;
     return accelerators.empty()
                ? capped_cpu_count()
                : std::min<int>(static_cast<int>(accelerators.size()), max_nproc_per_node);
   }
-  try {
-    return static_cast<int>(parse_integer(text, "--nproc-per-node", 1, max_nproc_per_node));
-  } catch (const usage_error&) {
-    throw usage_error(fmt::format(
-        "--nproc-per-node: '{}' is not a whole number from 1 to {}, 'auto', 'cpu', 'gpu' or 'xpu'",
-        text, max_nproc_per_node));
-  }
+  return nproc.count();
 }
 
 }  // namespace
@@ -97,7 +92,7 @@ std::string system_root(const env_map& env) {
 }
 
 int parse_nproc(const std::string& text, const agent::accelerator_inventory& devices) {
-  return parse_nproc_with(text, devices, {});
+  return parse_nproc_with(nproc_flag(text), devices, {});
 }
 
 std::vector<std::vector<int>> resolve_numa_binding(const std::string& mode_name,
@@ -208,8 +203,8 @@ void resolve_sizes(const launch_options& o, const env_map& env, launch_config& c
         flag, o.nnodes.value.text(), flag));
   }
   const std::string root = system_root(env);
-  const bool wants_devices = o.nproc_per_node.value == "gpu" || o.nproc_per_node.value == "xpu" ||
-                             o.nproc_per_node.value == "auto" || !o.numa_binding.empty();
+  const bool wants_devices =
+      o.nproc_per_node.value.counts_accelerators() || !o.numa_binding.empty();
   const agent::accelerator_inventory devices =
       wants_devices ? agent::discover_accelerators(root, env) : agent::accelerator_inventory{};
   c.agent.spec.local_world_size = naming_the_variable(

@@ -44,8 +44,9 @@ struct scheduler_report {
 struct flag_overrides {
   std::optional<int> nnodes;
   std::optional<int> node_rank;
-  // A count, or PET_N_PROC_PER_NODE's text as the operator wrote it.
-  std::optional<std::string> nproc_per_node;
+  // A count, or PET_N_PROC_PER_NODE's text as the operator wrote it
+  // (parsed once, here).
+  std::optional<nproc_flag> nproc_per_node;
   std::optional<std::string> rdzv_backend;
   std::optional<std::string> rdzv_endpoint;
   std::optional<std::string> rdzv_id;

@@ -98,12 +98,13 @@ slurm_step read_step(const launch_options& o, const env_map& env) {
 void derive_task_per_worker(const launch_options& o, const env_map& env, const slurm_step& st,
                             deriver& d, scheduler_env& s) {
   s.style = "task-per-worker";
-  if (o.nproc_per_node.given() && o.nproc_per_node.value != "1") {
+  if (o.nproc_per_node.given() && o.nproc_per_node.value.text() != "1") {
     throw usage_error(fmt::format(
         "srun started {} tasks on {} nodes and --nproc-per-node={} would make each task start "
         "{} workers; use srun --ntasks-per-node=1 with --nproc-per-node, or drop "
         "--nproc-per-node to run one worker per task",
-        st.num_tasks, st.num_nodes, o.nproc_per_node.value, o.nproc_per_node.value));
+        st.num_tasks, st.num_nodes, o.nproc_per_node.value.text(),
+        o.nproc_per_node.value.text()));
   }
   variable localid = required(env, {"SLURM_LOCALID"}, slurm_where);
   auto per_node = first_of(env, {"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"});

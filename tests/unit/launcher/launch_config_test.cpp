@@ -83,6 +83,19 @@ TEST_CASE("the --nnodes text is parsed once; a refusal is thrown where the range
   CHECK(derived.range().max == 3);
 }
 
+TEST_CASE("the --nproc-per-node text is parsed once: a count, or what to count") {
+  nproc_flag four("4");
+  CHECK(four.is_number());
+  CHECK(four.count() == 4);
+  CHECK((nproc_flag("gpu").what() == nproc_flag::kind::gpu));
+  CHECK(nproc_flag("auto").counts_accelerators());
+  CHECK_FALSE(nproc_flag("cpu").counts_accelerators());
+  nproc_flag refused("foo");
+  CHECK(refused.text() == "foo");
+  CHECK_FALSE(refused.is_number());
+  CHECK_THROWS_WITH(refused.count(), Catch::StartsWith("--nproc-per-node: 'foo' is not a whole"));
+}
+
 TEST_CASE("the four terminating signals are always handled, and others are added") {
   auto defaults = parse_signals("");
   CHECK(defaults == std::vector<int>{SIGTERM, SIGINT, SIGHUP, SIGQUIT});

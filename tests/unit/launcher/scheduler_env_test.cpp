@@ -87,7 +87,7 @@ TEST_CASE("a Slurm step of one task per node derives a c10d rendezvous") {
     CHECK(o.rdzv_backend.value == "c10d");
     CHECK(o.rdzv_endpoint.value == "node1:20002");
     CHECK(o.rdzv_id.value == "2.0");
-    CHECK(o.nproc_per_node.value == "2");  // given: not derived
+    CHECK(o.nproc_per_node.value.text() == "2");  // given: not derived
     CHECK(source_of(s, "nproc-per-node").empty());
     REQUIRE(s.host_store.has_value());
     CHECK(*s.host_store == (node == 0));
@@ -115,7 +115,7 @@ TEST_CASE("Slurm: the older variable names and GPUs on the node fill in") {
   launch_options o = parse_with_script({});
   scheduler_env s = detect(o, env);
   CHECK(source_of(s, "nnodes") == "SLURM_NNODES");
-  CHECK(o.nproc_per_node.value == "4");
+  CHECK(o.nproc_per_node.value.text() == "4");
   CHECK(source_of(s, "nproc-per-node") == "SLURM_GPUS_ON_NODE");
   CHECK(o.rdzv_endpoint.value == "gpu07:12345");
 }
@@ -127,7 +127,7 @@ TEST_CASE("Slurm: explicit flags win over the step's variables") {
   CHECK(o.rdzv_endpoint.value == "head:555");
   CHECK(o.rdzv_id.value == "mine");
   CHECK(o.node_rank.value == 1);
-  CHECK(o.nproc_per_node.value == "3");
+  CHECK(o.nproc_per_node.value.text() == "3");
   CHECK_FALSE(s.host_store.has_value());  // the given endpoint's host decides
   CHECK(s.derived.empty());
 
@@ -144,7 +144,7 @@ TEST_CASE("Slurm: several tasks per node run one worker each") {
     CHECK(s.style == "task-per-worker");
     CHECK(o.nnodes.value.text() == "4");
     CHECK(o.node_rank.value == procid);
-    CHECK(o.nproc_per_node.value == "1");
+    CHECK(o.nproc_per_node.value.text() == "1");
     CHECK(o.rdzv_backend.value == "static");
     CHECK(o.master_addr.value == "node1");
     CHECK(o.master_port.value == 20002);
@@ -268,7 +268,7 @@ TEST_CASE("Kubernetes: from v1.7 the PET variables are flags and WORLD_SIZE is p
   scheduler_env s = detect(o, env);
   CHECK(o.nnodes.value.text() == "2");
   CHECK(o.node_rank.value == 1);
-  CHECK(o.nproc_per_node.value == "2");
+  CHECK(o.nproc_per_node.value.text() == "2");
   CHECK(s.derived.empty());  // everything came from PET_*
   CHECK(s.from_pet.size() == 5);
   CHECK(s.warnings.empty());
@@ -283,7 +283,7 @@ TEST_CASE("Kubernetes: the old operator's PET_N_PROC_PER_NODE is honoured") {
   env["PET_N_PROC_PER_NODE"] = "3";
   launch_options o = parse_with_script({});
   scheduler_env s = detect(o, env);
-  CHECK(o.nproc_per_node.value == "3");
+  CHECK(o.nproc_per_node.value.text() == "3");
   CHECK(source_of(s, "nproc-per-node") == "PET_N_PROC_PER_NODE");
 }
 
