@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <map>
 #include <optional>
 #include <regex>
 #include <set>
@@ -14,6 +15,7 @@
 
 #include "rendezvous/base/build_version.h"
 #include "rendezvous/base/number_checks.h"
+#include "rendezvous/base/number_parse.h"
 #include "launcher/cli_flags.h"
 #include "launcher/usage_hints.h"
 
@@ -133,20 +135,39 @@ std::string did_you_mean(const CLI::App& app, const std::string& extras) {
 std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 
 // Which flags were given and where from: the command line, or the variable
-// CLI11 read (PET_*), so scheduler detection never overrides either.
-void record_given(const CLI::App& app, const std::vector<std::string>& own,
-                  std::map<std::string, std::string>& given) {
+// CLI11 read (PET_*), so scheduler detection never overrides either. Each
+// flag that keeps its source has it beside its value (given_value); the
+// flags read from PET_* are listed by name, in name order.
+void record_given(const CLI::App& app, const std::vector<std::string>& own, launch_options& o) {
   std::set<const CLI::Option*> on_command_line;
   for (const auto& arg : own) {
     if (!is_flag_token(arg)) continue;
     std::string name = arg.rfind("--", 0) == 0 ? arg.substr(0, arg.find('=')) : arg.substr(0, 2);
     if (const CLI::Option* opt = app.get_option_no_throw(name)) on_command_line.insert(opt);
   }
+  const std::map<std::string, std::string*> sources = {
+      {"nnodes", &o.nnodes.source},
+      {"nproc-per-node", &o.nproc_per_node.source},
+      {"rdzv-backend", &o.rdzv_backend.source},
+      {"rdzv-endpoint", &o.rdzv_endpoint.source},
+      {"rdzv-id", &o.rdzv_id.source},
+      {"node-rank", &o.node_rank.source},
+      {"master-addr", &o.master_addr.source},
+      {"master-port", &o.master_port.source},
+      {"python", &o.python.source},
+      {"hosts", &o.hosts.source},
+      {"hostfile", &o.hostfile.source},
+  };
+  std::map<std::string, std::string> from_variables;  // in name order
   for (const CLI::Option* opt : app.get_options()) {
     if (opt->count() == 0 || opt->get_lnames().empty()) continue;
-    given[opt->get_lnames().front()] =
-        on_command_line.count(opt) > 0 ? "command line" : opt->get_envname();
+    const std::string& name = opt->get_lnames().front();
+    const std::string source =
+        on_command_line.count(opt) > 0 ? command_line_source : opt->get_envname();
+    if (auto field = sources.find(name); field != sources.end()) *field->second = source;
+    if (source.rfind("PET_", 0) == 0) from_variables[name] = source;
   }
+  for (const auto& [flag, variable] : from_variables) o.from_variables.push_back({flag, variable});
 }
 
 // "--master-port: ..." -> "PET_MASTER_PORT (--master-port): ..." when the
@@ -241,6 +262,64 @@ void stop_timeout_from_env(launch_options& o) {
 
 }  // namespace
 
+node_range parse_nnodes(const std::string& text) {
+  auto colon = text.find(':');
+  if (colon == std::string::npos) {
+    int n = static_cast<int>(parse_integer(text, "--nnodes", 1, max_nnodes));
+    return {n, n};
+  }
+  int lo = static_cast<int>(parse_integer(text.substr(0, colon), "--nnodes MIN", 1, max_nnodes));
+  int hi = static_cast<int>(parse_integer(text.substr(colon + 1), "--nnodes MAX", 1, max_nnodes));
+  if (lo > hi) {
+    throw usage_error(fmt::format(
+        "--nnodes: '{}' has MIN > MAX; give N or MIN:MAX with 1 <= MIN <= MAX <= {} (e.g. "
+        "--nnodes=1:4)",
+        text, max_nnodes));
+  }
+  return {lo, hi};
+}
+
+nnodes_flag::nnodes_flag(std::string text) : text_(std::move(text)) {
+  try {
+    range_ = parse_nnodes(text_);
+  } catch (const usage_error& e) {
+    error_ = e.what();
+  }
+}
+
+nnodes_flag::nnodes_flag(int nodes) : text_(std::to_string(nodes)), range_{nodes, nodes} {}
+
+node_range nnodes_flag::range() const {
+  if (!error_.empty()) throw usage_error(error_);
+  return range_;
+}
+
+nproc_flag::nproc_flag(std::string text) : text_(std::move(text)) {
+  if (text_ == "auto") {
+    kind_ = kind::auto_detect;
+  } else if (text_ == "cpu") {
+    kind_ = kind::cpu;
+  } else if (text_ == "gpu") {
+    kind_ = kind::gpu;
+  } else if (text_ == "xpu") {
+    kind_ = kind::xpu;
+  } else {
+    try {
+      count_ = static_cast<int>(parse_integer(text_, "--nproc-per-node", 1, max_nproc_per_node));
+    } catch (const usage_error&) {
+      error_ = fmt::format(
+          "--nproc-per-node: '{}' is not a whole number from 1 to {}, 'auto', 'cpu', 'gpu' or "
+          "'xpu'",
+          text_, max_nproc_per_node);
+    }
+  }
+}
+
+int nproc_flag::count() const {
+  if (!error_.empty()) throw usage_error(error_);
+  return count_;
+}
+
 parse_result parse_command_line(const std::vector<std::string>& args) {
   parse_result result;
   launch_options& o = result.options;
@@ -305,10 +384,8 @@ parse_result parse_command_line(const std::vector<std::string>& args) {
     // PET_<FLAG> rather than the command line.
     throw usage_error(or_swallowed(name_the_variable(app, own_tokens, e.what())));
   }
-  record_given(app, own_tokens, o.given);
+  record_given(app, own_tokens, o);
   o.remote_args = without_fanout_flags(app, own_tokens);
-  o.master_port_given = app.get_option("--master-port")->count() > 0;
-  o.rdzv_backend_given = app.get_option("--rdzv-backend")->count() > 0;
   if (app.get_option("--stop-timeout")->count() == 0 &&
       app.get_option("--shutdown-timeout")->count() == 0) {
     stop_timeout_from_env(o);

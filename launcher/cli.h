@@ -7,7 +7,6 @@
 // script.
 #pragma once
 
-#include <map>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -16,23 +15,109 @@
 
 namespace dtrun::launcher {
 
+// Where a flag was given: on the command line, else the variable read
+// (e.g. "PET_NNODES").
+inline constexpr const char* command_line_source = "command line";
+
+// A flag's value and, with it, where the user gave it. No source: not
+// given, the value is the default (or what scheduler detection filled in:
+// `derived`). Scheduler detection fills in only the flags not given.
+template <typename T>
+struct given_value {
+  T value{};
+  std::string source;  // "command line" or the variable ("PET_NNODES"); empty: not given
+  bool derived = false;  // filled in by scheduler detection (scheduler_env.h)
+
+  bool given() const { return !source.empty(); }
+  // Given through a PET_<FLAG> variable (torchrun's environment flags).
+  bool from_pet() const { return source.rfind("PET_", 0) == 0; }
+  bool on_command_line() const { return source == command_line_source; }
+  // Given by the user or filled in by scheduler detection: not the default.
+  bool given_or_derived() const { return given() || derived; }
+};
+
+// A run's node count: --nnodes=N is N:N.
+struct node_range {
+  int min = 1;
+  int max = 1;
+};
+
+// "2" or "1:4" -> a node range. Throws usage_error.
+node_range parse_nnodes(const std::string& text);
+
+// --nnodes: the text as given ("2", "1:4"; messages quote it) and the node
+// range it means, parsed once, when the text is set. Scheduler detection
+// sets a count instead, without text to parse. A text that does not parse
+// keeps its usage error, thrown where the range is read (so a bad
+// PET_NNODES fails where it did, named as it was).
+class nnodes_flag {
+ public:
+  nnodes_flag(std::string text);  // NOLINT: CLI11 and tests assign the text
+  nnodes_flag(const char* text) : nnodes_flag(std::string(text)) {}  // NOLINT
+  explicit nnodes_flag(int nodes);  // N nodes, N:N
+
+  const std::string& text() const { return text_; }
+  // Throws the text's usage_error when it does not parse.
+  node_range range() const;
+
+ private:
+  std::string text_;
+  node_range range_;
+  std::string error_;  // why text_ is refused; empty: it parsed
+};
+
+// --nproc-per-node: the text as given ("4", "auto", "cpu", "gpu", "xpu";
+// messages quote it) and what it means, parsed once, when the text is set:
+// a count, or what to count when the run is resolved (launch_config.h's
+// parse_nproc). A text that is neither keeps its usage error, thrown where
+// the count is read.
+class nproc_flag {
+ public:
+  enum class kind { count, auto_detect, cpu, gpu, xpu };
+
+  nproc_flag(std::string text);  // NOLINT: CLI11 and tests assign the text
+  nproc_flag(const char* text) : nproc_flag(std::string(text)) {}  // NOLINT
+
+  const std::string& text() const { return text_; }
+  kind what() const { return kind_; }
+  // A whole number of workers (not a name, not refused).
+  bool is_number() const { return kind_ == kind::count && error_.empty(); }
+  // The number; throws the text's usage_error when it is refused.
+  int count() const;
+  // gpu, xpu or auto: the visible accelerators decide.
+  bool counts_accelerators() const {
+    return kind_ == kind::auto_detect || kind_ == kind::gpu || kind_ == kind::xpu;
+  }
+
+ private:
+  std::string text_;
+  kind kind_ = kind::count;
+  int count_ = 1;
+  std::string error_;  // why text_ is refused; empty: it parsed
+};
+
+// A flag read from its variable rather than the command line.
+struct flag_from_variable {
+  std::string flag;      // the long name: "max-restarts"
+  std::string variable;  // "PET_MAX_RESTARTS"
+};
+
 // The flags as given (strings where torchrun accepts several forms);
 // resolve_launch_config() validates and interprets them.
 struct launch_options {
   // Worker group and rendezvous.
-  std::string nnodes = "1:1";
-  std::string nproc_per_node = "1";
+  given_value<nnodes_flag> nnodes{"1:1"};
+  given_value<nproc_flag> nproc_per_node{"1"};
   std::string numa_binding;  // empty: none; node, socket, exclusive, core-complex
   bool standalone = false;
-  std::string rdzv_backend = "static";
-  bool rdzv_backend_given = false;  // else c10d when an endpoint is given
-  std::string rdzv_endpoint;
-  std::string rdzv_id = "none";
+  // Not given (nor derived): c10d when an endpoint is given, else static.
+  given_value<std::string> rdzv_backend{"static"};
+  given_value<std::string> rdzv_endpoint;
+  given_value<std::string> rdzv_id{"none"};
   std::string rdzv_conf;
-  int node_rank = 0;
-  std::string master_addr = "127.0.0.1";
-  int master_port = 29500;
-  bool master_port_given = false;  // on the command line or in PET_MASTER_PORT
+  given_value<int> node_rank{0};
+  given_value<std::string> master_addr{"127.0.0.1"};
+  given_value<int> master_port{29500};
   std::string local_addr;
   // Who may connect to the store dtrun hosts (docs/store.md).
   bool store_allow_any_user = false;
@@ -57,7 +142,8 @@ struct launch_options {
   bool module = false;
   bool no_python = false;
   bool run_path = false;
-  std::string python;  // --python or DTRUN_PYTHON, else PYTHON_EXEC, else python3 on PATH
+  // --python or DTRUN_PYTHON, else PYTHON_EXEC, else python3 on PATH.
+  given_value<std::string> python;
   // Not a flag: the interpreter of the Python environment dtrun is
   // installed in (installed_python.h), set by main; used after
   // PYTHON_EXEC and before python3 on PATH, as torchrun's sys.executable.
@@ -82,8 +168,8 @@ struct launch_options {
   bool dry_run = false;
   // A launch over ssh (docs/ssh.md). Command line only, no PET_ variable:
   // the remote dtrun inherits the exported PET_* and must not fan out again.
-  std::string hosts;        // --hosts h1,h2:4
-  std::string hostfile;     // --hostfile FILE
+  given_value<std::string> hosts;     // --hosts h1,h2:4
+  given_value<std::string> hostfile;  // --hostfile FILE
   std::string ssh;          // --ssh "CMD OPTS"; empty: ssh
   std::string export_vars;  // --export VAR,VAR=value
   std::string remote_dtrun; // --remote-dtrun PATH; empty: this dtrun's path
@@ -102,10 +188,9 @@ struct launch_options {
   std::string local_rank_arg = "dash";  // dash: --local-rank=N, underscore: --local_rank=N
   bool template_args = false;       // {rank}, {local_rank}... in the script's arguments
 
-  // The flags given, by long name ("nproc-per-node"), and where from:
-  // "command line" or the variable read (e.g. "PET_NNODES"). Scheduler
-  // detection derives only what is not in here.
-  std::map<std::string, std::string> given;
+  // The flags read from their PET_* variables rather than the command
+  // line, by long name (--dry-run's "from_pet_env").
+  std::vector<flag_from_variable> from_variables;
 
   std::string script;
   std::vector<std::string> script_args;

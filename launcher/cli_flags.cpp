@@ -49,9 +49,13 @@ CLI::Option* add_flag(CLI::App& app, const std::string& name, bool& value,
 
 void define_workers_flags(CLI::App& app, launch_options& o) {
   const std::string group_workers = "Worker group";
-  add_option(app, "nnodes", o.nnodes, "Number of nodes, N or MIN:MAX")->group(group_workers);
-  add_option(app, "nproc-per-node", o.nproc_per_node,
-             "Workers per node: a number, auto, cpu, gpu or xpu")->group(group_workers);
+  add_option(app, "nnodes", o.nnodes.value, "Number of nodes, N or MIN:MAX")
+      ->default_str(o.nnodes.value.text())
+      ->group(group_workers);
+  add_option(app, "nproc-per-node", o.nproc_per_node.value,
+             "Workers per node: a number, auto, cpu, gpu or xpu")
+      ->default_str(o.nproc_per_node.value.text())
+      ->group(group_workers);
   add_option(app, "role", o.role, "Name of the workers' role")->group(group_workers);
   // Like torchrun 2.9+, a flag only: there is no PET_NUMA_BINDING.
   app.add_option(both_spellings("numa-binding"), o.numa_binding,
@@ -65,21 +69,21 @@ void define_rdzv_flags(CLI::App& app, launch_options& o) {
   add_flag(app, "standalone", o.standalone,
            "Single node: a private store on 127.0.0.1 with a free port and a fresh run id")
       ->group(group_rdzv);
-  add_option(app, "rdzv-backend", o.rdzv_backend,
+  add_option(app, "rdzv-backend", o.rdzv_backend.value,
              "Rendezvous backend (static, c10d, etcd-v3, etcd, etcd-v2): the etcd names all "
              "speak etcd's v3 API")
       ->group(group_rdzv);
-  add_option(app, "rdzv-endpoint", o.rdzv_endpoint, "Rendezvous store, host[:port]")
+  add_option(app, "rdzv-endpoint", o.rdzv_endpoint.value, "Rendezvous store, host[:port]")
       ->group(group_rdzv);
-  add_option(app, "rdzv-id", o.rdzv_id, "Run id, shared by every node (TORCHELASTIC_RUN_ID)")
+  add_option(app, "rdzv-id", o.rdzv_id.value, "Run id, shared by every node (TORCHELASTIC_RUN_ID)")
       ->group(group_rdzv);
   add_option(app, "rdzv-conf", o.rdzv_conf, "Rendezvous settings, k=v,k=v")->group(group_rdzv);
-  add_option(app, "node-rank", o.node_rank, "This node's rank (static backend)")
+  add_option(app, "node-rank", o.node_rank.value, "This node's rank (static backend)")
       ->check(whole_number("--node-rank", 0, max_nnodes - 1))
       ->group(group_rdzv);
-  add_option(app, "master-addr", o.master_addr, "Address of the rank-0 node (static backend)")
+  add_option(app, "master-addr", o.master_addr.value, "Address of the rank-0 node (static backend)")
       ->group(group_rdzv);
-  add_option(app, "master-port", o.master_port, "Port of the store on the rank-0 node")
+  add_option(app, "master-port", o.master_port.value, "Port of the store on the rank-0 node")
       ->check(whole_number("--master-port", 0, max_port))
       ->group(group_rdzv);
   add_option(app, "local-addr", o.local_addr, "This node's address, as the others reach it")
@@ -153,7 +157,7 @@ void define_program_flags(CLI::App& app, launch_options& o) {
       ->group(group_program);
   add_flag(app, "run-path", o.run_path, "Accepted for torchrun compatibility; same as default")
       ->group(group_program);
-  app.add_option("--python", o.python,
+  app.add_option("--python", o.python.value,
                  "Python interpreter for scripts (default: $DTRUN_PYTHON, else $PYTHON_EXEC, "
                  "else python3 on PATH)")
       ->envname("DTRUN_PYTHON")
@@ -213,11 +217,11 @@ void define_logs_flags(CLI::App& app, launch_options& o) {
 
 void define_ssh_flags(CLI::App& app, launch_options& o) {
   const std::string group_ssh = "Several hosts over ssh (docs/ssh.md)";
-  app.add_option("--hosts", o.hosts,
+  app.add_option("--hosts", o.hosts.value,
                  "Run on these hosts, one agent each, started over ssh: host[:slots],... "
                  "(slots: workers there; Slurm ranges such as node[01-04] work)")
       ->group(group_ssh);
-  app.add_option("--hostfile", o.hostfile,
+  app.add_option("--hostfile", o.hostfile.value,
                  "The hosts from a file: 'host slots=N' per line, # comments (DeepSpeed's and "
                  "MPI's format)")
       ->group(group_ssh);

@@ -41,58 +41,54 @@ variable required(const env_map& env, std::initializer_list<const char*> names,
   throw off_hint(fmt::format("inside a {} but {} is not set", scheduler, *names.begin()));
 }
 
-bool given(const launch_options& o, const char* flag) { return o.given.count(flag) > 0; }
-
 void deriver::nnodes(int n, const std::string& source) {
-  if (given(o_, "nnodes")) return;
+  if (o_.nnodes.given()) return;
   s_.flags.nnodes = n;
-  o_.nnodes = std::to_string(n);
-  note("nnodes", o_.nnodes, source);
+  apply();
+  note("nnodes", std::to_string(n), source);
 }
 void deriver::node_rank(int rank, const std::string& source) {
-  if (given(o_, "node-rank")) return;
+  if (o_.node_rank.given()) return;
   s_.flags.node_rank = rank;
-  o_.node_rank = rank;
+  apply();
   note("node-rank", std::to_string(rank), source);
 }
 void deriver::nproc(const std::string& n, const std::string& source) {
-  if (given(o_, "nproc-per-node")) return;
-  s_.flags.nproc_per_node = n;
-  o_.nproc_per_node = n;
+  if (o_.nproc_per_node.given()) return;
+  s_.flags.nproc_per_node = nproc_flag(n);
+  apply();
   note("nproc-per-node", n, source);
 }
 void deriver::backend(const std::string& b, const std::string& source) {
-  if (given(o_, "rdzv-backend") || given(o_, "rdzv-endpoint")) return;
+  if (o_.rdzv_backend.given() || o_.rdzv_endpoint.given()) return;
   s_.flags.rdzv_backend = b;
-  o_.rdzv_backend = b;
-  o_.rdzv_backend_given = true;
+  apply();
   note("rdzv-backend", b, source);
 }
 bool deriver::endpoint(const std::string& e, const std::string& source) {
-  if (given(o_, "rdzv-endpoint")) return false;
+  if (o_.rdzv_endpoint.given()) return false;
   s_.flags.rdzv_endpoint = e;
-  o_.rdzv_endpoint = e;
+  apply();
   note("rdzv-endpoint", e, source);
   return true;
 }
 void deriver::run_id(const std::string& id, const std::string& source) {
-  if (given(o_, "rdzv-id")) return;
+  if (o_.rdzv_id.given()) return;
   s_.flags.rdzv_id = id;
-  o_.rdzv_id = id;
+  apply();
   note("rdzv-id", id, source);
 }
 void deriver::master_addr(const std::string& addr, const std::string& source) {
-  if (given(o_, "master-addr")) return;
+  if (o_.master_addr.given()) return;
   s_.flags.master_addr = addr;
-  o_.master_addr = addr;
+  apply();
   note("master-addr", addr, source);
 }
 void deriver::master_port(int port, const std::string& source) {
-  if (given(o_, "master-port")) return;
+  if (o_.master_port.given()) return;
   if (port <= 0 || port > 65535) throw off_hint(fmt::format("{}={} is not a port", source, port));
   s_.flags.master_port = port;
-  o_.master_port = port;
-  o_.master_port_given = true;
+  apply();
   note("master-port", std::to_string(port), source);
 }
 void deriver::worker_var(const std::string& name, const std::string& value, const std::string& source) {

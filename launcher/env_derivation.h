@@ -33,12 +33,10 @@ int number_of(const variable& v);
 // The first of `names` that is set; usage error naming the first otherwise.
 variable required(const env_map& env, std::initializer_list<const char*> names,
                   const std::string& scheduler);
-// The user gave the flag (on the command line or through PET_*).
-bool given(const launch_options& o, const char* flag);
 
 // Fills in the flags the user did not give: the typed override in
-// `s.flags`, and the same value in `o`, the derivation's working copy of
-// the flags (what it reads next); notes each in `derived`.
+// `s.flags`, applied to `o`, the derivation's working copy of the flags
+// (what it reads next), by apply_overrides; notes each in `derived`.
 class deriver {
  public:
   deriver(launch_options& o, scheduler_env& s) : o_(o), s_(s) {}
@@ -57,6 +55,8 @@ class deriver {
   void note(const std::string& setting, const std::string& value, const std::string& source);
 
  private:
+  void apply() { apply_overrides(o_, s_.flags); }
+
   launch_options& o_;
   scheduler_env& s_;
 };

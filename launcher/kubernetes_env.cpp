@@ -24,31 +24,32 @@ void derive_node_env(launch_options& o, const env_map& env, scheduler_env& s) {
   }
   if (has(env, "LOCAL_RANK") || has(env, "GROUP_RANK") || has(env, "TORCHELASTIC_RUN_ID")) return;
   s.scheduler = has(env, "KUBERNETES_SERVICE_HOST") ? "kubernetes" : "node-env";
-  if (given(o, "rdzv-endpoint")) return;  // elastic: PET_RDZV_* decide
+  if (o.rdzv_endpoint.given()) return;  // elastic: PET_RDZV_* decide
   deriver d(o, s);
   variable world{"WORLD_SIZE", env.at("WORLD_SIZE")};
   variable rank{"RANK", env.at("RANK")};
   int world_size = number_of(world);
-  if (!given(o, "nnodes")) {
+  if (!o.nnodes.given()) {
     d.nnodes(world_size, "WORLD_SIZE (pods: without PET_NNODES, WORLD_SIZE counts nodes)");
-  } else if (auto nproc = as_number(o.nproc_per_node)) {
+  } else if (const nproc_flag& nproc = o.nproc_per_node.value; nproc.is_number()) {
     // Operators from v1.7 set WORLD_SIZE = pods x nproc; older ones pods.
-    int nodes = parse_nnodes(o.nnodes).max;
-    if (world_size != nodes && static_cast<std::uint64_t>(world_size) != nodes * *nproc) {
+    int nodes = o.nnodes.value.range().max;
+    if (world_size != nodes && static_cast<std::int64_t>(world_size) !=
+                                   static_cast<std::int64_t>(nodes) * nproc.count()) {
       s.warnings.push_back(fmt::format(
           "WORLD_SIZE={} is neither --nnodes={} nor nodes x --nproc-per-node={}; the workers get "
           "dtrun's own WORLD_SIZE",
-          world_size, o.nnodes, o.nproc_per_node));
+          world_size, o.nnodes.value.text(), nproc.text()));
     }
   }
   d.node_rank(number_of(rank), "RANK (the pod's index)");
   d.master_addr(env.at("MASTER_ADDR"), "MASTER_ADDR");
   d.master_port(number_of({"MASTER_PORT", env.at("MASTER_PORT")}), "MASTER_PORT");
-  int nodes = parse_nnodes(o.nnodes).max;
-  if (o.node_rank >= nodes) {
+  int nodes = o.nnodes.value.range().max;
+  if (o.node_rank.value >= nodes) {
     throw off_hint(fmt::format("this pod's node rank {} is not below the {} nodes (RANK={}, "
                                "WORLD_SIZE={})",
-                               o.node_rank, nodes, rank.value, world.value));
+                               o.node_rank.value, nodes, rank.value, world.value));
   }
 }
 

@@ -25,19 +25,18 @@ namespace {
 
 // Runs parse(); when it refuses a value that came from PET_<FLAG> rather
 // than the command line, the message names the variable too.
-template <typename Parse>
-auto naming_the_variable(const launch_options& o, const char* flag, Parse parse) {
+template <typename T, typename Parse>
+auto naming_the_variable(const given_value<T>& flag, Parse parse) {
   try {
     return parse();
   } catch (const usage_error& e) {
-    auto source = o.given.find(flag);
-    if (source == o.given.end() || source->second.rfind("PET_", 0) != 0) throw;
+    if (!flag.from_pet()) throw;
     std::string message = e.what();
     auto colon = message.find(':');
     if (colon == std::string::npos) {
-      throw usage_error(fmt::format("{}: {}", source->second, message));
+      throw usage_error(fmt::format("{}: {}", flag.source, message));
     }
-    throw usage_error(fmt::format("{} ({}){}", source->second, message.substr(0, colon),
+    throw usage_error(fmt::format("{} ({}){}", flag.source, message.substr(0, colon),
                                   message.substr(colon)));
   }
 }
@@ -55,10 +54,11 @@ std::string visibility_hint(const env_map& env, std::initializer_list<const char
   return hint.empty() ? hint : hint + ")";
 }
 
-int parse_nproc_with(const std::string& text, const agent::accelerator_inventory& devices,
+int parse_nproc_with(const nproc_flag& nproc, const agent::accelerator_inventory& devices,
                      const env_map& env) {
-  if (text == "cpu") return capped_cpu_count();
-  if (text == "gpu") {
+  using kind = nproc_flag::kind;
+  if (nproc.what() == kind::cpu) return capped_cpu_count();
+  if (nproc.what() == kind::gpu) {
     if (devices.gpus().empty()) {
       throw usage_error(fmt::format(
           "--nproc-per-node=gpu but no GPU is visible{}; give a number or 'cpu'",
@@ -67,7 +67,7 @@ int parse_nproc_with(const std::string& text, const agent::accelerator_inventory
     }
     return std::min<int>(static_cast<int>(devices.gpus().size()), max_nproc_per_node);
   }
-  if (text == "xpu") {
+  if (nproc.what() == kind::xpu) {
     if (devices.xpu.empty()) {
       throw usage_error(fmt::format(
           "--nproc-per-node=xpu but no Intel GPU is visible{}; give a number or 'cpu'",
@@ -75,19 +75,13 @@ int parse_nproc_with(const std::string& text, const agent::accelerator_inventory
     }
     return std::min<int>(static_cast<int>(devices.xpu.size()), max_nproc_per_node);
   }
-  if (text == "auto") {
+  if (nproc.what() == kind::auto_detect) {
     const auto& accelerators = !devices.gpus().empty() ? devices.gpus() : devices.xpu;
     return accelerators.empty()
                ? capped_cpu_count()
                : std::min<int>(static_cast<int>(accelerators.size()), max_nproc_per_node);
   }
-  try {
-    return static_cast<int>(parse_integer(text, "--nproc-per-node", 1, max_nproc_per_node));
-  } catch (const usage_error&) {
-    throw usage_error(fmt::format(
-        "--nproc-per-node: '{}' is not a whole number from 1 to {}, 'auto', 'cpu', 'gpu' or 'xpu'",
-        text, max_nproc_per_node));
-  }
+  return nproc.count();
 }
 
 }  // namespace
@@ -98,7 +92,7 @@ std::string system_root(const env_map& env) {
 }
 
 int parse_nproc(const std::string& text, const agent::accelerator_inventory& devices) {
-  return parse_nproc_with(text, devices, {});
+  return parse_nproc_with(nproc_flag(text), devices, {});
 }
 
 std::vector<std::vector<int>> resolve_numa_binding(const std::string& mode_name,
@@ -130,23 +124,6 @@ std::vector<std::vector<int>> resolve_numa_binding(const std::string& mode_name,
   } catch (const agent::numa_binding_error& e) {
     throw usage_error(e.what());
   }
-}
-
-node_range parse_nnodes(const std::string& text) {
-  auto colon = text.find(':');
-  if (colon == std::string::npos) {
-    int n = static_cast<int>(parse_integer(text, "--nnodes", 1, max_nnodes));
-    return {n, n};
-  }
-  int lo = static_cast<int>(parse_integer(text.substr(0, colon), "--nnodes MIN", 1, max_nnodes));
-  int hi = static_cast<int>(parse_integer(text.substr(colon + 1), "--nnodes MAX", 1, max_nnodes));
-  if (lo > hi) {
-    throw usage_error(fmt::format(
-        "--nnodes: '{}' has MIN > MAX; give N or MIN:MAX with 1 <= MIN <= MAX <= {} (e.g. "
-        "--nnodes=1:4)",
-        text, max_nnodes));
-  }
-  return {lo, hi};
 }
 
 std::vector<int> parse_signals(const std::string& list) {
@@ -212,28 +189,26 @@ void place_by_scheduler(const scheduler_env& s, multi_node_config& m) {
 // --nnodes, --nproc-per-node (with the devices it counts) and the CPUs of
 // --numa-binding.
 void resolve_sizes(const launch_options& o, const env_map& env, launch_config& c) {
-  c.nnodes = naming_the_variable(o, "nnodes", [&] { return parse_nnodes(o.nnodes); });
+  c.nnodes = naming_the_variable(o.nnodes, [&] { return o.nnodes.value.range(); });
   if (o.standalone && (c.nnodes.min != 1 || c.nnodes.max != 1)) {
     // torchrun accepts this and waits for nodes that can never reach its
     // private store (localhost, a random port) until the join timeout;
     // dtrun used to run one node's workers while saying nnodes 2.
-    auto source = o.given.find("nnodes");
-    std::string flag = source != o.given.end() && source->second.rfind("PET_", 0) == 0
-                           ? source->second + " (--nnodes)"
-                           : std::string("--nnodes");
+    std::string flag =
+        o.nnodes.from_pet() ? o.nnodes.source + " (--nnodes)" : std::string("--nnodes");
     throw usage_error(fmt::format(
         "--standalone runs a single node, but {}={} asks for more; for several nodes drop "
         "--standalone and give every node --rdzv-endpoint=HOST:PORT --rdzv-id=ID, for one "
         "node drop {}",
-        flag, o.nnodes, flag));
+        flag, o.nnodes.value.text(), flag));
   }
   const std::string root = system_root(env);
-  const bool wants_devices = o.nproc_per_node == "gpu" || o.nproc_per_node == "xpu" ||
-                             o.nproc_per_node == "auto" || !o.numa_binding.empty();
+  const bool wants_devices =
+      o.nproc_per_node.value.counts_accelerators() || !o.numa_binding.empty();
   const agent::accelerator_inventory devices =
       wants_devices ? agent::discover_accelerators(root, env) : agent::accelerator_inventory{};
   c.agent.spec.local_world_size = naming_the_variable(
-      o, "nproc-per-node", [&] { return parse_nproc_with(o.nproc_per_node, devices, env); });
+      o.nproc_per_node, [&] { return parse_nproc_with(o.nproc_per_node.value, devices, env); });
   if (!o.numa_binding.empty()) {
     c.numa_binding = o.numa_binding;
     c.agent.worker_cpus = resolve_numa_binding(o.numa_binding, devices.gpus(), root,
@@ -254,7 +229,7 @@ void resolve_rendezvous(const launch_options& o, const scheduler_env& sched, lau
     c.plan = std::move(single);
   } else if (auto multi_node = resolve_multi_node(o, c.nnodes.min, c.nnodes.max,
                                                   c.nproc_per_node())) {
-    c.agent.spec.run_id = o.rdzv_id;
+    c.agent.spec.run_id = o.rdzv_id.value;
     place_by_scheduler(sched, *multi_node);
     multi_node->rendezvous.max_restarts = o.max_restarts;
     multi_node->rendezvous.store_access = access;
@@ -265,17 +240,17 @@ void resolve_rendezvous(const launch_options& o, const scheduler_env& sched, lau
     // explicit --master-port is honoured. Without one, the newest torchrun
     // makes this a standalone run with a fresh run id (run.py's run());
     // dtrun does too, but keeps a run id the user or the scheduler gave.
-    bool fresh_run_id = !o.master_port_given && o.rdzv_id == "none";
-    c.agent.spec.run_id = fresh_run_id ? random_run_id() : o.rdzv_id;
+    bool fresh_run_id = !o.master_port.given_or_derived() && o.rdzv_id.value == "none";
+    c.agent.spec.run_id = fresh_run_id ? random_run_id() : o.rdzv_id.value;
     single_node_config single;
     single.store_access = access;
     single.store_access.same_user_only = !o.store_allow_any_user;
-    if (o.master_port_given) {
-      if (o.master_port < 0 || o.master_port > max_port) {
+    if (o.master_port.given_or_derived()) {
+      if (o.master_port.value < 0 || o.master_port.value > max_port) {
         throw usage_error(fmt::format("--master-port: '{}' is not a whole number from 0 to {}",
-                                      o.master_port, max_port));
+                                      o.master_port.value, max_port));
       }
-      single.store_port = static_cast<std::uint16_t>(o.master_port);
+      single.store_port = static_cast<std::uint16_t>(o.master_port.value);
     }
     c.plan = std::move(single);
   }
@@ -346,14 +321,13 @@ void resolve_worker_program(const launch_options& o, const env_map& env, launch_
     return it != env.end() && !it->second.empty() ? std::optional(it->second) : std::nullopt;
   };
   std::string fallback = o.installed_python.empty() ? "python3" : o.installed_python;
-  c.program = !o.python.empty()
-                  ? o.python
+  c.program = !o.python.value.empty()
+                  ? o.python.value
                   : set("DTRUN_PYTHON").value_or(set("PYTHON_EXEC").value_or(fallback));
-  if (!o.python.empty()) {
+  if (!o.python.value.empty()) {
     // --python reads DTRUN_PYTHON as its default (CLI11's envname).
-    auto given = o.given.find("python");
-    c.python_source =
-        given != o.given.end() && given->second != "command line" ? given->second : "--python";
+    c.python_source = o.python.given() && !o.python.on_command_line() ? o.python.source
+                                                                       : "--python";
   } else if (set("DTRUN_PYTHON")) {
     c.python_source = "DTRUN_PYTHON";
   } else if (set("PYTHON_EXEC")) {

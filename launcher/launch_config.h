@@ -26,11 +26,6 @@
 
 namespace dtrun::launcher {
 
-struct node_range {
-  int min = 1;
-  int max = 1;
-};
-
 // A run that meets nobody (--standalone, or one node without an
 // endpoint): this node's store on loopback.
 struct single_node_config {
@@ -84,9 +79,6 @@ struct launch_config {
 // (an error when none), xpu the Intel GPUs, auto the GPUs, else the Intel
 // GPUs, else the online CPUs. Throws usage_error.
 int parse_nproc(const std::string& text, const agent::accelerator_inventory& devices);
-
-// "2" or "1:4" -> a node range. Throws usage_error.
-node_range parse_nnodes(const std::string& text);
 
 // The signals to forward: SIGINT, SIGTERM, SIGHUP, SIGQUIT always, plus the
 // ones named in `list` ("SIGUSR1,SIGUSR2"). Throws usage_error.

@@ -63,13 +63,13 @@ const std::vector<std::string> known_keys = {
 rendezvous::etcd_options etcd_settings(const launch_options& o,
                                        const std::map<std::string, std::string>& conf) {
   rendezvous::etcd_options e;
-  if (o.rdzv_endpoint.empty()) {
+  if (o.rdzv_endpoint.value.empty()) {
     throw usage_error(
         "--rdzv-backend=etcd-v3 needs --rdzv-endpoint=HOST:PORT[,HOST:PORT...], the client "
         "addresses of the etcd cluster's members");
   }
   std::string error;
-  auto members = rendezvous::parse_etcd_members(o.rdzv_endpoint, e.tls, error);
+  auto members = rendezvous::parse_etcd_members(o.rdzv_endpoint.value, e.tls, error);
   if (!members) throw usage_error(fmt::format("--rdzv-endpoint: {}", error));
   e.members = std::move(*members);
   if (auto p = conf.find("protocol"); p != conf.end()) {
@@ -104,7 +104,7 @@ rendezvous::etcd_options etcd_settings(const launch_options& o,
     throw usage_error("--rdzv-conf lease_ttl must be at least 2 seconds");
   }
   e.lease_ttl = std::chrono::duration_cast<std::chrono::seconds>(ttl);
-  e.run_id = o.rdzv_id;
+  e.run_id = o.rdzv_id.value;
   return e;
 }
 
@@ -133,8 +133,8 @@ std::map<std::string, std::string> parse_rdzv_conf(const std::string& text) {
 }
 
 std::string chosen_backend(const launch_options& o) {
-  std::string backend = o.rdzv_backend;
-  if (!o.rdzv_backend_given && !o.rdzv_endpoint.empty()) backend = "c10d";
+  std::string backend = o.rdzv_backend.value;
+  if (!o.rdzv_backend.given_or_derived() && !o.rdzv_endpoint.value.empty()) backend = "c10d";
   // torchrun's etcd backends speak the v2 API, which etcd 3.6 removed;
   // dtrun's speaks v3 under all three names.
   if (backend == "etcd" || backend == "etcd-v2") backend = "etcd-v3";
@@ -199,27 +199,28 @@ void meet_at_endpoint(const launch_options& o, const std::map<std::string, std::
           "--nnodes={}:{} needs --rdzv-backend=c10d; the static backend takes a fixed --nnodes=N",
           min_nodes, max_nodes));
     }
-    if (o.node_rank < 0 || o.node_rank >= max_nodes) {
-      throw usage_error(fmt::format("--node-rank={} is not in 0..{} (--nnodes={})", o.node_rank,
-                                    max_nodes - 1, max_nodes));
+    if (o.node_rank.value < 0 || o.node_rank.value >= max_nodes) {
+      throw usage_error(fmt::format("--node-rank={} is not in 0..{} (--nnodes={})",
+                                    o.node_rank.value, max_nodes - 1, max_nodes));
     }
-    if (o.master_port < 0 || o.master_port > max_port) {
+    if (o.master_port.value < 0 || o.master_port.value > max_port) {
       throw usage_error(fmt::format("--master-port: '{}' is not a whole number from 0 to {}",
-                                    o.master_port, max_port));
+                                    o.master_port.value, max_port));
     }
-    r.fixed_rank = o.node_rank;
+    r.fixed_rank = o.node_rank.value;
     // torchrun's static workers meet at --master-port in every round.
     r.fresh_worker_store = false;
-    where = o.rdzv_endpoint.empty() ? fmt::format("{}:{}", o.master_addr, o.master_port)
-                                    : o.rdzv_endpoint;
-    default_port = static_cast<std::uint16_t>(o.master_port);
+    where = o.rdzv_endpoint.value.empty()
+                ? fmt::format("{}:{}", o.master_addr.value, o.master_port.value)
+                : o.rdzv_endpoint.value;
+    default_port = static_cast<std::uint16_t>(o.master_port.value);
   } else {
-    if (o.rdzv_endpoint.empty()) {
+    if (o.rdzv_endpoint.value.empty()) {
       throw usage_error(
           "--rdzv-backend=c10d needs --rdzv-endpoint=HOST[:PORT], the address of the node that "
           "hosts the rendezvous store (usually the first node)");
     }
-    where = o.rdzv_endpoint;
+    where = o.rdzv_endpoint.value;
   }
   auto ep = rendezvous::parse_endpoint(where, default_port);
   if (!ep) {
@@ -239,7 +240,7 @@ void meet_at_endpoint(const launch_options& o, const std::map<std::string, std::
     r.host_store = *is_host;
     c.host_decided_by = "--rdzv-conf is_host";
   } else if (backend == "static") {
-    r.host_store = o.node_rank == 0;
+    r.host_store = o.node_rank.value == 0;
     c.host_decided_by = "--node-rank=0 hosts the store";
   } else {
     r.host_store = rendezvous::is_this_machine(ep->host);
@@ -258,28 +259,27 @@ std::optional<multi_node_config> resolve_multi_node(const launch_options& o, int
     throw usage_error(fmt::format("--rdzv-backend={} is not one of c10d, etcd-v3, static", backend));
   }
   // One node and nobody to meet: single-node (the caller's standalone path).
-  if (max_nodes == 1 && o.rdzv_endpoint.empty()) return std::nullopt;
+  if (max_nodes == 1 && o.rdzv_endpoint.value.empty()) return std::nullopt;
 
   auto conf = parse_rdzv_conf(o.rdzv_conf);
   multi_node_config c;
   c.backend = backend;
   auto& r = c.rendezvous;
-  r.run_id = o.rdzv_id;
+  r.run_id = o.rdzv_id.value;
   r.min_nodes = min_nodes;
   r.max_nodes = max_nodes;
   r.local_world_size = nproc_per_node;
   r.local_addr = o.local_addr;
   read_rdzv_settings(conf, o, r);
-  if (backend != "static" && o.node_rank != 0) {
-    auto given = o.given.find("node-rank");
-    if (given != o.given.end() && given->second == "command line") {
+  if (backend != "static" && o.node_rank.value != 0) {
+    if (o.node_rank.on_command_line()) {
       // As torchrun 2.13 (pytorch#182374). Only from the command line: a
       // PyTorchJob's PET_NODE_RANK beside c10d is the operator's, not a
       // mistake of the user's.
       c.warnings.push_back(fmt::format(
           "--node-rank={} has no effect with --rdzv-backend={}: the rendezvous assigns each "
           "node's rank (only the static backend takes --node-rank)",
-          o.node_rank, o.rdzv_backend_given ? o.rdzv_backend : backend));
+          o.node_rank.value, o.rdzv_backend.given_or_derived() ? o.rdzv_backend.value : backend));
     }
   }
   if (backend == "etcd-v3") {

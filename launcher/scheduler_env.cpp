@@ -10,10 +10,9 @@ namespace dtrun::launcher {
 
 scheduler_env detect_scheduler_env(const launch_options& options, const env_map& env) {
   scheduler_env s;
-  for (const auto& [flag, source] : options.given) {
-    if (source.rfind("PET_", 0) != 0) continue;
-    auto it = env.find(source);
-    s.from_pet.push_back({flag, it == env.end() ? "" : it->second, source});
+  for (const auto& [flag, variable] : options.from_variables) {
+    auto it = env.find(variable);
+    s.from_pet.push_back({flag, it == env.end() ? "" : it->second, variable});
   }
   if (options.no_scheduler_detect || options.standalone) return s;
   // The derivation reads what it derived so far: a working copy of the
@@ -22,7 +21,7 @@ scheduler_env detect_scheduler_env(const launch_options& options, const env_map&
   // Kubeflow's operators before v1.7 spelled it PET_N_PROC_PER_NODE, which
   // torchrun never read.
   auto old = env_derivation::first_of(env, {"PET_N_PROC_PER_NODE"});
-  if (old && !env_derivation::given(o, "nproc-per-node")) {
+  if (old && !o.nproc_per_node.given()) {
     env_derivation::deriver(o, s).nproc(old->value, old->name);
   }
   if (in_slurm_step(env)) {
@@ -33,21 +32,31 @@ scheduler_env detect_scheduler_env(const launch_options& options, const env_map&
   return s;
 }
 
+namespace {
+
+// A typed override, set as it is (no text to parse again).
+template <typename T, typename U>
+void override_with(given_value<T>& flag, const std::optional<U>& value) {
+  if (!value) return;
+  flag.value = T(*value);
+  flag.derived = true;
+}
+
+}  // namespace
+
+void apply_overrides(launch_options& o, const flag_overrides& f) {
+  override_with(o.nnodes, f.nnodes);
+  override_with(o.node_rank, f.node_rank);
+  override_with(o.nproc_per_node, f.nproc_per_node);
+  override_with(o.rdzv_backend, f.rdzv_backend);
+  override_with(o.rdzv_endpoint, f.rdzv_endpoint);
+  override_with(o.rdzv_id, f.rdzv_id);
+  override_with(o.master_addr, f.master_addr);
+  override_with(o.master_port, f.master_port);
+}
+
 launch_options with_overrides(launch_options o, const flag_overrides& f) {
-  if (f.nnodes) o.nnodes = std::to_string(*f.nnodes);
-  if (f.node_rank) o.node_rank = *f.node_rank;
-  if (f.nproc_per_node) o.nproc_per_node = *f.nproc_per_node;
-  if (f.rdzv_backend) {
-    o.rdzv_backend = *f.rdzv_backend;
-    o.rdzv_backend_given = true;
-  }
-  if (f.rdzv_endpoint) o.rdzv_endpoint = *f.rdzv_endpoint;
-  if (f.rdzv_id) o.rdzv_id = *f.rdzv_id;
-  if (f.master_addr) o.master_addr = *f.master_addr;
-  if (f.master_port) {
-    o.master_port = *f.master_port;
-    o.master_port_given = true;
-  }
+  apply_overrides(o, f);
   return o;
 }
 

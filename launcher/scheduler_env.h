@@ -44,8 +44,9 @@ struct scheduler_report {
 struct flag_overrides {
   std::optional<int> nnodes;
   std::optional<int> node_rank;
-  // A count, or PET_N_PROC_PER_NODE's text as the operator wrote it.
-  std::optional<std::string> nproc_per_node;
+  // A count, or PET_N_PROC_PER_NODE's text as the operator wrote it
+  // (parsed once, here).
+  std::optional<nproc_flag> nproc_per_node;
   std::optional<std::string> rdzv_backend;
   std::optional<std::string> rdzv_endpoint;
   std::optional<std::string> rdzv_id;
@@ -74,6 +75,11 @@ struct scheduler_env : scheduler_report {
 // Throws usage_error when the scheduler's variables contradict each other
 // or the flags.
 scheduler_env detect_scheduler_env(const launch_options& options, const env_map& env);
+
+// Sets the flags that `flags` overrides, typed, marked derived: the one
+// place an override is applied (detection's working copy, and
+// resolve_launch_config).
+void apply_overrides(launch_options& options, const flag_overrides& flags);
 
 // `options` with the scheduler's flag overrides applied.
 launch_options with_overrides(launch_options options, const flag_overrides& flags);

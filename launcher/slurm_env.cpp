@@ -84,8 +84,8 @@ slurm_step read_step(const launch_options& o, const env_map& env) {
     st.port = number_of(*master_port);
     st.port_source = master_port->name;
   }
-  if (given(o, "master-port")) {
-    st.port = o.master_port;
+  if (o.master_port.given()) {
+    st.port = o.master_port.value;
     st.port_source = "--master-port";
   }
   st.run_id = st.job.value + "." + st.step.value;
@@ -98,12 +98,13 @@ slurm_step read_step(const launch_options& o, const env_map& env) {
 void derive_task_per_worker(const launch_options& o, const env_map& env, const slurm_step& st,
                             deriver& d, scheduler_env& s) {
   s.style = "task-per-worker";
-  if (given(o, "nproc-per-node") && o.nproc_per_node != "1") {
+  if (o.nproc_per_node.given() && o.nproc_per_node.value.text() != "1") {
     throw usage_error(fmt::format(
         "srun started {} tasks on {} nodes and --nproc-per-node={} would make each task start "
         "{} workers; use srun --ntasks-per-node=1 with --nproc-per-node, or drop "
         "--nproc-per-node to run one worker per task",
-        st.num_tasks, st.num_nodes, o.nproc_per_node, o.nproc_per_node));
+        st.num_tasks, st.num_nodes, o.nproc_per_node.value.text(),
+        o.nproc_per_node.value.text()));
   }
   variable localid = required(env, {"SLURM_LOCALID"}, slurm_where);
   auto per_node = first_of(env, {"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"});
@@ -149,10 +150,10 @@ void derive_agent_per_node(const launch_options& o, const env_map& env, const sl
     d.nproc(gpus->value, gpus->name);
   }
   d.run_id(st.run_id, st.run_id_source);
-  if (parse_nnodes(o.nnodes).max <= 1) return;  // one node: nobody to meet
+  if (o.nnodes.value.range().max <= 1) return;  // one node: nobody to meet
   d.backend("c10d", "Slurm step of several nodes");
   auto backend = [&] { return chosen_backend(o); };
-  std::string endpoint_host = given(o, "master-addr") ? o.master_addr : st.host;
+  std::string endpoint_host = o.master_addr.given() ? o.master_addr.value : st.host;
   if (backend() == "c10d" &&
       d.endpoint(fmt::format("{}:{}", endpoint_host, st.port),
                  fmt::format("first host of {}, port from {}", st.nodelist.name,
@@ -160,18 +161,18 @@ void derive_agent_per_node(const launch_options& o, const env_map& env, const sl
       o.rdzv_conf.find("is_host") == std::string::npos) {
     // Node 0 of the step is the first host of its node list; deciding by
     // the node id avoids relying on host names resolving to this machine.
-    s.host_store = o.node_rank == 0;
+    s.host_store = o.node_rank.value == 0;
     s.host_store_because = fmt::format("{}={}: the step's node 0 hosts the store",
-                                       st.node_id.name, o.node_rank);
+                                       st.node_id.name, o.node_rank.value);
   }
   if (backend() == "static") {
     d.master_addr(st.host, "first host of " + st.nodelist.name);
     d.master_port(st.port, st.port_source);
   }
-  node_range range = parse_nnodes(o.nnodes);
-  if (backend() == "c10d" && range.min == range.max && o.node_rank >= 0 &&
-      o.node_rank < range.max) {
-    s.pinned_group_rank = o.node_rank;  // GROUP_RANK == SLURM_NODEID
+  node_range range = o.nnodes.value.range();
+  if (backend() == "c10d" && range.min == range.max && o.node_rank.value >= 0 &&
+      o.node_rank.value < range.max) {
+    s.pinned_group_rank = o.node_rank.value;  // GROUP_RANK == SLURM_NODEID
   }
 }
 

@@ -27,31 +27,31 @@ ssh_launch_settings resolve_ssh_settings(const launch_options& o,
                                          const std::map<std::string, std::string>& env,
                                          const std::string& self, const std::string& workdir,
                                          const std::string& run_id) {
-  bool hosts_given = !o.hosts.empty() || o.given.count("hosts") > 0;
-  bool hostfile_given = !o.hostfile.empty() || o.given.count("hostfile") > 0;
+  bool hosts_given = !o.hosts.value.empty() || o.hosts.given();
+  bool hostfile_given = !o.hostfile.value.empty() || o.hostfile.given();
   if (hosts_given && hostfile_given) {
     throw usage_error("--hosts and --hostfile: give one of them");
   }
   ssh_launch_settings s;
-  s.hosts = hostfile_given ? read_hostfile(o.hostfile) : parse_hosts_flag(o.hosts);
+  s.hosts = hostfile_given ? read_hostfile(o.hostfile.value) : parse_hosts_flag(o.hosts.value);
   if (o.standalone) {
     throw usage_error("--standalone runs on this machine only; drop it to launch on --hosts");
   }
-  if (o.given.count("nnodes") > 0) {
-    node_range range = parse_nnodes(o.nnodes);
+  if (o.nnodes.given()) {
+    node_range range = o.nnodes.value.range();
     int count = static_cast<int>(s.hosts.size());
     if (range.min != count || range.max != count) {
       throw usage_error(fmt::format(
           "--nnodes={} does not match the {} host(s) listed; drop --nnodes (one node per host)",
-          o.nnodes, count));
+          o.nnodes.value.text(), count));
     }
   }
-  if (o.rdzv_backend_given && o.rdzv_backend != "c10d") {
+  if (o.rdzv_backend.given_or_derived() && o.rdzv_backend.value != "c10d") {
     throw usage_error(fmt::format(
         "--rdzv-backend={}: a launch over ssh meets through c10d; drop --rdzv-backend",
-        o.rdzv_backend));
+        o.rdzv_backend.value));
   }
-  if (o.rdzv_endpoint.empty() && conf_names_is_host(o.rdzv_conf)) {
+  if (o.rdzv_endpoint.value.empty() && conf_names_is_host(o.rdzv_conf)) {
     throw usage_error(
         "--rdzv-conf is_host: with --hosts the first host hosts the store; drop is_host (or "
         "give --rdzv-endpoint too)");
@@ -69,13 +69,13 @@ ssh_launch_settings resolve_ssh_settings(const launch_options& o,
   }
   s.remote_dtrun = o.remote_dtrun.empty() ? self : o.remote_dtrun;
   s.workdir = workdir;
-  s.run_id = o.rdzv_id != "none" && !o.rdzv_id.empty() ? o.rdzv_id : run_id;
+  s.run_id = o.rdzv_id.value != "none" && !o.rdzv_id.value.empty() ? o.rdzv_id.value : run_id;
   return s;
 }
 
 std::vector<host_launch> plan_ssh_launch(const launch_options& o, const ssh_launch_settings& s) {
   std::vector<host_launch> plan;
-  const bool own_endpoint = o.rdzv_endpoint.empty();
+  const bool own_endpoint = o.rdzv_endpoint.value.empty();
   for (std::size_t i = 0; i < s.hosts.size(); ++i) {
     const host_entry& host = s.hosts[i];
     std::vector<std::string> argv = {s.remote_dtrun};
@@ -94,7 +94,7 @@ std::vector<host_launch> plan_ssh_launch(const launch_options& o, const ssh_laun
       argv.push_back(fmt::format("--rdzv-conf={}", conf));
       argv.push_back(i == 0 ? "--rdzv-port-via-stdio=report" : "--rdzv-port-via-stdio=read");
     } else {
-      argv.push_back(fmt::format("--rdzv-endpoint={}", o.rdzv_endpoint));
+      argv.push_back(fmt::format("--rdzv-endpoint={}", o.rdzv_endpoint.value));
     }
     if (host.slots) argv.push_back(fmt::format("--nproc-per-node={}", *host.slots));
     argv.push_back("--stop-on-stdin-eof");

@@ -66,7 +66,7 @@ ssh_launch_settings resolve_ssh_settings(const launch_options& options,
 // Whether the command line asks for a launch over ssh (--hosts or
 // --hostfile given, even empty).
 inline bool wants_ssh_launch(const launch_options& o) {
-  return o.given.count("hosts") > 0 || o.given.count("hostfile") > 0;
+  return o.hosts.given() || o.hostfile.given();
 }
 
 // One ssh command line per host, in host order.

@@ -69,6 +69,33 @@ TEST_CASE("nnodes accepts N and MIN:MAX") {
   CHECK_THROWS_AS(parse_nnodes(":"), usage_error);
 }
 
+TEST_CASE("the --nnodes text is parsed once; a refusal is thrown where the range is read") {
+  nnodes_flag range("1:4");
+  CHECK(range.text() == "1:4");
+  CHECK(range.range().min == 1);
+  CHECK(range.range().max == 4);
+  nnodes_flag refused("0");  // not thrown here: where the range is read
+  CHECK(refused.text() == "0");
+  CHECK_THROWS_WITH(refused.range(), "--nnodes: '0' is not a whole number from 1 to 100000");
+  nnodes_flag derived(3);  // a scheduler's count, set as a number
+  CHECK(derived.text() == "3");
+  CHECK(derived.range().min == 3);
+  CHECK(derived.range().max == 3);
+}
+
+TEST_CASE("the --nproc-per-node text is parsed once: a count, or what to count") {
+  nproc_flag four("4");
+  CHECK(four.is_number());
+  CHECK(four.count() == 4);
+  CHECK((nproc_flag("gpu").what() == nproc_flag::kind::gpu));
+  CHECK(nproc_flag("auto").counts_accelerators());
+  CHECK_FALSE(nproc_flag("cpu").counts_accelerators());
+  nproc_flag refused("foo");
+  CHECK(refused.text() == "foo");
+  CHECK_FALSE(refused.is_number());
+  CHECK_THROWS_WITH(refused.count(), Catch::StartsWith("--nproc-per-node: 'foo' is not a whole"));
+}
+
 TEST_CASE("the four terminating signals are always handled, and others are added") {
   auto defaults = parse_signals("");
   CHECK(defaults == std::vector<int>{SIGTERM, SIGINT, SIGHUP, SIGQUIT});
@@ -90,7 +117,7 @@ TEST_CASE("a Python script runs as [python, -u, script, args]") {
 TEST_CASE("the interpreter comes from --python, then DTRUN_PYTHON") {
   launch_options o = standalone_options();
   CHECK(resolve_launch_config(o, {{"DTRUN_PYTHON", "/opt/py"}}).program == "/opt/py");
-  o.python = "/usr/bin/python3";
+  o.python.value = "/usr/bin/python3";
   CHECK(resolve_launch_config(o, {{"DTRUN_PYTHON", "/opt/py"}}).program == "/usr/bin/python3");
 }
 
@@ -100,7 +127,7 @@ TEST_CASE("PYTHON_EXEC is torchrun's interpreter and comes after DTRUN_PYTHON") 
   CHECK(resolve_launch_config(o, {{"PYTHON_EXEC", "/opt/exec"}, {"DTRUN_PYTHON", "/opt/py"}})
             .program == "/opt/py");
   CHECK(resolve_launch_config(o, {{"PYTHON_EXEC", ""}}).program == "python3");
-  o.python = "/usr/bin/python3";
+  o.python.value = "/usr/bin/python3";
   CHECK(resolve_launch_config(o, {{"PYTHON_EXEC", "/opt/exec"}}).program == "/usr/bin/python3");
   o.no_python = true;
   CHECK(resolve_launch_config(o, {{"PYTHON_EXEC", "/opt/exec"}}).program == "train.py");
@@ -114,7 +141,7 @@ TEST_CASE("the python of the environment dtrun is installed in comes after PYTHO
   CHECK(c.python_source == "the Python environment dtrun is installed in");
   CHECK(resolve_launch_config(o, {{"PYTHON_EXEC", "/opt/exec"}}).program == "/opt/exec");
   CHECK(resolve_launch_config(o, {{"DTRUN_PYTHON", "/opt/py"}}).program == "/opt/py");
-  o.python = "/usr/bin/python3";
+  o.python.value = "/usr/bin/python3";
   CHECK(resolve_launch_config(o, {}).program == "/usr/bin/python3");
 }
 
@@ -164,7 +191,7 @@ TEST_CASE("module mode runs python -m and no-python runs a program") {
 
 TEST_CASE("standalone gets a fresh uuid run id and a free loopback port") {
   launch_options o = standalone_options();
-  o.rdzv_id = "ignored";
+  o.rdzv_id.value = "ignored";
   launch_config a = resolve_launch_config(o, {});
   launch_config b = resolve_launch_config(o, {});
   CHECK(a.agent.spec.run_id.size() == 36);
@@ -176,13 +203,13 @@ TEST_CASE("standalone gets a fresh uuid run id and a free loopback port") {
 TEST_CASE("nnodes=1 without an endpoint behaves like standalone") {
   launch_options o = standalone_options();
   o.standalone = false;
-  o.rdzv_id = "myjob";
+  o.rdzv_id.value = "myjob";
   launch_config c = resolve_launch_config(o, {});
   CHECK(c.single_node());
   CHECK(c.agent.spec.run_id == "myjob");
   CHECK(c.single_node()->store_port == 0);
-  o.master_port = 29555;
-  o.master_port_given = true;
+  o.master_port.value = 29555;
+  o.master_port.source = "command line";
   CHECK(resolve_launch_config(o, {}).single_node()->store_port == 29555);
 }
 
@@ -202,8 +229,8 @@ TEST_CASE("the single-node store serves only its user unless told otherwise") {
 TEST_CASE("a multi-node store takes the allow-list and no same-user rule") {
   launch_options o = standalone_options();
   o.standalone = false;
-  o.nnodes = "2";
-  o.rdzv_endpoint = "192.0.2.1:1234";
+  o.nnodes.value = "2";
+  o.rdzv_endpoint.value = "192.0.2.1:1234";
   o.store_allow_networks = "10.0.0.0/8,fd00::/8";
   auto c = resolve_launch_config(o, {});
   REQUIRE(c.multi_node());
@@ -220,9 +247,9 @@ TEST_CASE("a multi-node store takes the allow-list and no same-user rule") {
 TEST_CASE("an endpoint means c10d rendezvous, and the endpoint's node hosts the store") {
   launch_options o = standalone_options();
   o.standalone = false;
-  o.nnodes = "2:4";
-  o.rdzv_endpoint = "127.0.0.1";
-  o.rdzv_id = "job7";
+  o.nnodes.value = "2:4";
+  o.rdzv_endpoint.value = "127.0.0.1";
+  o.rdzv_id.value = "job7";
   o.rdzv_conf = "join_timeout=12, last_call_timeout=3,keep_alive_interval=0.5";
   auto c = resolve_launch_config(o, {});
   REQUIRE(c.multi_node());
@@ -240,7 +267,7 @@ TEST_CASE("an endpoint means c10d rendezvous, and the endpoint's node hosts the 
   CHECK(r.fixed_rank == -1);
   CHECK(r.fresh_worker_store);  // a new store for each round's workers
 
-  o.rdzv_endpoint = "192.0.2.1:1234";  // TEST-NET: never this machine
+  o.rdzv_endpoint.value = "192.0.2.1:1234";  // TEST-NET: never this machine
   auto other = resolve_launch_config(o, {});
   CHECK_FALSE(other.multi_node()->rendezvous.host_store);
   CHECK(other.multi_node()->rendezvous.endpoint_port == 1234);
@@ -251,10 +278,10 @@ TEST_CASE("an endpoint means c10d rendezvous, and the endpoint's node hosts the 
 TEST_CASE("without an endpoint, several nodes use the static backend") {
   launch_options o = standalone_options();
   o.standalone = false;
-  o.nnodes = "3";
-  o.node_rank = 2;
-  o.master_addr = "10.0.0.1";
-  o.master_port = 29555;
+  o.nnodes.value = "3";
+  o.node_rank.value = 2;
+  o.master_addr.value = "10.0.0.1";
+  o.master_port.value = 29555;
   auto c = resolve_launch_config(o, {});
   REQUIRE(c.multi_node());
   const auto& r = c.multi_node()->rendezvous;
@@ -264,44 +291,44 @@ TEST_CASE("without an endpoint, several nodes use the static backend") {
   CHECK(r.endpoint_port == 29555);
   CHECK_FALSE(r.fresh_worker_store);  // MASTER_PORT stays --master-port
   CHECK_FALSE(r.host_store);  // node rank 0 hosts
-  o.node_rank = 0;
+  o.node_rank.value = 0;
   CHECK(resolve_launch_config(o, {}).multi_node()->rendezvous.host_store);
 }
 
 TEST_CASE("multi-node mistakes get one-line usage errors") {
   launch_options o = standalone_options();
   o.standalone = false;
-  o.nnodes = "2";
-  o.node_rank = 2;
+  o.nnodes.value = "2";
+  o.node_rank.value = 2;
   CHECK_THROWS_WITH(resolve_launch_config(o, {}), Catch::Contains("--node-rank=2 is not in 0..1"));
-  o.node_rank = 0;
-  o.nnodes = "1:2";
+  o.node_rank.value = 0;
+  o.nnodes.value = "1:2";
   CHECK_THROWS_WITH(resolve_launch_config(o, {}), Catch::Contains("needs --rdzv-backend=c10d"));
-  o.rdzv_backend = "c10d";
-  o.rdzv_backend_given = true;
+  o.rdzv_backend.value = "c10d";
+  o.rdzv_backend.source = "command line";
   CHECK_THROWS_WITH(resolve_launch_config(o, {}), Catch::Contains("needs --rdzv-endpoint"));
-  o.rdzv_endpoint = "h:29400";
+  o.rdzv_endpoint.value = "h:29400";
   o.rdzv_conf = "bogus=1";
   CHECK_THROWS_WITH(resolve_launch_config(o, {}), Catch::Contains("unknown key 'bogus'"));
   o.rdzv_conf = "join_timeout=soon";
   CHECK_THROWS_WITH(resolve_launch_config(o, {}),
                     Catch::Contains("--rdzv-conf join_timeout: 'soon' is not a number of seconds"));
   o.rdzv_conf = "";
-  o.rdzv_backend = "zookeeper";
+  o.rdzv_backend.value = "zookeeper";
   CHECK_THROWS_WITH(resolve_launch_config(o, {}),
                     Catch::Contains("not one of c10d, etcd-v3, static"));
-  o.rdzv_backend = "etcd";
-  o.rdzv_endpoint = "";
+  o.rdzv_backend.value = "etcd";
+  o.rdzv_endpoint.value = "";
   CHECK_THROWS_WITH(resolve_launch_config(o, {}), Catch::Contains("etcd cluster's members"));
 }
 
 TEST_CASE("every numeric rdzv-conf key refuses bad values with its name and range") {
   launch_options o = standalone_options();
   o.standalone = false;
-  o.nnodes = "1:2";
-  o.rdzv_backend = "c10d";
-  o.rdzv_backend_given = true;
-  o.rdzv_endpoint = "192.0.2.1:29400";
+  o.nnodes.value = "1:2";
+  o.rdzv_backend.value = "c10d";
+  o.rdzv_backend.source = "command line";
+  o.rdzv_endpoint.value = "192.0.2.1:29400";
   const std::string positive = "is not a number of seconds from 0.001 to 315360000 (10 years)";
   const std::vector<std::pair<std::string, std::string>> table = {
       {"keep_alive_interval=0", "--rdzv-conf keep_alive_interval: '0' " + positive},
@@ -358,27 +385,27 @@ TEST_CASE("counts and the stop timeout are checked when the config is resolved")
 
 TEST_CASE("a bad count from a PET_ variable names the variable") {
   launch_options o = standalone_options();
-  o.nnodes = "0";
-  o.given["nnodes"] = "PET_NNODES";
+  o.nnodes.value = "0";
+  o.nnodes.source = "PET_NNODES";
   CHECK_THROWS_WITH(resolve_launch_config(o, {}),
                     "PET_NNODES (--nnodes): '0' is not a whole number from 1 to 100000");
-  o.given["nnodes"] = "command line";
+  o.nnodes.source = "command line";
   CHECK_THROWS_WITH(resolve_launch_config(o, {}),
                     "--nnodes: '0' is not a whole number from 1 to 100000");
 }
 
 TEST_CASE("OMP_NUM_THREADS: a warning when it is unset and there are several workers") {
   launch_options o = standalone_options();
-  o.nproc_per_node = "2";
+  o.nproc_per_node.value = "2";
   CHECK(resolve_launch_config(o, {}).warnings.size() == 1);
   CHECK(resolve_launch_config(o, {{"OMP_NUM_THREADS", "4"}}).warnings.empty());
-  o.nproc_per_node = "1";
+  o.nproc_per_node.value = "1";
   CHECK(resolve_launch_config(o, {}).warnings.empty());
 }
 
 TEST_CASE("the dry-run JSON has the per-rank environment") {
   launch_options o = standalone_options();
-  o.nproc_per_node = "3";
+  o.nproc_per_node.value = "3";
   o.max_restarts = 2;
   launch_config c = resolve_launch_config(o, {});
   nlohmann::json j = to_json(c, {});
@@ -409,7 +436,7 @@ TEST_CASE("the workers get the signals-to-handle text as given") {
 
 TEST_CASE("log flags are resolved into the config and shown by the dry run") {
   launch_options o = standalone_options();
-  o.nproc_per_node = "2";
+  o.nproc_per_node.value = "2";
   o.redirects = "1";
   o.tee = "1:2";
   launch_config c = resolve_launch_config(o, {});

@@ -96,7 +96,7 @@ TEST_CASE("the plan: same dtrun and folder everywhere, the first host hosts the 
   o.rdzv_conf = "join_timeout=9";
   o.script = "train.py";
   o.script_args = {"--lr", "0.1 x"};
-  o.hosts = "n1,n2:4";
+  o.hosts.value = "n1,n2:4";
   auto s = resolve_ssh_settings(o, {{"NCCL_DEBUG", "INFO"}}, "/opt/dtrun", "/work", "rid");
   CHECK(s.run_id == "rid");
   CHECK(s.remote_dtrun == "/opt/dtrun");
@@ -122,9 +122,9 @@ TEST_CASE("the plan: same dtrun and folder everywhere, the first host hosts the 
 TEST_CASE("the plan: a user's endpoint, run id, --ssh and --remote-dtrun are used as given") {
   launch_options o;
   o.script = "t.py";
-  o.hosts = "me@n1,n2";
-  o.rdzv_endpoint = "n9:1234";
-  o.rdzv_id = "job7";
+  o.hosts.value = "me@n1,n2";
+  o.rdzv_endpoint.value = "n9:1234";
+  o.rdzv_id.value = "job7";
   o.ssh = "ssh -p 2222";
   o.remote_dtrun = "/usr/bin/dtrun";
   auto s = resolve_ssh_settings(o, {}, "/opt/dtrun", "/w", "rid");
@@ -143,25 +143,25 @@ TEST_CASE("flags that contradict a launch over ssh are one-line errors") {
   auto err = [](auto edit) {
     launch_options o;
     o.script = "t.py";
-    o.hosts = "a,b";
+    o.hosts.value = "a,b";
     edit(o);
     return usage_error_of([&] { resolve_ssh_settings(o, {}, "/d", "/w", "r"); });
   };
-  CHECK(err([](launch_options& o) { o.hostfile = "f"; }) ==
+  CHECK(err([](launch_options& o) { o.hostfile.value = "f"; }) ==
         "--hosts and --hostfile: give one of them");
   CHECK(err([](launch_options& o) { o.standalone = true; }) ==
         "--standalone runs on this machine only; drop it to launch on --hosts");
   CHECK(err([](launch_options& o) {
-          o.nnodes = "3";
-          o.given["nnodes"] = "command line";
+          o.nnodes.value = "3";
+          o.nnodes.source = "command line";
         }) == "--nnodes=3 does not match the 2 host(s) listed; drop --nnodes (one node per host)");
   CHECK(err([](launch_options& o) {
-          o.nnodes = "2";
-          o.given["nnodes"] = "command line";
+          o.nnodes.value = "2";
+          o.nnodes.source = "command line";
         }) == "(no error)");
   CHECK(err([](launch_options& o) {
-          o.rdzv_backend = "static";
-          o.rdzv_backend_given = true;
+          o.rdzv_backend.value = "static";
+          o.rdzv_backend.source = "command line";
         }) == "--rdzv-backend=static: a launch over ssh meets through c10d; drop --rdzv-backend");
   CHECK(err([](launch_options& o) { o.rdzv_conf = "is_host=1"; }) ==
         "--rdzv-conf is_host: with --hosts the first host hosts the store; drop is_host (or give "

@@ -80,14 +80,14 @@ TEST_CASE("a Slurm step of one task per node derives a c10d rendezvous") {
     scheduler_env s = detect(o, slurm_agent_per_node(node));
     CHECK(s.scheduler == "slurm");
     CHECK(s.style == "agent-per-node");
-    CHECK(o.nnodes == "2");
+    CHECK(o.nnodes.value.text() == "2");
     CHECK(source_of(s, "nnodes") == "SLURM_STEP_NUM_NODES");
-    CHECK(o.node_rank == node);
+    CHECK(o.node_rank.value == node);
     CHECK(source_of(s, "node-rank") == "SLURM_NODEID");
-    CHECK(o.rdzv_backend == "c10d");
-    CHECK(o.rdzv_endpoint == "node1:20002");
-    CHECK(o.rdzv_id == "2.0");
-    CHECK(o.nproc_per_node == "2");  // given: not derived
+    CHECK(o.rdzv_backend.value == "c10d");
+    CHECK(o.rdzv_endpoint.value == "node1:20002");
+    CHECK(o.rdzv_id.value == "2.0");
+    CHECK(o.nproc_per_node.value.text() == "2");  // given: not derived
     CHECK(source_of(s, "nproc-per-node").empty());
     REQUIRE(s.host_store.has_value());
     CHECK(*s.host_store == (node == 0));
@@ -115,26 +115,26 @@ TEST_CASE("Slurm: the older variable names and GPUs on the node fill in") {
   launch_options o = parse_with_script({});
   scheduler_env s = detect(o, env);
   CHECK(source_of(s, "nnodes") == "SLURM_NNODES");
-  CHECK(o.nproc_per_node == "4");
+  CHECK(o.nproc_per_node.value.text() == "4");
   CHECK(source_of(s, "nproc-per-node") == "SLURM_GPUS_ON_NODE");
-  CHECK(o.rdzv_endpoint == "gpu07:12345");
+  CHECK(o.rdzv_endpoint.value == "gpu07:12345");
 }
 
 TEST_CASE("Slurm: explicit flags win over the step's variables") {
   launch_options o = parse_with_script({"--nnodes=2", "--rdzv-endpoint=head:555", "--rdzv-id=mine",
                             "--node-rank=1", "--nproc-per-node=3"});
   scheduler_env s = detect(o, slurm_agent_per_node(0));
-  CHECK(o.rdzv_endpoint == "head:555");
-  CHECK(o.rdzv_id == "mine");
-  CHECK(o.node_rank == 1);
-  CHECK(o.nproc_per_node == "3");
+  CHECK(o.rdzv_endpoint.value == "head:555");
+  CHECK(o.rdzv_id.value == "mine");
+  CHECK(o.node_rank.value == 1);
+  CHECK(o.nproc_per_node.value.text() == "3");
   CHECK_FALSE(s.host_store.has_value());  // the given endpoint's host decides
   CHECK(s.derived.empty());
 
   launch_options single = parse_with_script({"--nnodes=1"});
   detect(single, slurm_agent_per_node(0));
-  CHECK(single.rdzv_endpoint.empty());  // one node: nobody to meet
-  CHECK(single.rdzv_id == "2.0");
+  CHECK(single.rdzv_endpoint.value.empty());  // one node: nobody to meet
+  CHECK(single.rdzv_id.value == "2.0");
 }
 
 TEST_CASE("Slurm: several tasks per node run one worker each") {
@@ -142,12 +142,12 @@ TEST_CASE("Slurm: several tasks per node run one worker each") {
     launch_options o = parse_with_script({});
     scheduler_env s = detect(o, slurm_task_per_worker(procid));
     CHECK(s.style == "task-per-worker");
-    CHECK(o.nnodes == "4");
-    CHECK(o.node_rank == procid);
-    CHECK(o.nproc_per_node == "1");
-    CHECK(o.rdzv_backend == "static");
-    CHECK(o.master_addr == "node1");
-    CHECK(o.master_port == 20002);
+    CHECK(o.nnodes.value.text() == "4");
+    CHECK(o.node_rank.value == procid);
+    CHECK(o.nproc_per_node.value.text() == "1");
+    CHECK(o.rdzv_backend.value == "static");
+    CHECK(o.master_addr.value == "node1");
+    CHECK(o.master_port.value == 20002);
     CHECK(s.worker_env.at("LOCAL_RANK") == std::to_string(procid % 2));
     CHECK(s.worker_env.at("LOCAL_WORLD_SIZE") == "2");
     CHECK(s.worker_env.at("GROUP_RANK") == std::to_string(procid / 2));
@@ -169,7 +169,7 @@ TEST_CASE("Slurm: uneven tasks per node take this node's count") {
   env["SLURM_LOCALID"] = "0";
   launch_options o = parse_with_script({});
   scheduler_env s = detect(o, env);
-  CHECK(o.nnodes == "3");
+  CHECK(o.nnodes.value.text() == "3");
   CHECK(s.worker_env.at("LOCAL_WORLD_SIZE") == "1");
   CHECK(s.worker_env.at("GROUP_RANK") == "1");
 }
@@ -189,7 +189,7 @@ TEST_CASE("Slurm: an sbatch script outside a step and --no-scheduler-detect deri
   launch_options o = parse_with_script({});
   scheduler_env s = detect(o, batch);
   CHECK(s.scheduler.empty());
-  CHECK(o.nnodes == "1:1");
+  CHECK(o.nnodes.value.text() == "1:1");
 
   env_map batch_step = slurm_agent_per_node(0);
   batch_step["SLURM_STEP_ID"] = "4294967294";  // the batch step's id
@@ -198,8 +198,8 @@ TEST_CASE("Slurm: an sbatch script outside a step and --no-scheduler-detect deri
 
   launch_options off = parse_with_script({"--no-scheduler-detect"});
   CHECK(detect(off, slurm_agent_per_node(1)).scheduler.empty());
-  CHECK(off.nnodes == "1:1");
-  CHECK(off.rdzv_endpoint.empty());
+  CHECK(off.nnodes.value.text() == "1:1");
+  CHECK(off.rdzv_endpoint.value.empty());
 }
 
 TEST_CASE("Slurm: a broken step environment says which variable") {
@@ -237,12 +237,12 @@ TEST_CASE("Kubernetes: node-level MASTER_ADDR/WORLD_SIZE/RANK derive a static re
     launch_options o = parse_with_script({"--nproc-per-node=2"});
     scheduler_env s = detect(o, kubeflow_v1_6(rank));
     CHECK(s.scheduler == "kubernetes");
-    CHECK(o.nnodes == "2");
+    CHECK(o.nnodes.value.text() == "2");
     CHECK(source_of(s, "nnodes").rfind("WORLD_SIZE", 0) == 0);
-    CHECK(o.node_rank == rank);
-    CHECK(o.master_addr == "job-master-0");
-    CHECK(o.master_port == 23456);
-    CHECK(o.master_port_given);
+    CHECK(o.node_rank.value == rank);
+    CHECK(o.master_addr.value == "job-master-0");
+    CHECK(o.master_port.value == 23456);
+    CHECK(o.master_port.given_or_derived());
     launch_config c = resolve_launch_config(o, {});
     REQUIRE(c.multi_node());
     CHECK(c.multi_node()->backend == "static");
@@ -264,11 +264,11 @@ TEST_CASE("Kubernetes: from v1.7 the PET variables are flags and WORLD_SIZE is p
   env["PET_NPROC_PER_NODE"] = "2";
   env["PET_NODE_RANK"] = "1";
   launch_options o = parse_with_script({});
-  CHECK(o.given.at("nnodes") == "PET_NNODES");
+  CHECK(o.nnodes.source == "PET_NNODES");
   scheduler_env s = detect(o, env);
-  CHECK(o.nnodes == "2");
-  CHECK(o.node_rank == 1);
-  CHECK(o.nproc_per_node == "2");
+  CHECK(o.nnodes.value.text() == "2");
+  CHECK(o.node_rank.value == 1);
+  CHECK(o.nproc_per_node.value.text() == "2");
   CHECK(s.derived.empty());  // everything came from PET_*
   CHECK(s.from_pet.size() == 5);
   CHECK(s.warnings.empty());
@@ -283,7 +283,7 @@ TEST_CASE("Kubernetes: the old operator's PET_N_PROC_PER_NODE is honoured") {
   env["PET_N_PROC_PER_NODE"] = "3";
   launch_options o = parse_with_script({});
   scheduler_env s = detect(o, env);
-  CHECK(o.nproc_per_node == "3");
+  CHECK(o.nproc_per_node.value.text() == "3");
   CHECK(source_of(s, "nproc-per-node") == "PET_N_PROC_PER_NODE");
 }
 
@@ -292,7 +292,7 @@ TEST_CASE("Kubernetes: inside a torchrun worker the variables are per-process: i
   env["LOCAL_RANK"] = "0";
   launch_options o = parse_with_script({});
   CHECK(detect(o, env).scheduler.empty());
-  CHECK(o.nnodes == "1:1");
+  CHECK(o.nnodes.value.text() == "1:1");
 }
 
 TEST_CASE("Kubernetes: a rank beyond the node count is refused") {
@@ -305,8 +305,11 @@ TEST_CASE("Kubernetes: a rank beyond the node count is refused") {
 TEST_CASE("the flags given are recorded with where they came from") {
   env_guard pet("PET_MAX_RESTARTS", "3");
   launch_options o = parse_with_script({"--nproc_per_node", "2", "-m"});
-  CHECK(o.given.at("nproc-per-node") == "command line");
-  CHECK(o.given.at("module") == "command line");
-  CHECK(o.given.at("max-restarts") == "PET_MAX_RESTARTS");
-  CHECK(o.given.count("nnodes") == 0);
+  CHECK(o.nproc_per_node.source == "command line");
+  CHECK(o.module);
+  // Only the flags read from PET_* are listed (-m came from the command line).
+  REQUIRE(o.from_variables.size() == 1);
+  CHECK(o.from_variables[0].flag == "max-restarts");
+  CHECK(o.from_variables[0].variable == "PET_MAX_RESTARTS");
+  CHECK_FALSE(o.nnodes.given());
 }
