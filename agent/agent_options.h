@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -14,6 +15,27 @@
 #include "agent/worker_env.h"
 
 namespace dtrun::agent {
+
+// --node-health-check and its settings (docs/agent.md, "Node health").
+struct node_health_options {
+  // The command run by /bin/sh -c; empty: none.
+  std::string command;
+  // --node-health-check=builtin: a failed built-in check keeps the node
+  // out; without it the built-ins only warn.
+  bool builtin_gating = false;
+  // Between checks while the workers run; 0: only before the first join.
+  std::chrono::milliseconds interval = std::chrono::seconds(300);
+  // Then the command's process group is killed and the check failed.
+  std::chrono::milliseconds timeout = std::chrono::seconds(60);
+  // The built-in disk check: free bytes wanted under the log folder.
+  std::uint64_t min_free_disk = std::uint64_t{1} << 30;
+  // The rendezvous endpoint's host, for the built-in check that it
+  // resolves; empty: single node, nothing to resolve.
+  std::string endpoint_host;
+
+  // Whether anything can keep the node out (the built-ins alone only warn).
+  bool gating() const { return !command.empty() || builtin_gating; }
+};
 
 struct agent_options {
   worker_group_spec spec;
@@ -63,6 +85,9 @@ struct agent_options {
   // `signals` acts as that signal; end-of-file stops the workers as SIGTERM
   // would (the launcher died or the connection dropped). -1: none.
   int control_fd = -1;
+  // Node health checks: built-ins before the first join (warnings unless
+  // gating), the command and gating built-ins also while workers run.
+  node_health_options health;
 };
 
 }  // namespace dtrun::agent

@@ -53,7 +53,8 @@ bool ignored_at_start(int sig) {
 
 elastic_agent::impl::impl(asio::io_context& io, agent_options options,
                           rendezvous::rendezvous_handler& rendezvous, process_runner& runner,
-                          stack_capture_options stack_options)
+                          stack_capture_options stack_options,
+                          node_health_checker* health)
     : io_(io),
       options_(std::move(options)),
       rendezvous_(rendezvous),
@@ -61,7 +62,9 @@ elastic_agent::impl::impl(asio::io_context& io, agent_options options,
       group_(io, runner, group_hooks()),
       stack_options_(std::move(stack_options)),
       inherited_(current_environment()),
-      reporter_(options_.report, log_sink(options_.log), rendezvous) {}
+      reporter_(options_.report, log_sink(options_.log), rendezvous),
+      health_(health),
+      health_timer_(io) {}
 
 elastic_agent::impl::~impl() {
   std::error_code ignored;
@@ -114,7 +117,7 @@ int elastic_agent::impl::run() {
   start_hang_detection();
   start_monitor();
   reporter_.agent_started(config_summary());
-  start_round();
+  check_health_then_join();
   io_.run();
   return exit_code_;
 }
@@ -256,6 +259,7 @@ void elastic_agent::impl::start_workers(const rendezvous::rendezvous_info& info)
   }
   if (monitor_ && info.group_world_size > 1) monitor_->start_publishing();
   watch_round_end();
+  arm_health_check();
 }
 
 // Another node failed, died or wants in: stop ours and meet again.
@@ -382,6 +386,7 @@ void elastic_agent::impl::exit_barrier() {
 // Leaves nothing of the round behind: grandchildren still in a worker's
 // group, and orphans that left it (adopted by us as subreaper).
 void elastic_agent::impl::end_round() {
+  cancel_health_check();
   if (progress_) progress_->stop();
   std::vector<pid_t> keep = stacks_->helper_pids();  // eu-stack: ends on its own
   group_.end_round(std::move(keep));
@@ -398,6 +403,7 @@ void elastic_agent::impl::finish(int code) {
   keep_named_files(code);
   reporter_.agent_exiting(code);
   group_.cancel_timers();
+  cancel_health_check();
   watchdog_.reset();  // closes and removes the pipe
   monitor_.reset();   // removes the control socket; closes the metrics port
   if (stacks_) stacks_->stop();  // a capture under way: its eu-stack children are killed
@@ -426,13 +432,13 @@ elastic_agent::elastic_agent(asio::io_context& io, agent_options options,
                              rendezvous::rendezvous_handler& rendezvous)
     : own_runner_(std::make_unique<posix_process_runner>(io)),
       impl_(std::make_unique<impl>(io, std::move(options), rendezvous, *own_runner_,
-                                   stack_capture_options{})) {}
+                                   stack_capture_options{}, nullptr)) {}
 
 elastic_agent::elastic_agent(asio::io_context& io, agent_options options,
                              rendezvous::rendezvous_handler& rendezvous, process_runner& runner,
-                             stack_capture_options stacks)
+                             stack_capture_options stacks, node_health_checker* health)
     : impl_(std::make_unique<impl>(io, std::move(options), rendezvous, runner,
-                                   std::move(stacks))) {}
+                                   std::move(stacks), health)) {}
 
 elastic_agent::~elastic_agent() = default;
 

@@ -14,6 +14,8 @@
 //   n        the first failing worker's exit code (128+s when killed by s)
 //   126/127  the program could not be executed / was not found
 //   128+s    the agent received signal s (forwarded to the workers)
+//   75       this node's health check failed: it did not join, or it left
+//            the job (docs/agent.md, "Node health")
 #pragma once
 
 #include <memory>
@@ -21,6 +23,7 @@
 #include <boost/asio/io_context.hpp>
 
 #include "agent/agent_options.h"
+#include "agent/node_health.h"
 #include "agent/process_runner.h"
 #include "agent/stack_capture.h"
 #include "rendezvous/algorithm/rendezvous_handler.h"
@@ -33,10 +36,11 @@ class elastic_agent {
   elastic_agent(boost::asio::io_context& io, agent_options options,
                 rendezvous::rendezvous_handler& rendezvous);
   // Workers through `runner` (the unit tests' fake starts no process),
-  // their stacks captured with `stacks`.
+  // their stacks captured with `stacks`, the node's health checked by
+  // `health` (null: no checks), which must outlive the agent.
   elastic_agent(boost::asio::io_context& io, agent_options options,
                 rendezvous::rendezvous_handler& rendezvous, process_runner& runner,
-                stack_capture_options stacks = {});
+                stack_capture_options stacks = {}, node_health_checker* health = nullptr);
   ~elastic_agent();
 
   elastic_agent(const elastic_agent&) = delete;

@@ -4,6 +4,7 @@
 //   elastic_agent_signals.cpp  signals, Ctrl-C across nodes, the launcher's pipe
 //   elastic_agent_watch.cpp    the file-timer watchdog, hang detection,
 //                              `dtrun status` and `dtrun stacks`
+//   elastic_agent_health.cpp   node health checks; leaving when unhealthy
 // The policy only: the workers' processes are worker_group's, through a
 // process_runner (docs/design.md, "The agent: policy and parts").
 #pragma once
@@ -11,6 +12,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <memory>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -26,6 +28,7 @@
 #include "agent/failure_report.h"
 #include "agent/file_timer.h"
 #include "agent/job_monitor.h"
+#include "agent/node_health.h"
 #include "agent/progress_monitor.h"
 #include "agent/run_reporter.h"
 #include "agent/stdin_watch.h"
@@ -36,6 +39,7 @@
 #include "agent/worker_process.h"
 #include "agent/worker_stacks.h"
 #include "rendezvous/algorithm/rendezvous_handler.h"
+#include "rendezvous/base/generation_timer.h"
 
 namespace dtrun::agent {
 namespace asio = boost::asio;
@@ -43,7 +47,8 @@ namespace asio = boost::asio;
 class elastic_agent::impl {
  public:
   impl(asio::io_context& io, agent_options options, rendezvous::rendezvous_handler& rendezvous,
-       process_runner& runner, stack_capture_options stack_options);
+       process_runner& runner, stack_capture_options stack_options,
+       node_health_checker* health);
   ~impl();
   int run();
 
@@ -98,6 +103,14 @@ class elastic_agent::impl {
   void finish_after_job_stop(int code);
   void stopped_elsewhere(const std::string& who);
 
+  // elastic_agent_health.cpp
+  void check_health_then_join();
+  bool report_health(const health_verdict& verdict, const char* when);
+  void arm_health_check();
+  void cancel_health_check();
+  void leave_unhealthy(const std::string& reason);
+  void leave_job();
+
   // elastic_agent_watch.cpp
   void start_watchdog();
   void start_hang_detection();
@@ -129,6 +142,12 @@ class elastic_agent::impl {
   std::optional<job_monitor> monitor_;
   std::optional<worker_stacks> stacks_;
   std::string hook_dir_;  // empty: no start-up hook
+  // Node health: the checker (the tests' or own_health_; null: no checks),
+  // the periodic check's timer, and why this node is leaving the job.
+  std::unique_ptr<node_health_checker> own_health_;
+  node_health_checker* health_ = nullptr;
+  generation_timer health_timer_;
+  std::optional<std::string> leaving_;
   int hangs_ = 0;
   std::uint64_t rounds_ = 0;
   std::uint64_t failures_ = 0;

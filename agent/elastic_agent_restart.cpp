@@ -19,6 +19,10 @@ void elastic_agent::impl::group_stopped() {
     leave_unclean();
     return;
   }
+  if (leaving_) {  // unhealthy (leave_unhealthy): not rejoining
+    leave_job();
+    return;
+  }
   if (!failure_ && round_over_) {
     // Membership changed (or another node failed): not our restart.
     start_round();

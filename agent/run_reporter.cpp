@@ -162,6 +162,25 @@ void run_reporter::membership_change(std::string_view reason) {
                ojson{{"round", current_round()}, {"reason", std::string(reason)}});
 }
 
+void run_reporter::node_health(const health_verdict& verdict, std::string_view when) {
+  ojson findings = ojson::array();
+  for (const auto& f : verdict.findings) {
+    findings.push_back(ojson{{"check", f.check},
+                             {"healthy", f.healthy},
+                             {"gating", f.gating},
+                             {"reason", f.reason.empty() ? ojson(nullptr) : ojson(f.reason)},
+                             {"output_tail", f.output_tail}});
+  }
+  events_.emit("node_health", ojson{{"round", current_round()},
+                                    {"when", std::string(when)},
+                                    {"healthy", verdict.healthy()},
+                                    {"findings", std::move(findings)}});
+}
+
+void run_reporter::node_left(std::string_view reason) {
+  events_.emit("node_left", ojson{{"round", current_round()}, {"reason", std::string(reason)}});
+}
+
 void run_reporter::summarize_failure(std::int64_t round, summary_context context,
                                      std::function<void(int)> done) {
   rendezvous_.round_failures(round, [this, round, context = std::move(context), done](

@@ -20,6 +20,7 @@
 #include "agent/event_log.h"
 #include "agent/exit_status.h"
 #include "agent/failure_report.h"
+#include "agent/node_health.h"
 #include "agent/report_options.h"
 #include "rendezvous/algorithm/rendezvous_handler.h"
 
@@ -61,6 +62,11 @@ class run_reporter {
   void restart(int count, int max);
   void group_stopping(std::string_view reason);
   void membership_change(std::string_view reason);
+  // A node health check's findings (node_health.h); `when`: "before
+  // joining" or "while running".
+  void node_health(const health_verdict& verdict, std::string_view when);
+  // This node left the job on its own (unhealthy): the others go on.
+  void node_left(std::string_view reason);
 
   // Reads every node's failures of `round`, prints the summary and emits
   // job_failed; then done(root cause's exit code, or 1 without one).

@@ -137,6 +137,11 @@ struct launch_options {
   bool no_stack_hook = false;  // no start-up hook in Python workers (no Python stacks)
   int metrics_port = -1;       // --metrics-port; -1: no metrics server
   std::string metrics_host = "127.0.0.1";
+  // Node health (docs/agent.md, "Node health"): each value "builtin" (the
+  // built-in checks keep the node out) or a command; empty: built-ins warn.
+  std::vector<std::string> node_health_check;
+  double node_health_check_interval = 300.0;  // seconds; 0: before the first join only
+  double node_health_check_timeout = 60.0;    // seconds
   // Program.
   std::string role = "default";
   bool module = false;

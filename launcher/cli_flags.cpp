@@ -149,6 +149,26 @@ void define_supervision_flags(CLI::App& app, launch_options& o) {
       ->group(group_supervision);
 }
 
+void define_health_flags(CLI::App& app, launch_options& o) {
+  const std::string group_health = "Node health";
+  add_option(app, "node-health-check", o.node_health_check,
+             "A command (sh -c) that must exit 0 before this node joins and every "
+             "--node-health-check-interval while its workers run; 'builtin': the built-in "
+             "checks (GPUs, disk, endpoint) keep the node out too instead of only warning. "
+             "Give it twice for both")
+      ->expected(1)  // one value per flag: never the script after it
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->group(group_health);
+  add_option(app, "node-health-check-interval", o.node_health_check_interval,
+             "Seconds between health checks while the workers run (0: only before joining)")
+      ->check(seconds_within("--node-health-check-interval", {true, max_duration_s}))
+      ->group(group_health);
+  add_option(app, "node-health-check-timeout", o.node_health_check_timeout,
+             "Seconds a health check may take; then it is killed and counts as failed")
+      ->check(seconds_within("--node-health-check-timeout", {false, max_duration_s}))
+      ->group(group_health);
+}
+
 void define_program_flags(CLI::App& app, launch_options& o) {
   const std::string group_program = "Program";
   add_flag(app, "module", o.module, "Run the script as a Python module (python -m)", "-m")
@@ -278,6 +298,7 @@ void define_flags(CLI::App& app, launch_options& o) {
   define_workers_flags(app, o);
   define_rdzv_flags(app, o);
   define_supervision_flags(app, o);
+  define_health_flags(app, o);
   define_program_flags(app, o);
   define_logs_flags(app, o);
   define_ssh_flags(app, o);

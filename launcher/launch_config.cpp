@@ -260,6 +260,30 @@ void resolve_rendezvous(const launch_options& o, const scheduler_env& sched, lau
   }
 }
 
+// --node-health-check: each value "builtin" or the one command.
+void resolve_health(const launch_options& o, launch_config& c) {
+  agent::node_health_options& h = c.agent.health;
+  for (const auto& value : o.node_health_check) {
+    if (value == "builtin") {
+      h.builtin_gating = true;
+    } else if (value.find_first_not_of(" \t") == std::string::npos) {
+      throw usage_error("--node-health-check: the command is empty; give a command that exits "
+                        "0 on a healthy node, or 'builtin'");
+    } else if (!h.command.empty()) {
+      throw usage_error("--node-health-check: two commands given; join them in one (e.g. "
+                        "'check-a && check-b'), the other value may be 'builtin'");
+    } else {
+      h.command = value;
+    }
+  }
+  h.interval = seconds_to_duration(o.node_health_check_interval, "--node-health-check-interval",
+                                   {true, max_duration_s});
+  h.timeout = seconds_to_duration(o.node_health_check_timeout, "--node-health-check-timeout",
+                                  {false, max_duration_s});
+  if (h.timeout.count() == 0) h.timeout = std::chrono::milliseconds(1);
+  if (const auto* multi = c.multi_node()) h.endpoint_host = multi->rendezvous.endpoint_host;
+}
+
 // How the agent supervises the workers and reports: the worker group,
 // restarts, timeouts, the stack hook, metrics, signals, verbosity.
 void resolve_supervision(const launch_options& o, const scheduler_env& sched, launch_config& c) {
@@ -280,6 +304,7 @@ void resolve_supervision(const launch_options& o, const scheduler_env& sched, la
     a.hang_timeout = std::chrono::milliseconds(1);
   }
   a.stack_hook = !o.no_stack_hook && !o.no_python;
+  resolve_health(o, c);
   if (o.metrics_port > max_port) {
     throw usage_error(fmt::format("--metrics-port: '{}' is not a whole number from 0 to {}",
                                   o.metrics_port, max_port));

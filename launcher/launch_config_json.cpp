@@ -32,6 +32,15 @@ nlohmann::json to_json(const std::vector<derived_setting>& settings) {
 
 // The store this node hosts or joins: on loopback, or the multi-node
 // rendezvous' endpoint (an etcd cluster's first member).
+// What keeps this node out, and when the checks run.
+nlohmann::json node_health_json(const agent::node_health_options& h) {
+  return {{"command", h.command.empty() ? nlohmann::json() : nlohmann::json(h.command)},
+          {"builtin", h.builtin_gating ? "gating" : "warn"},
+          {"interval_s", h.gating() ? nlohmann::json(static_cast<double>(h.interval.count()) / 1000.0)
+                                    : nlohmann::json()},
+          {"timeout_s", static_cast<double>(h.timeout.count()) / 1000.0}};
+}
+
 std::string rdzv_endpoint(const launch_config& c) {
   if (const auto* m = c.multi_node()) {
     return fmt::format("{}:{}", m->rendezvous.endpoint_host, m->rendezvous.endpoint_port);
@@ -107,6 +116,7 @@ nlohmann::json to_json(const launch_config& c, const env_map& env) {
       {"stop_timeout_s", static_cast<double>(c.agent.stop_timeout.count()) / 1000.0},
       {"signals_to_handle", signals},
       {"hang_timeout_s", static_cast<double>(c.agent.hang_timeout.count()) / 1000.0},
+      {"node_health_check", node_health_json(c.agent.health)},
       {"stack_hook", c.agent.stack_hook},
       {"metrics", c.agent.metrics_port < 0 ? nlohmann::json()
                                      : nlohmann::json(fmt::format("{}:{}", c.agent.metrics_host,

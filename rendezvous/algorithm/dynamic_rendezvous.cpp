@@ -129,6 +129,10 @@ void dynamic_rendezvous::stop_job(std::string reason, std::function<void()> done
 void dynamic_rendezvous::stop_seen(std::function<void()> done) {
   impl_->stop_seen(std::move(done));
 }
+
+void dynamic_rendezvous::leave_job(std::string reason, std::function<void()> done) {
+  impl_->leave_job(std::move(reason), std::move(done));
+}
 void dynamic_rendezvous::finish(std::function<void(std::exception_ptr)> done) {
   impl_->finish(std::move(done));
 }

@@ -130,6 +130,7 @@ class dynamic_rendezvous final : public rendezvous_handler {
   void fail_job(std::string reason, std::function<void()> done) override;
   void stop_job(std::string reason, std::function<void()> done) override;
   void stop_seen(std::function<void()> done) override;
+  void leave_job(std::string reason, std::function<void()> done) override;
   void finish(std::function<void(std::exception_ptr)> done) override;
   void publish_failure(std::int64_t round, std::string record, std::function<void()> done) override;
   void round_failures(std::int64_t round, failures_completion done) override;

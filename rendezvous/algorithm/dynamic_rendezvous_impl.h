@@ -69,6 +69,7 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   void fail_job(std::string reason, std::function<void()> done);
   void stop_job(std::string reason, std::function<void()> done);
   void stop_seen(std::function<void()> done);
+  void leave_job(std::string reason, std::function<void()> done);
   void finish(std::function<void(std::exception_ptr)> done);
   void publish_failure(std::int64_t r, std::string record, std::function<void()> done);
   void round_failures(std::int64_t r, failures_completion done);

@@ -115,6 +115,15 @@ class rendezvous_handler {
   // node: nothing to tell, `done` at once.
   virtual void stop_job(std::string reason, std::function<void()> done) = 0;
 
+  // This node leaves the job on its own, healthy workers or not (its node
+  // health check failed: docs/agent.md, "Node health"): ends the current
+  // round on every node with `reason` as a membership change (no restart
+  // is counted: the others rejoin without it, or with a spare), withdraws
+  // its will, then calls `done` once the others can read it. It then
+  // leaves without next_round(). Before its first round, or single node:
+  // nothing to tell, `done` at once.
+  virtual void leave_job(std::string reason, std::function<void()> done) = 0;
+
   // This node learnt that another node stopped the job (a round ended with
   // job_stopped_prefix): counts it in, so the node that stopped it may
   // leave, then calls `done`. Single node: `done` at once.

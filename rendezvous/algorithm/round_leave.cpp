@@ -84,6 +84,22 @@ void dynamic_rendezvous::impl::stop_seen(std::function<void()> done) {
   count_stop_seen([done](bool) { done(); });
 }
 
+// This node leaves on its own (its health check failed): the others see
+// an ordinary membership change (from empty: a failure reported first
+// keeps its reason) and rejoin without it; no restart is counted. The will
+// goes first, so that closing our connection adds nothing. A round trip
+// before `done`: the caller exits next, and the others must be told.
+void dynamic_rendezvous::impl::leave_job(std::string reason, std::function<void()> done) {
+  if (!ops_ || last_round_ < 0) return done();
+  bool running = phase_ == round_phase::running || phase_ == round_phase::finishing;
+  end_here();
+  ops_->withdraw_will(keys_.will(round_, group_rank_), unheeded_("withdraw this node's will"));
+  if (!running) return done();
+  auto why = fmt::format("node {} (host {}) left the job: {}", group_rank_, os_->host_name(),
+                         reason);
+  end_round_first(round_, std::move(why), [done](store_result) { done(); });
+}
+
 // Each node of the round counts itself once it knows the job was stopped;
 // the last one releases the node that stopped it (stop_job).
 void dynamic_rendezvous::impl::count_stop_seen(std::function<void(bool last)> done) {

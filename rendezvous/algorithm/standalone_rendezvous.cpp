@@ -82,6 +82,8 @@ void standalone_rendezvous::stop_job(std::string reason, std::function<void()> d
 
 void standalone_rendezvous::stop_seen(std::function<void()> done) { done(); }
 
+void standalone_rendezvous::leave_job(std::string, std::function<void()> done) { done(); }
+
 // Nobody else needs the store.
 void standalone_rendezvous::finish(std::function<void(std::exception_ptr)> done) {
   done(nullptr);

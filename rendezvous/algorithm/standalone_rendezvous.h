@@ -55,6 +55,7 @@ class standalone_rendezvous final : public rendezvous_handler {
   void fail_job(std::string reason, std::function<void()> done) override;
   void stop_job(std::string reason, std::function<void()> done) override;
   void stop_seen(std::function<void()> done) override;
+  void leave_job(std::string reason, std::function<void()> done) override;
   void finish(std::function<void(std::exception_ptr error)> done) override;
   void publish_failure(std::int64_t round, std::string record,
                        std::function<void()> done) override;

@@ -42,6 +42,7 @@ class scripted_rendezvous : public rendezvous::rendezvous_handler {
   std::vector<std::string> failures_reported;
   std::vector<std::string> job_failures;
   std::vector<std::string> stops;
+  std::vector<std::string> departures;  // leave_job() reasons
   bool was_shut_down = false;
   int restarts = 0;  // the job's count, as the store keeps it
 
@@ -81,6 +82,10 @@ class scripted_rendezvous : public rendezvous::rendezvous_handler {
     boost::asio::post(io_, std::move(done));
   }
   void stop_seen(std::function<void()> done) override { boost::asio::post(io_, std::move(done)); }
+  void leave_job(std::string reason, std::function<void()> done) override {
+    departures.push_back(std::move(reason));
+    boost::asio::post(io_, std::move(done));
+  }
   void finish(std::function<void(std::exception_ptr)> done) override {
     boost::asio::post(io_, [done] { done(nullptr); });
   }

@@ -1,0 +1,89 @@
+// Node health (docs/agent.md, "Node health"): the check before the first
+// join, the periodic check while the workers run, and leaving the job
+// when the node is unhealthy (elastic_agent_impl.h says which file holds
+// what). Never on the restart path: a check would add the slowest node's
+// check time to every restart of the job.
+#include <signal.h>
+
+#include <fmt/format.h>
+
+#include "agent/elastic_agent_impl.h"
+#include "rendezvous/base/exit_codes.h"
+
+namespace dtrun::agent {
+
+// Before the first join: an unhealthy node is never ranked, so the job
+// starts on the others (or waits for a spare) instead of failing on it.
+void elastic_agent::impl::check_health_then_join() {
+  if (health_ == nullptr) return start_round();
+  health_->check([this](health_verdict verdict) {
+    if (phase_ != phase::starting) return;  // a signal ended the run meanwhile
+    if (report_health(verdict, "before joining")) return start_round();
+    auto reason = verdict.first_reason();
+    log_error(fmt::format("{}; this node does not join the job (exit {})", reason,
+                          exit_node_unhealthy));
+    reporter_.node_left(reason);
+    finish(exit_node_unhealthy);
+  });
+}
+
+// Each finding in one line (and the command's last lines at debug level),
+// and the event. Returns whether the node may join or stay.
+bool elastic_agent::impl::report_health(const health_verdict& verdict, const char* when) {
+  for (const auto& f : verdict.findings) {
+    if (f.healthy) continue;
+    if (!f.gating) log(fmt::format("warning: {} (not keeping this node out: pass "
+                                   "--node-health-check=builtin for that)",
+                                   f.reason));
+    for (const auto& line : f.output_tail) log_debug(fmt::format("  {}", line));
+  }
+  reporter_.node_health(verdict, when);
+  return verdict.healthy();
+}
+
+// While the workers run: the command (and gating built-ins) every
+// --node-health-check-interval. The timer is armed when a round's workers
+// start and cancelled when the round ends (end_round), so a check never
+// delays a restart.
+void elastic_agent::impl::arm_health_check() {
+  if (health_ == nullptr || !options_.health.gating() || options_.health.interval.count() <= 0) {
+    return;
+  }
+  health_timer_.arm_after(options_.health.interval, [this] {
+    if (phase_ != phase::running) return;
+    health_->check([this](health_verdict verdict) {
+      if (phase_ != phase::running) return;  // the round ended meanwhile: dropped
+      if (report_health(verdict, "while running")) return arm_health_check();
+      leave_unhealthy(verdict.first_reason());
+    });
+  });
+}
+
+// The check in flight (its command killed) and the next one: at the end of
+// a round, and when the agent finishes.
+void elastic_agent::impl::cancel_health_check() {
+  health_timer_.cancel();
+  if (health_ != nullptr) health_->cancel();
+}
+
+// The node turned unhealthy under running workers: stop them and leave.
+// The other nodes see a membership change (no restart spent) and go on
+// without this node, or with a spare in its group rank.
+void elastic_agent::impl::leave_unhealthy(const std::string& reason) {
+  log_error(fmt::format("{}; stopping this node's workers and leaving the job", reason));
+  reporter_.group_stopping(reason);
+  leaving_ = reason;
+  begin_stop(SIGTERM);
+}
+
+// After leave_unhealthy's stop (group_stopped): tell the others, then go.
+void elastic_agent::impl::leave_job() {
+  auto reason = *leaving_;
+  rendezvous_.leave_job(reason, [this, reason] {
+    if (phase_ == phase::done) return;
+    reporter_.node_left(reason);
+    finish(exit_node_unhealthy);
+  });
+}
+
+}  // namespace dtrun::agent

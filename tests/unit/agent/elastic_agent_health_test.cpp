@@ -1,0 +1,192 @@
+// The agent's node-health policy without processes (docs/agent.md, "Node
+// health"): a scripted checker, the fake process runner and a scripted
+// rendezvous. The checks themselves (a real command, the built-ins) are
+// tested in health_command_test and gpu_health_test; real nodes leaving a
+// real job in tests/e2e/test_node_health.py.
+#include <signal.h>
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <catch2/catch.hpp>
+
+#include "agent/elastic_agent.h"
+#include "rendezvous/base/exit_codes.h"
+#include "tests/unit/agent/fake_process_runner.h"
+#include "tests/unit/agent/scripted_rendezvous.h"
+
+using namespace dtrun;
+using namespace dtrun::agent;
+using agent::testing::fake_process_runner;
+using agent::testing::scripted_rendezvous;
+using namespace std::chrono_literals;
+
+namespace {
+
+// Answers each check with the next verdict of its script (the last one
+// repeats), posted as the real checker's completion is.
+class scripted_checker : public node_health_checker {
+ public:
+  explicit scripted_checker(boost::asio::io_context& io) : io_(io) {}
+
+  std::vector<health_verdict> verdicts;
+  int checks = 0;
+  int cancels = 0;
+  // Holds the answer back until release() (a check in flight).
+  bool hold = false;
+
+  void check(std::function<void(health_verdict)> done) override {
+    auto v = verdicts.at(std::min<std::size_t>(static_cast<std::size_t>(checks),
+                                               verdicts.size() - 1));
+    ++checks;
+    pending_ = [done, v] { done(v); };
+    if (!hold) release();
+  }
+  void cancel() override {
+    ++cancels;
+    pending_ = nullptr;
+  }
+  void release() {
+    if (auto p = std::exchange(pending_, nullptr)) boost::asio::post(io_, p);
+  }
+
+ private:
+  boost::asio::io_context& io_;
+  std::function<void()> pending_;
+};
+
+health_verdict healthy() { return {{{"command", true, "", true, {}}}}; }
+
+health_verdict failed_command() {
+  return {{{"command", false, "node health check failed: `check-gpus` exited with 3", true,
+            {"GPU 2: ECC errors"}}}};
+}
+
+health_verdict disk_warning() {
+  return {{{"disk", false, "only 0.2 GiB free under /logs (df -h /logs)", false, {}},
+           {"command", true, "", true, {}}}};
+}
+
+struct health_test {
+  boost::asio::io_context io;
+  fake_process_runner runner{io};
+  scripted_rendezvous rdzv;
+  scripted_checker checker{io};
+  agent_options options;
+  std::vector<std::string> lines;
+
+  explicit health_test(int nproc) : rdzv(io, nproc) {
+    options.spec.local_world_size = nproc;
+    options.spec.max_restarts = 3;
+    options.spec.run_id = "health-test";
+    options.program = "/opt/train";  // never executed
+    options.control_socket = false;
+    options.stop_timeout = 30ms;
+    options.health.command = "check-gpus";
+    options.health.interval = 20ms;
+    options.log = [this](const std::string& line) { lines.push_back(line); };
+  }
+
+  int run() {
+    stack_capture_options stacks;
+    stacks.native = false;
+    elastic_agent agent(io, options, rdzv, runner, stacks, &checker);
+    return agent.run();
+  }
+
+  bool logged(const std::string& text) const {
+    return std::any_of(lines.begin(), lines.end(),
+                       [&](const std::string& l) { return l.find(text) != std::string::npos; });
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a node whose health check fails never joins", "[policy][health]") {
+  health_test t(2);
+  t.checker.verdicts = {failed_command()};
+  CHECK(t.run() == exit_node_unhealthy);
+  CHECK(t.rdzv.rounds_started == 0);  // never ranked
+  CHECK(t.runner.spawned.empty());
+  CHECK(t.checker.checks == 1);
+  CHECK(t.logged("node health check failed: `check-gpus` exited with 3; this node does not "
+                 "join the job (exit 75)"));
+}
+
+TEST_CASE("a warning of a built-in check does not keep the node out", "[policy][health]") {
+  health_test t(1);
+  t.checker.verdicts = {disk_warning()};
+  t.options.health.interval = 0ms;  // before the first join only
+  t.runner.on_spawn = [&t](pid_t pid, const spawn_request&) { t.runner.exit(pid, 0); };
+  CHECK(t.run() == 0);
+  CHECK(t.rdzv.rounds_started == 1);
+  CHECK(t.checker.checks == 1);
+  CHECK(t.logged("warning: only 0.2 GiB free under /logs (df -h /logs) (not keeping this node "
+                 "out: pass --node-health-check=builtin for that)"));
+}
+
+TEST_CASE("a node that turns unhealthy stops its workers and leaves without spending a restart",
+          "[policy][health]") {
+  health_test t(2);
+  // Healthy before joining and at the first periodic check; then not.
+  t.checker.verdicts = {healthy(), healthy(), failed_command()};
+  CHECK(t.run() == exit_node_unhealthy);
+  CHECK(t.checker.checks == 3);
+  CHECK(t.rdzv.rounds_started == 1);
+  CHECK(t.rdzv.failures_reported.empty());  // the others rejoin: a membership change
+  CHECK(t.rdzv.job_failures.empty());
+  REQUIRE(t.rdzv.departures.size() == 1);
+  CHECK(t.rdzv.departures[0] == "node health check failed: `check-gpus` exited with 3");
+  for (const auto& w : t.runner.spawned) {
+    CHECK(t.runner.signals_to(w.pid) == std::vector<int>{SIGTERM, SIGCONT});
+  }
+  CHECK(t.logged("stopping this node's workers and leaving the job"));
+}
+
+TEST_CASE("no check runs on the restart path, and a check in flight at a round's end is dropped",
+          "[policy][health]") {
+  health_test t(1);
+  t.checker.verdicts = {healthy(), failed_command()};
+  t.checker.hold = false;
+  // Round 0: the first periodic check is held in flight when the worker
+  // fails; round 1's worker succeeds at once.
+  t.runner.on_spawn = [&t](pid_t pid, const spawn_request& request) {
+    if (request.env.at("TORCHELASTIC_RESTART_COUNT") == "0") {
+      t.checker.hold = true;
+      // After the periodic check started (its timer is 20 ms), fail.
+      auto timer = std::make_shared<boost::asio::steady_timer>(t.io, 60ms);
+      timer->async_wait([&t, pid, timer](const boost::system::error_code&) {
+        t.runner.exit(pid, 4);
+      });
+    } else {
+      t.runner.exit(pid, 0);
+    }
+  };
+  CHECK(t.run() == 0);
+  // The check before joining and the one in flight in round 0: the
+  // restart did not check again, and the failed verdict never arrived.
+  CHECK(t.checker.checks == 2);
+  CHECK(t.checker.cancels >= 1);
+  CHECK(t.rdzv.rounds_started == 2);
+  CHECK(t.rdzv.departures.empty());
+  CHECK(t.rdzv.failures_reported.size() == 1);
+}
+
+TEST_CASE("a signal during the check before joining ends the run without joining",
+          "[policy][health]") {
+  health_test t(1);
+  t.options.signals = {SIGTERM};
+  t.checker.verdicts = {healthy()};
+  t.checker.hold = true;
+  boost::asio::post(t.io, [] { std::raise(SIGTERM); });
+  CHECK(t.run() == 128 + SIGTERM);
+  CHECK(t.rdzv.rounds_started == 0);
+  CHECK(t.checker.cancels >= 1);  // its command is killed
+}
