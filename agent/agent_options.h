@@ -37,6 +37,23 @@ struct node_health_options {
   bool gating() const { return !command.empty() || builtin_gating; }
 };
 
+// --quarantine-after and its settings (docs/agent.md, "Quarantine").
+struct quarantine_options {
+  // Machine failures in a row (failed health checks, workers killed by
+  // SIGBUS...) before the machine is kept out; 0: never.
+  int after = 0;
+  // The first quarantine's length; each later one doubles, up to `longest`.
+  std::chrono::milliseconds cooldown = std::chrono::seconds(60);
+  std::chrono::milliseconds longest = std::chrono::hours(1);
+  // --quarantine-file: the job's quarantined hosts, one per line; empty:
+  // none written.
+  std::string file;
+  // This machine's key (machine_identity.h); empty: the agent finds it.
+  std::string machine_key;
+
+  bool enabled() const { return after > 0; }
+};
+
 struct agent_options {
   worker_group_spec spec;
   // The resolved program and its arguments (argv[1..]).
@@ -88,6 +105,7 @@ struct agent_options {
   // Node health checks: built-ins before the first join (warnings unless
   // gating), the command and gating built-ins also while workers run.
   node_health_options health;
+  quarantine_options quarantine;
 };
 
 }  // namespace dtrun::agent

@@ -117,7 +117,7 @@ int elastic_agent::impl::run() {
   start_hang_detection();
   start_monitor();
   reporter_.agent_started(config_summary());
-  check_health_then_join();
+  before_first_join();
   io_.run();
   return exit_code_;
 }
@@ -209,6 +209,9 @@ void elastic_agent::impl::start_workers(const rendezvous::rendezvous_info& info)
   failure_.reset();
   job_restarts_.reset();
   round_over_ = false;
+  // A round after one without a machine failure here: the count of
+  // failures in a row starts again (quarantine).
+  if (!std::exchange(machine_failed_this_round_, false)) machine_failures_ = 0;
   // TORCHELASTIC_RESTART_COUNT is the round: the same on every node, and
   // new for every restart of the group, whatever its cause, so workers
   // that bootstrap from the agent store never meet a previous round's keys.
@@ -320,7 +323,8 @@ void elastic_agent::impl::on_worker_exit(const worker& w, const exit_status& sta
           "worker local_rank={} (rank {}, pid {}) {}{}; stopping the other workers", w.local_rank,
           w.rank, w.pid, describe(status), why));
       reporter_.group_stopping(fmt::format("worker rank {} {}", w.rank, describe(status)));
-      failure_ = failure{w.local_rank, w.rank, w.pid, status, w.error_file, false};
+      failure_ = failure{w.local_rank, w.rank, w.pid, status, w.error_file, false,
+                         machine_fault(status, record ? record->message : std::string())};
       ++failures_;
       count_restart(fmt::format("worker rank {} {}", w.rank, describe(status)));
       begin_stop(SIGTERM);

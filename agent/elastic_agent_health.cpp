@@ -5,6 +5,8 @@
 // check time to every restart of the job.
 #include <signal.h>
 
+#include <utility>
+
 #include <fmt/format.h>
 
 #include "agent/elastic_agent_impl.h"
@@ -20,6 +22,7 @@ void elastic_agent::impl::check_health_then_join() {
     if (phase_ != phase::starting) return;  // a signal ended the run meanwhile
     if (report_health(verdict, "before joining")) return start_round();
     auto reason = verdict.first_reason();
+    if (options_.quarantine.enabled()) return machine_failed(reason, -1, "health");
     log_error(fmt::format("{}; this node does not join the job (exit {})", reason,
                           exit_node_unhealthy));
     reporter_.node_left(reason);
@@ -78,7 +81,8 @@ void elastic_agent::impl::leave_unhealthy(const std::string& reason) {
 
 // After leave_unhealthy's stop (group_stopped): tell the others, then go.
 void elastic_agent::impl::leave_job() {
-  auto reason = *leaving_;
+  auto reason = *std::exchange(leaving_, std::nullopt);
+  if (options_.quarantine.enabled()) return machine_failed(reason, -1, "health");
   rendezvous_.leave_job(reason, [this, reason] {
     if (phase_ == phase::done) return;
     reporter_.node_left(reason);

@@ -5,6 +5,7 @@
 //   elastic_agent_watch.cpp    the file-timer watchdog, hang detection,
 //                              `dtrun status` and `dtrun stacks`
 //   elastic_agent_health.cpp   node health checks; leaving when unhealthy
+//   elastic_agent_quarantine.cpp  machines kept out after failing in a row
 // The policy only: the workers' processes are worker_group's, through a
 // process_runner (docs/design.md, "The agent: policy and parts").
 #pragma once
@@ -14,6 +15,7 @@
 #include <chrono>
 #include <memory>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -30,6 +32,7 @@
 #include "agent/job_monitor.h"
 #include "agent/node_health.h"
 #include "agent/progress_monitor.h"
+#include "agent/quarantine_record.h"
 #include "agent/run_reporter.h"
 #include "agent/stdin_watch.h"
 #include "agent/timer_table.h"
@@ -61,11 +64,14 @@ class elastic_agent::impl {
     exit_status status;
     std::string error_file;
     bool spawn_failed = false;  // exec() failed: restarting would not help
+    // Non-empty: a fault that follows the machine (quarantine_record.h).
+    std::string machine_fault;
   };
 
   // exiting: our workers all succeeded; waiting in the exit barrier for the
-  // other nodes.
-  enum class phase { starting, rendezvous, running, stopping, exiting, done };
+  // other nodes. outside: out of the job for a while (unhealthy, or in
+  // quarantine), to check and rejoin later.
+  enum class phase { starting, rendezvous, running, stopping, exiting, outside, done };
 
   void log(const std::string& line) { reporter_.log().info(line); }
   void log_error(const std::string& line) { reporter_.log().error(line); }
@@ -111,6 +117,14 @@ class elastic_agent::impl {
   void leave_unhealthy(const std::string& reason);
   void leave_job();
 
+  // elastic_agent_quarantine.cpp
+  void before_first_join();
+  void machine_failed(const std::string& reason, int rank, const std::string& fault);
+  void enter_quarantine(const std::string& reason, int rank, const std::string& fault);
+  void sit_out(std::chrono::milliseconds duration);
+  void judge_machine_fault(std::function<void()> restart);
+  void write_quarantine_file();
+
   // elastic_agent_watch.cpp
   void start_watchdog();
   void start_hang_detection();
@@ -148,6 +162,11 @@ class elastic_agent::impl {
   node_health_checker* health_ = nullptr;
   generation_timer health_timer_;
   std::optional<std::string> leaving_;
+  // Quarantine: machine failures in a row, whether this round had one
+  // (a round without resets the count), and this machine's quarantines.
+  int machine_failures_ = 0;
+  bool machine_failed_this_round_ = false;
+  int quarantines_ = 0;
   int hangs_ = 0;
   std::uint64_t rounds_ = 0;
   std::uint64_t failures_ = 0;

@@ -73,10 +73,13 @@ void elastic_agent::impl::decide_restart() {
   }
   int restarts = *job_restarts_;
   if (!failure_->spawn_failed && restarts <= options_.spec.max_restarts) {
-    log(fmt::format("restarting the workers (restart {} of {})", restarts,
-                    options_.spec.max_restarts));
-    reporter_.restart(restarts, options_.spec.max_restarts);
-    start_round();
+    // Unless this machine is quarantined instead (elastic_agent_quarantine.cpp).
+    judge_machine_fault([this, restarts] {
+      log(fmt::format("restarting the workers (restart {} of {})", restarts,
+                      options_.spec.max_restarts));
+      reporter_.restart(restarts, options_.spec.max_restarts);
+      start_round();
+    });
     return;
   }
   // Tell the other nodes the job is over, so they do not wait for us;

@@ -181,6 +181,19 @@ void run_reporter::node_left(std::string_view reason) {
   events_.emit("node_left", ojson{{"round", current_round()}, {"reason", std::string(reason)}});
 }
 
+void run_reporter::quarantined(const quarantine_record& record) {
+  events_.emit("quarantined", ojson{{"round", current_round()},
+                                    {"machine", record.machine},
+                                    {"quarantines", record.quarantines},
+                                    {"cooldown_s", record.cooldown_s},
+                                    {"until", iso8601_utc_ms(std::chrono::system_clock::time_point(
+                                                  std::chrono::milliseconds(static_cast<
+                                                      std::int64_t>(record.until * 1000))))},
+                                    {"rank", record.rank < 0 ? ojson(nullptr) : ojson(record.rank)},
+                                    {"fault", record.fault},
+                                    {"reason", record.reason}});
+}
+
 void run_reporter::summarize_failure(std::int64_t round, summary_context context,
                                      std::function<void(int)> done) {
   rendezvous_.round_failures(round, [this, round, context = std::move(context), done](

@@ -21,6 +21,7 @@
 #include "agent/exit_status.h"
 #include "agent/failure_report.h"
 #include "agent/node_health.h"
+#include "agent/quarantine_record.h"
 #include "agent/report_options.h"
 #include "rendezvous/algorithm/rendezvous_handler.h"
 
@@ -67,6 +68,8 @@ class run_reporter {
   void node_health(const health_verdict& verdict, std::string_view when);
   // This node left the job on its own (unhealthy): the others go on.
   void node_left(std::string_view reason);
+  // This machine is kept out of the job for a cooldown.
+  void quarantined(const quarantine_record& record);
 
   // Reads every node's failures of `round`, prints the summary and emits
   // job_failed; then done(root cause's exit code, or 1 without one).

@@ -142,6 +142,9 @@ struct launch_options {
   std::vector<std::string> node_health_check;
   double node_health_check_interval = 300.0;  // seconds; 0: before the first join only
   double node_health_check_timeout = 60.0;    // seconds
+  int quarantine_after = 0;            // machine failures in a row; 0: no quarantine
+  double quarantine_cooldown = 60.0;   // seconds, doubled each time up to an hour
+  std::string quarantine_file;         // the quarantined hosts, one per line
   // Program.
   std::string role = "default";
   bool module = false;

@@ -167,6 +167,18 @@ void define_health_flags(CLI::App& app, launch_options& o) {
              "Seconds a health check may take; then it is killed and counts as failed")
       ->check(seconds_within("--node-health-check-timeout", {false, max_duration_s}))
       ->group(group_health);
+  add_option(app, "quarantine-after", o.quarantine_after,
+             "Keep a machine out of the job after this many failures in a row that follow "
+             "the machine (health checks, SIGBUS, ECC errors); 0: never")
+      ->check(whole_number("--quarantine-after", 0, 1000))
+      ->group(group_health);
+  add_option(app, "quarantine-cooldown", o.quarantine_cooldown,
+             "Seconds a machine's first quarantine lasts; each later one doubles, up to an hour")
+      ->check(seconds_within("--quarantine-cooldown", {false, max_duration_s}))
+      ->group(group_health);
+  add_option(app, "quarantine-file", o.quarantine_file,
+             "Write the job's quarantined hosts here, one per line (for Slurm's --exclude)")
+      ->group(group_health);
 }
 
 void define_program_flags(CLI::App& app, launch_options& o) {

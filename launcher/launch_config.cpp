@@ -282,6 +282,20 @@ void resolve_health(const launch_options& o, launch_config& c) {
                                   {false, max_duration_s});
   if (h.timeout.count() == 0) h.timeout = std::chrono::milliseconds(1);
   if (const auto* multi = c.multi_node()) h.endpoint_host = multi->rendezvous.endpoint_host;
+  agent::quarantine_options& q = c.agent.quarantine;
+  if (o.quarantine_after < 0 || o.quarantine_after > 1000) {
+    throw usage_error(fmt::format("--quarantine-after: '{}' is not a whole number from 0 to 1000",
+                                  o.quarantine_after));
+  }
+  q.after = o.quarantine_after;
+  q.cooldown = seconds_to_duration(o.quarantine_cooldown, "--quarantine-cooldown",
+                                   {false, max_duration_s});
+  if (q.cooldown.count() == 0) q.cooldown = std::chrono::milliseconds(1);
+  q.longest = std::max(q.cooldown, std::chrono::milliseconds(std::chrono::hours(1)));
+  q.file = o.quarantine_file;
+  if (!q.file.empty() && !q.enabled()) {
+    c.warnings.push_back("--quarantine-file has no effect without --quarantine-after");
+  }
 }
 
 // How the agent supervises the workers and reports: the worker group,

@@ -117,6 +117,13 @@ nlohmann::json to_json(const launch_config& c, const env_map& env) {
       {"signals_to_handle", signals},
       {"hang_timeout_s", static_cast<double>(c.agent.hang_timeout.count()) / 1000.0},
       {"node_health_check", node_health_json(c.agent.health)},
+      {"quarantine", c.agent.quarantine.enabled()
+                         ? nlohmann::json{{"after", c.agent.quarantine.after},
+                                          {"cooldown_s", static_cast<double>(
+                                                             c.agent.quarantine.cooldown.count()) /
+                                                             1000.0},
+                                          {"file", c.agent.quarantine.file}}
+                         : nlohmann::json()},
       {"stack_hook", c.agent.stack_hook},
       {"metrics", c.agent.metrics_port < 0 ? nlohmann::json()
                                      : nlohmann::json(fmt::format("{}:{}", c.agent.metrics_host,

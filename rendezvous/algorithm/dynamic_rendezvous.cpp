@@ -133,6 +133,25 @@ void dynamic_rendezvous::stop_seen(std::function<void()> done) {
 void dynamic_rendezvous::leave_job(std::string reason, std::function<void()> done) {
   impl_->leave_job(std::move(reason), std::move(done));
 }
+
+void dynamic_rendezvous::read_machine(std::string machine_key, record_completion done) {
+  impl_->read_machine(std::move(machine_key), std::move(done));
+}
+
+void dynamic_rendezvous::quarantine(std::string machine_key, std::string record,
+                                    std::string reason, std::function<void()> done) {
+  impl_->quarantine(std::move(machine_key), std::move(record), std::move(reason),
+                    std::move(done));
+}
+
+void dynamic_rendezvous::quarantine_list(std::function<void(std::vector<std::string>)> done) {
+  impl_->quarantine_list(std::move(done));
+}
+
+void dynamic_rendezvous::wait_outside(std::chrono::milliseconds timeout,
+                                      std::function<void(bool, std::string)> done) {
+  impl_->wait_outside(timeout, std::move(done));
+}
 void dynamic_rendezvous::finish(std::function<void(std::exception_ptr)> done) {
   impl_->finish(std::move(done));
 }

@@ -9,6 +9,8 @@
 //   round_run.cpp           while the round runs: `over`, the ring,
 //                           failures, progress, status
 //   round_leave.cpp         the exit barrier, stopping, leaving
+//   round_quarantine.cpp    a machine kept out: its record, the list,
+//                           waiting outside any round
 //
 // Completion handlers do not throw; every value read from the store is
 // parsed with a guard.
@@ -70,6 +72,12 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   void stop_job(std::string reason, std::function<void()> done);
   void stop_seen(std::function<void()> done);
   void leave_job(std::string reason, std::function<void()> done);
+  void read_machine(std::string machine_key, record_completion done);
+  void quarantine(std::string machine_key, std::string record, std::string reason,
+                  std::function<void()> done);
+  void quarantine_list(std::function<void(std::vector<std::string>)> done);
+  void wait_outside(std::chrono::milliseconds timeout,
+                    std::function<void(bool, std::string)> done);
   void finish(std::function<void(std::exception_ptr)> done);
   void publish_failure(std::int64_t r, std::string record, std::function<void()> done);
   void round_failures(std::int64_t r, failures_completion done);
@@ -134,6 +142,9 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
                         const restart_completion& done);
   void mark_job_failed(const std::string& why);
   void mark_failures_read(std::int64_t r, std::function<void()> done);
+
+  // --- round_quarantine.cpp -------------------------------------------------
+  void outside_connected(std::function<void(std::exception_ptr)> then);
 
   // --- round_leave.cpp ------------------------------------------------------
   void await_stop_seen(std::function<void()> done);

@@ -15,6 +15,7 @@
 // calling `done` from the loop, never from inside next_round() itself.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -123,6 +124,33 @@ class rendezvous_handler {
   // leaves without next_round(). Before its first round, or single node:
   // nothing to tell, `done` at once.
   virtual void leave_job(std::string reason, std::function<void()> done) = 0;
+
+  // Quarantine (--quarantine-after; docs/agent.md, "Quarantine"): a
+  // machine that keeps failing is kept out of the job for a cooldown. Its
+  // record (JSON text, a few hundred bytes) lives in the job's store under
+  // its machine key (machine id and GPU UUIDs, not the host name), so an
+  // agent started again on that machine finds it.
+
+  // This machine's record, empty when it has none. Connects first when
+  // this node is in no round yet. On an error: the error, and "".
+  using record_completion = std::function<void(std::exception_ptr error, std::string record)>;
+  virtual void read_machine(std::string machine_key, record_completion done) = 0;
+
+  // Stores this machine's record and appends it to the job-wide list that
+  // `dtrun status` shows; when this node is in a round, ends it as
+  // leave_job() does, with `reason`. `done` once stored, or not (best
+  // effort: the node stays out either way).
+  virtual void quarantine(std::string machine_key, std::string record, std::string reason,
+                          std::function<void()> done) = 0;
+
+  // The job-wide list of quarantine records, oldest first (bounded).
+  virtual void quarantine_list(std::function<void(std::vector<std::string> records)> done) = 0;
+
+  // Outside any round (in quarantine): waits until `timeout` passes
+  // (done(false, "")) or the job ends: finished, failed, stopped, or its
+  // store gone (done(true, why)).
+  virtual void wait_outside(std::chrono::milliseconds timeout,
+                            std::function<void(bool job_ended, std::string why)> done) = 0;
 
   // This node learnt that another node stopped the job (a round ended with
   // job_stopped_prefix): counts it in, so the node that stopped it may

@@ -15,6 +15,14 @@ std::string rendezvous_keys::restarts() const { return prefix_ + "restarts"; }
 std::string rendezvous_keys::failed() const { return prefix_ + "failed"; }
 std::string rendezvous_keys::failed_round() const { return prefix_ + "failed_round"; }
 std::string rendezvous_keys::stopped() const { return prefix_ + "stopped"; }
+std::string rendezvous_keys::ended() const { return prefix_ + "ended"; }
+std::string rendezvous_keys::machine(const std::string& machine_key) const {
+  return prefix_ + "machine/" + machine_key;
+}
+std::string rendezvous_keys::quarantine_count() const { return prefix_ + "quarantine/count"; }
+std::string rendezvous_keys::quarantine_entry(std::int64_t index) const {
+  return prefix_ + "quarantine/" + std::to_string(index);
+}
 std::string rendezvous_keys::stop_seen() const { return prefix_ + "stop_seen"; }
 std::string rendezvous_keys::stop_seen_by_all() const { return prefix_ + "stop_seen_by_all"; }
 

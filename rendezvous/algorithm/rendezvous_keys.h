@@ -29,6 +29,14 @@ class rendezvous_keys {
   std::string stopped() const;           // stopped
   std::string stop_seen() const;         // stop_seen
   std::string stop_seen_by_all() const;  // stop_seen_by_all
+  // The job ended (finished, failed or stopped): what a node outside any
+  // round (in quarantine) waits for.
+  std::string ended() const;  // ended
+
+  // --- quarantine: dtrun/<run_id>/... -------------------------------------
+  std::string machine(const std::string& machine_key) const;  // machine/<key>
+  std::string quarantine_count() const;                        // quarantine/count
+  std::string quarantine_entry(std::int64_t index) const;      // quarantine/<i>
 
   // --- a round: dtrun/<run_id>/r/<r>/... ---------------------------------
   std::string joined(std::int64_t r) const;

@@ -26,6 +26,7 @@ void dynamic_rendezvous::impl::stop_job(std::string reason, std::function<void()
                  : fmt::format("host {} {}", os_->host_name(), reason);
   // One request after the other: an external store (etcd) may apply
   // requests sent together in any order, and the release must come last.
+  ops_->set(keys_.ended(), "was stopped", unheeded_("mark the job ended"));
   ops_->set(keys_.stopped(), who, [self = shared_from_this(), who, done, joining](store_result) {
     if (self->round_ < 0) return self->await_stop_seen(done);
     self->end_round_first(self->round_, job_stopped_prefix + who, [self, done, joining](
@@ -134,8 +135,12 @@ void dynamic_rendezvous::impl::finish(std::function<void(std::exception_ptr)> do
     if (n.error) return self->finish_with(n.error);
     if (n.number < self->members_) return;
     // Only if no one ended the round first: a node lost just now must not
-    // be covered up.
-    self->end_round_first(r, std::string(every_node_finished));
+    // be covered up. `ended` is for nodes outside the round (quarantine).
+    self->end_round_first(r, std::string(every_node_finished), [self](store_result o) {
+      if (!o.error && o.value == every_node_finished) {
+        self->ops_->set(self->keys_.ended(), "finished", self->unheeded_("mark the job ended"));
+      }
+    });
   });
 }
 

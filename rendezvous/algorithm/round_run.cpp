@@ -161,6 +161,7 @@ void dynamic_rendezvous::impl::end_failed_round(std::int64_t r, const std::strin
 void dynamic_rendezvous::impl::mark_job_failed(const std::string& why) {
   ops_->set(keys_.failed_round(), std::to_string(round_), unheeded_("record the failed round"));
   ops_->set(keys_.failed(), why, unheeded_("mark the job failed"));
+  ops_->set(keys_.ended(), "failed", unheeded_("mark the job ended"));
 }
 
 void dynamic_rendezvous::impl::fail_job(std::string reason, std::function<void()> done) {

@@ -1,9 +1,11 @@
 #include "rendezvous/algorithm/standalone_rendezvous.h"
 
 #include <cstddef>
+#include <memory>
 #include <utility>
 
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 
 #include "rendezvous/store/store.h"
 
@@ -83,6 +85,27 @@ void standalone_rendezvous::stop_job(std::string reason, std::function<void()> d
 void standalone_rendezvous::stop_seen(std::function<void()> done) { done(); }
 
 void standalone_rendezvous::leave_job(std::string, std::function<void()> done) { done(); }
+
+// A single node has no one to keep it out: its quarantine is only its own
+// wait (the agent's), which a timer makes.
+void standalone_rendezvous::read_machine(std::string, record_completion done) {
+  done(nullptr, {});
+}
+
+void standalone_rendezvous::quarantine(std::string, std::string, std::string,
+                                       std::function<void()> done) {
+  done();
+}
+
+void standalone_rendezvous::quarantine_list(std::function<void(std::vector<std::string>)> done) {
+  done({});
+}
+
+void standalone_rendezvous::wait_outside(std::chrono::milliseconds timeout,
+                                         std::function<void(bool, std::string)> done) {
+  auto timer = std::make_shared<boost::asio::steady_timer>(io_, timeout);
+  timer->async_wait([timer, done](const boost::system::error_code&) { done(false, {}); });
+}
 
 // Nobody else needs the store.
 void standalone_rendezvous::finish(std::function<void(std::exception_ptr)> done) {

@@ -56,6 +56,12 @@ class standalone_rendezvous final : public rendezvous_handler {
   void stop_job(std::string reason, std::function<void()> done) override;
   void stop_seen(std::function<void()> done) override;
   void leave_job(std::string reason, std::function<void()> done) override;
+  void read_machine(std::string machine_key, record_completion done) override;
+  void quarantine(std::string machine_key, std::string record, std::string reason,
+                  std::function<void()> done) override;
+  void quarantine_list(std::function<void(std::vector<std::string>)> done) override;
+  void wait_outside(std::chrono::milliseconds timeout,
+                    std::function<void(bool, std::string)> done) override;
   void finish(std::function<void(std::exception_ptr error)> done) override;
   void publish_failure(std::int64_t round, std::string record,
                        std::function<void()> done) override;

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <string>
@@ -18,6 +20,8 @@
 #include <catch2/catch.hpp>
 
 #include "agent/elastic_agent.h"
+#include "agent/quarantine_record.h"
+#include "agent/wall_clock.h"
 #include "rendezvous/base/exit_codes.h"
 #include "tests/unit/agent/fake_process_runner.h"
 #include "tests/unit/agent/scripted_rendezvous.h"
@@ -94,7 +98,16 @@ struct health_test {
     options.log = [this](const std::string& line) { lines.push_back(line); };
   }
 
+  // What each worker does when it starts: `workers_(round, local_rank, pid)`.
+  std::function<void(int, int, pid_t)> workers_;
+
   int run() {
+    if (workers_) {
+      runner.on_spawn = [this](pid_t pid, const spawn_request& request) {
+        workers_(std::stoi(request.env.at("TORCHELASTIC_RESTART_COUNT")),
+                 std::stoi(request.env.at("LOCAL_RANK")), pid);
+      };
+    }
     stack_capture_options stacks;
     stacks.native = false;
     elastic_agent agent(io, options, rdzv, runner, stacks, &checker);
@@ -189,4 +202,151 @@ TEST_CASE("a signal during the check before joining ends the run without joining
   CHECK(t.run() == 128 + SIGTERM);
   CHECK(t.rdzv.rounds_started == 0);
   CHECK(t.checker.cancels >= 1);  // its command is killed
+}
+
+// --- quarantine (docs/agent.md, "Quarantine") -------------------------------
+
+namespace {
+
+std::vector<quarantine_record> records_of(const scripted_rendezvous& rdzv) {
+  std::vector<quarantine_record> out;
+  for (const auto& text : rdzv.quarantine_records) {
+    auto r = quarantine_record::parse(text);
+    REQUIRE(r);
+    out.push_back(*r);
+  }
+  return out;
+}
+
+struct quarantine_test : health_test {
+  explicit quarantine_test(int nproc) : health_test(nproc) {
+    options.quarantine.after = 2;
+    options.quarantine.cooldown = 60s;
+    options.quarantine.machine_key = "machine-a";
+    options.health.interval = 5s;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a machine failing its check --quarantine-after times in a row is quarantined, each "
+          "cooldown twice the last",
+          "[policy][health][quarantine]") {
+  quarantine_test t(1);
+  // Out (1 of 2), quarantined, back on probation, quarantined again, back.
+  t.checker.verdicts = {failed_command(), failed_command(), failed_command(), healthy()};
+  t.options.health.interval = 0ms;  // no periodic check: the workers succeed
+  t.runner.on_spawn = [&t](pid_t pid, const spawn_request&) { t.runner.exit(pid, 0); };
+  CHECK(t.run() == 0);
+  CHECK(t.checker.checks == 4);
+  CHECK(t.rdzv.rounds_started == 1);
+  auto records = records_of(t.rdzv);
+  REQUIRE(records.size() == 2);
+  CHECK(records[0].machine == "machine-a");
+  CHECK(records[0].quarantines == 1);
+  CHECK(records[0].cooldown_s == 60);
+  CHECK(records[0].fault == "health");
+  CHECK(records[1].quarantines == 2);
+  CHECK(records[1].cooldown_s == 120);
+  // Out for the check interval (the cooldown when there is none), then
+  // each cooldown.
+  CHECK(t.rdzv.outside_waits == std::vector<std::chrono::milliseconds>{60s, 60s, 120s});
+  CHECK(t.logged("quarantining this machine for 60 s (2 failure(s) in a row, quarantine 1"));
+  CHECK(t.logged("(1 of 2 failures in a row before quarantine)"));
+}
+
+TEST_CASE("workers killed by SIGBUS in a row quarantine the machine; exceptions never do",
+          "[policy][health][quarantine]") {
+  SECTION("SIGBUS twice: quarantined, then back once the cooldown passed") {
+    quarantine_test t(2);
+    t.checker.verdicts = {healthy()};
+    t.options.health.interval = 0ms;
+    t.workers_ = [&t](int round, int local_rank, pid_t pid) {
+      if (round < 2 && local_rank == 1) t.runner.die(pid, SIGBUS);
+      if (round == 2) t.runner.exit(pid, 0);
+    };
+    CHECK(t.run() == 0);
+    auto records = records_of(t.rdzv);
+    REQUIRE(records.size() == 1);
+    CHECK(records[0].fault == "SIGBUS");
+    CHECK(records[0].rank == 1);
+    CHECK(t.rdzv.quarantine_reasons[0].find("quarantined for 60 s: worker rank 1") == 0);
+    CHECK(t.rdzv.outside_waits == std::vector<std::chrono::milliseconds>{60s});
+    CHECK(t.rdzv.rounds_started == 3);
+  }
+  SECTION("an ordinary failure twice: restarts, never a quarantine") {
+    quarantine_test t(2);
+    t.checker.verdicts = {healthy()};
+    t.options.health.interval = 0ms;
+    t.workers_ = [&t](int round, int local_rank, pid_t pid) {
+      if (round < 2 && local_rank == 1) t.runner.exit(pid, 1);
+      if (round == 2) t.runner.exit(pid, 0);
+    };
+    CHECK(t.run() == 0);
+    CHECK(t.rdzv.quarantine_records.empty());
+    CHECK(t.rdzv.outside_waits.empty());
+  }
+}
+
+TEST_CASE("a fault that already got another machine quarantined for the same rank follows the "
+          "rank: no quarantine",
+          "[policy][health][quarantine]") {
+  quarantine_test t(2);
+  quarantine_record elsewhere;
+  elsewhere.machine = "machine-b";
+  elsewhere.host = "h7";
+  elsewhere.quarantines = 1;
+  elsewhere.rank = 1;
+  elsewhere.fault = "SIGBUS";
+  elsewhere.reason = "worker rank 1 was killed by SIGBUS";
+  t.rdzv.quarantine_records.push_back(elsewhere.to_json());
+  t.checker.verdicts = {healthy()};
+  t.options.health.interval = 0ms;
+  t.workers_ = [&t](int round, int local_rank, pid_t pid) {
+    if (round < 2 && local_rank == 1) t.runner.die(pid, SIGBUS);
+    if (round == 2) t.runner.exit(pid, 0);
+  };
+  CHECK(t.run() == 0);
+  CHECK(t.rdzv.quarantine_records.size() == 1);  // only machine-b's
+  CHECK(t.logged("rank 1 failed with SIGBUS on another machine too: the failure follows the "
+                 "rank, not this machine; not quarantining it"));
+}
+
+TEST_CASE("an agent started again on a quarantined machine waits out the rest of its cooldown",
+          "[policy][health][quarantine]") {
+  quarantine_test t(1);
+  quarantine_record earlier;
+  earlier.machine = "machine-a";
+  earlier.host = "h1";
+  earlier.quarantines = 1;
+  earlier.since = wall_clock_seconds() - 30;
+  earlier.until = earlier.since + 60;
+  earlier.cooldown_s = 60;
+  earlier.reason = "node health check failed";
+  t.rdzv.machines["machine-a"] = earlier.to_json();
+  t.checker.verdicts = {healthy()};
+  t.options.health.interval = 0ms;
+  t.runner.on_spawn = [&t](pid_t pid, const spawn_request&) { t.runner.exit(pid, 0); };
+  CHECK(t.run() == 0);
+  REQUIRE(t.rdzv.outside_waits.size() == 1);
+  CHECK(t.rdzv.outside_waits[0] > 28s);
+  CHECK(t.rdzv.outside_waits[0] <= 30s);
+  CHECK(t.logged("this machine is in quarantine for"));
+}
+
+TEST_CASE("the job ending while the machine is in quarantine ends its agent with 75",
+          "[policy][health][quarantine]") {
+  quarantine_test t(1);
+  t.options.quarantine.after = 1;
+  t.options.quarantine.file = "quarantine-test-hosts.txt";
+  t.rdzv.job_ends_outside = true;
+  t.checker.verdicts = {failed_command()};
+  CHECK(t.run() == exit_node_unhealthy);
+  CHECK(t.rdzv.rounds_started == 0);
+  CHECK(t.logged("the job finished while this node was out of it; exiting with 75"));
+  std::ifstream file("quarantine-test-hosts.txt");
+  std::string host;
+  std::getline(file, host);
+  CHECK(!host.empty());  // this machine's host name, one per line
+  std::remove("quarantine-test-hosts.txt");
 }

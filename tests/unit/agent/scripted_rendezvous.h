@@ -3,6 +3,7 @@
 // is the test's to trigger or inspect. In memory, single-threaded.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <exception>
 #include <functional>
@@ -82,6 +83,34 @@ class scripted_rendezvous : public rendezvous::rendezvous_handler {
     boost::asio::post(io_, std::move(done));
   }
   void stop_seen(std::function<void()> done) override { boost::asio::post(io_, std::move(done)); }
+  // Quarantine: records by machine key, in memory; wait_outside ends at
+  // once (the test's clock is not real) unless job_ends_outside says.
+  std::map<std::string, std::string> machines;
+  std::vector<std::string> quarantine_records;
+  std::vector<std::string> quarantine_reasons;
+  std::vector<std::chrono::milliseconds> outside_waits;
+  bool job_ends_outside = false;
+  void read_machine(std::string key, record_completion done) override {
+    auto it = machines.find(key);
+    std::string record = it == machines.end() ? std::string() : it->second;
+    boost::asio::post(io_, [done, record] { done(nullptr, record); });
+  }
+  void quarantine(std::string key, std::string record, std::string reason,
+                  std::function<void()> done) override {
+    machines[key] = record;
+    quarantine_records.push_back(record);
+    quarantine_reasons.push_back(std::move(reason));
+    boost::asio::post(io_, std::move(done));
+  }
+  void quarantine_list(std::function<void(std::vector<std::string>)> done) override {
+    boost::asio::post(io_, [done, list = quarantine_records] { done(list); });
+  }
+  void wait_outside(std::chrono::milliseconds timeout,
+                    std::function<void(bool, std::string)> done) override {
+    outside_waits.push_back(timeout);
+    bool ended = job_ends_outside;
+    boost::asio::post(io_, [done, ended] { done(ended, ended ? "the job finished" : ""); });
+  }
   void leave_job(std::string reason, std::function<void()> done) override {
     departures.push_back(std::move(reason));
     boost::asio::post(io_, std::move(done));
