@@ -61,6 +61,7 @@ TEST_CASE("fake NVML library: gpu_stats and nvml_session dlopen it", "[.][fake-n
 
 TEST_CASE("fake NVML library: the GPU check sees its remap and its XID", "[.][fake-nvml]") {
   write_fake_nvml_state("");
+  if (const char* log = std::getenv("FAKE_NVML_LOG")) std::ofstream(log, std::ios::trunc);
   nvml_session nvml;
   REQUIRE(nvml.available());
   gpu_health health(nvml);
