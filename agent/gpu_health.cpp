@@ -84,7 +84,7 @@ void gpu_health::register_for_xids() {
                            i, rc));
       continue;
     }
-    index_of_[device] = i;
+    registered_.insert(device);
   }
 }
 
@@ -96,9 +96,8 @@ void gpu_health::drain_events() {
     if (nvml_.fns().event_set_wait(events_, &data, 0) != nvml::success) return;
     if (!(data.event_type & nvml::event_type_xid_critical_error)) continue;
     if (xid_is_application_error(data.event_data)) continue;
-    auto it = index_of_.find(data.device);
-    if (it == index_of_.end()) continue;
-    auto& seen = xids_[it->second];
+    if (!registered_.count(data.device)) continue;
+    auto& seen = xids_[data.device];
     if (seen.size() < max_xids_per_device) seen.push_back(data.event_data);
   }
 }
@@ -154,7 +153,22 @@ std::string gpu_health::memory_repair_failure(unsigned int index, nvml::device_t
   return {};
 }
 
-health_finding gpu_health::check(const std::vector<unsigned int>& devices, bool gating) {
+std::vector<expected_gpu> expected_gpus(const std::vector<accelerator>& visible) {
+  std::vector<expected_gpu> gpus;
+  for (const auto& a : visible) {
+    gpus.push_back({static_cast<unsigned int>(a.physical_index), a.pci_address});
+  }
+  return gpus;
+}
+
+health_finding gpu_health::check_by_index(const std::vector<unsigned int>& devices,
+                                          bool gating) {
+  std::vector<expected_gpu> gpus;
+  for (unsigned int index : devices) gpus.push_back({index, {}});
+  return check(gpus, gating);
+}
+
+health_finding gpu_health::check(const std::vector<expected_gpu>& gpus, bool gating) {
   health_finding finding;
   finding.check = "gpu";
   finding.gating = gating;
@@ -169,15 +183,23 @@ health_finding gpu_health::check(const std::vector<unsigned int>& devices, bool 
                                    rc));
     count = 0;
   }
-  for (unsigned int index : devices) {
+  for (const auto& gpu : gpus) {
+    unsigned int index = gpu.index;
     nvml::device_t device = nullptr;
-    if (index >= count) {
+    if (!gpu.pci_address.empty() && f.device_by_pci_bus_id) {
+      if (auto rc = f.device_by_pci_bus_id(gpu.pci_address.c_str(), &device);
+          rc != nvml::success) {
+        failures.push_back(fmt::format("GPU {} ({}) is not visible: NVML cannot find it (code "
+                                       "{}; check: nvidia-smi -L)",
+                                       index, gpu.pci_address, rc));
+        continue;
+      }
+    } else if (index >= count) {
       failures.push_back(fmt::format("GPU {} is not visible: NVML sees {} GPU{} (check: "
                                      "nvidia-smi -L)",
                                      index, count, count == 1 ? "" : "s"));
       continue;
-    }
-    if (auto rc = f.device_by_index(index, &device); rc != nvml::success) {
+    } else if (auto rc = f.device_by_index(index, &device); rc != nvml::success) {
       failures.push_back(fmt::format("GPU {} is not usable: NVML cannot open it (code {}; "
                                      "check: nvidia-smi -i {})",
                                      index, rc, index));
@@ -186,7 +208,7 @@ health_finding gpu_health::check(const std::vector<unsigned int>& devices, bool 
     if (auto repair = memory_repair_failure(index, device); !repair.empty()) {
       failures.push_back(std::move(repair));
     }
-    if (auto it = xids_.find(index); it != xids_.end() && !it->second.empty()) {
+    if (auto it = xids_.find(device); it != xids_.end() && !it->second.empty()) {
       failures.push_back(fmt::format("GPU {} reported XID {} since the agent started (check: "
                                      "dmesg | grep -i xid)",
                                      index, xid_list(it->second)));

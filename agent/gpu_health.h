@@ -15,14 +15,27 @@
 #pragma once
 
 #include <map>
-#include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "agent/accelerators.h"
 #include "agent/node_health.h"
 #include "agent/nvml_api.h"
 
 namespace dtrun::agent {
+
+// A GPU the node's workers will use.
+struct expected_gpu {
+  unsigned int index = 0;  // NVML index: accelerator::physical_index
+  // "0000:3b:00.0" (accelerator::pci_address); when known, NVML is asked
+  // for the GPU by it: a GPU fallen off the bus shifts the NVML indexes of
+  // the ones after it, and the message must name the one that is gone.
+  std::string pci_address;
+};
+
+// The GPUs of `visible` (visible_gpus() of accelerators.h).
+std::vector<expected_gpu> expected_gpus(const std::vector<accelerator>& visible);
 
 class gpu_health {
  public:
@@ -34,12 +47,14 @@ class gpu_health {
   gpu_health(const gpu_health&) = delete;
   gpu_health& operator=(const gpu_health&) = delete;
 
-  // Checks the GPUs of NVML indexes `devices` (accelerator::physical_index
-  // of visible_gpus(): NVML and the driver's /proc list both number GPUs
-  // in PCI order). The finding's check is "gpu"; `gating` as given (true
-  // with --node-health-check=builtin). An XID stays counted: a GPU that
+  // Checks `gpus`, and only them (none: nothing to check, healthy). The
+  // finding's check is "gpu"; `gating` as given (true with
+  // --node-health-check=builtin). An XID stays counted: a GPU that
   // reported one fails every later check of this agent.
-  health_finding check(const std::vector<unsigned int>& devices, bool gating);
+  health_finding check(const std::vector<expected_gpu>& gpus, bool gating);
+  // The same by NVML index alone (NVML and the driver's /proc list both
+  // number GPUs in PCI order).
+  health_finding check_by_index(const std::vector<unsigned int>& devices, bool gating);
 
   // What was skipped, one line for the agent's debug log: "no NVIDIA
   // driver: GPU checks skipped", or the checks an old driver could not
@@ -56,10 +71,10 @@ class gpu_health {
 
   nvml_session& nvml_;
   nvml::event_set_t events_ = nullptr;
-  // NVML index of each registered device's handle (events name a handle).
-  std::map<nvml::device_t, unsigned int> index_of_;
-  // XIDs seen since registration, per device index, in order (bounded).
-  std::map<unsigned int, std::vector<unsigned long long>> xids_;
+  // The handles registered for events (an event names its device's).
+  std::set<nvml::device_t> registered_;
+  // XIDs seen since registration, per device, in order (bounded).
+  std::map<nvml::device_t, std::vector<unsigned long long>> xids_;
   std::vector<std::string> notes_;
 };
 

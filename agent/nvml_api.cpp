@@ -22,6 +22,7 @@ void load_functions(void* library, functions& out) {
   load(library, "nvmlShutdown", out.shutdown);
   load(library, "nvmlDeviceGetCount_v2", out.device_count);
   load(library, "nvmlDeviceGetHandleByIndex_v2", out.device_by_index);
+  load(library, "nvmlDeviceGetHandleByPciBusId_v2", out.device_by_pci_bus_id);
   load(library, "nvmlDeviceGetComputeRunningProcesses_v3", out.compute_processes);
   if (!out.compute_processes) {
     load(library, "nvmlDeviceGetComputeRunningProcesses_v2", out.compute_processes);

@@ -83,6 +83,8 @@ struct functions {
   return_t (*device_count)(unsigned int*) = nullptr;
   // nvmlDeviceGetHandleByIndex_v2
   return_t (*device_by_index)(unsigned int, device_t*) = nullptr;
+  // nvmlDeviceGetHandleByPciBusId_v2("0000:3b:00.0", &device); optional
+  return_t (*device_by_pci_bus_id)(const char*, device_t*) = nullptr;
   // nvmlDeviceGetComputeRunningProcesses_v3 (or _v2: the same layout)
   return_t (*compute_processes)(device_t, unsigned int*, process_info_t*) = nullptr;
   // nvmlDeviceGetProcessUtilization; optional (not on every GPU)

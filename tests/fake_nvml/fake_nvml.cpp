@@ -4,7 +4,8 @@
 // by a state file (re-read at every call, so a test changes the GPUs while
 // the agent runs):
 //
-//   FAKE_NVML_GPUS=2                 the number of GPUs (default 1, max 64)
+//   FAKE_NVML_GPUS=2                 the number of GPUs (default 1, max 64);
+//                                    GPU i is at PCI address 0000:<i+1>:00.0
 //   FAKE_NVML_ARCH=7                 nvmlDeviceGetArchitecture (default 9,
 //                                    Hopper; below 7 is before A100)
 //   FAKE_NVML_PENDING_REMAP=1[,2]    GPUs with a row remapping pending
@@ -35,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 extern "C" {
 
@@ -44,6 +46,7 @@ enum {
   NVML_ERROR_UNINITIALIZED = 1,
   NVML_ERROR_INVALID_ARGUMENT = 2,
   NVML_ERROR_NOT_SUPPORTED = 3,
+  NVML_ERROR_NOT_FOUND = 6,
   NVML_ERROR_INSUFFICIENT_SIZE = 7,
   NVML_ERROR_TIMEOUT = 10,
 };
@@ -261,6 +264,22 @@ FAKE_NVML_EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index,
   }
   *device = handle(static_cast<int>(index));
   return NVML_SUCCESS;
+}
+
+// GPU i is at PCI address 0000:<i+1, two hex digits>:00.0.
+FAKE_NVML_EXPORT nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char* pciBusId,
+                                                              nvmlDevice_t* device) {
+  if (!cfg.initialised) return NVML_ERROR_UNINITIALIZED;
+  if (!pciBusId || !device) return NVML_ERROR_INVALID_ARGUMENT;
+  for (int i = 0; i < cfg.gpus; ++i) {
+    char address[32];
+    snprintf(address, sizeof address, "0000:%02x:00.0", i + 1);
+    if (!strcasecmp(address, pciBusId)) {
+      *device = handle(i);
+      return NVML_SUCCESS;
+    }
+  }
+  return NVML_ERROR_NOT_FOUND;
 }
 
 FAKE_NVML_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device,

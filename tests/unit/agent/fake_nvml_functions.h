@@ -26,6 +26,7 @@ struct gpu {
   nvml::return_t remap_rc = nvml::success;
   int pages_pending = 0;  // nvmlEnableState_t
   std::string uuid;
+  std::string pci_address;
 };
 
 struct scripted {
@@ -59,6 +60,15 @@ inline nvml::return_t by_index(unsigned int i, nvml::device_t* d) {
   if (i >= state().gpus.size()) return 2;  // NVML_ERROR_INVALID_ARGUMENT
   *d = handle(i);
   return nvml::success;
+}
+inline nvml::return_t by_pci_bus_id(const char* address, nvml::device_t* d) {
+  for (unsigned int i = 0; i < state().gpus.size(); ++i) {
+    if (state().gpus[i].pci_address == address) {
+      *d = handle(i);
+      return nvml::success;
+    }
+  }
+  return nvml::error_not_found;
 }
 inline nvml::return_t processes(nvml::device_t d, unsigned int* n, nvml::process_info_t* out) {
   const auto& p = gpu_of(d)->processes;
@@ -129,6 +139,7 @@ inline nvml::functions functions(unsigned int gpus) {
   for (unsigned int i = 0; i < gpus; ++i) {
     gpu g;
     g.uuid = "GPU-00000000-0000-0000-0000-00000000000" + std::to_string(i);
+    g.pci_address = "0000:0" + std::to_string(i + 1) + ":00.0";
     state().gpus.push_back(g);
   }
   nvml::functions f;
@@ -136,6 +147,7 @@ inline nvml::functions functions(unsigned int gpus) {
   f.shutdown = shutdown;
   f.device_count = count;
   f.device_by_index = by_index;
+  f.device_by_pci_bus_id = by_pci_bus_id;
   f.compute_processes = processes;
   f.memory_info = memory;
   f.device_uuid = uuid;

@@ -66,14 +66,16 @@ TEST_CASE("fake NVML library: the GPU check sees its remap and its XID", "[.][fa
   REQUIRE(nvml.available());
   gpu_health health(nvml);
   // FAKE_NVML_PENDING_REMAP=1 and FAKE_NVML_XID=0:79 (CMakeLists.txt).
-  auto finding = health.check({0, 1}, true);
+  auto finding = health.check(std::vector<expected_gpu>{{0, "0000:01:00.0"}, {1, ""}}, true);
   CHECK_FALSE(finding.healthy);
   CHECK_THAT(finding.reason, Catch::Contains("GPU 1 has a row remapping pending"));
   CHECK_THAT(finding.reason, Catch::Contains("GPU 0 reported XID 79"));
+  CHECK_THAT(health.check(std::vector<expected_gpu>{{2, "0000:03:00.0"}}, true).reason,
+             Catch::Contains("GPU 2 (0000:03:00.0) is not visible"));
   CHECK(health.note().empty());
   // An XID written to the state file while the agent runs.
   write_fake_nvml_state("xid 1 48\n");
-  CHECK_THAT(health.check({1}, true).reason, Catch::Contains("GPU 1 reported XID 48"));
+  CHECK_THAT(health.check_by_index({1}, true).reason, Catch::Contains("GPU 1 reported XID 48"));
   // The event set was only ever drained, never waited on.
   if (const char* log = std::getenv("FAKE_NVML_LOG")) {
     std::ifstream in(log);
