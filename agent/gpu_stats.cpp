@@ -14,11 +14,6 @@ constexpr unsigned long long value_not_available = ~0ull;
 // More processes on one GPU than anyone runs; bounds what we allocate.
 constexpr unsigned int max_processes = 4096;
 
-template <class F>
-void load(void* library, const char* name, F& out) {
-  out = reinterpret_cast<F>(::dlsym(library, name));
-}
-
 }  // namespace
 
 gpu_stats::gpu_stats(log_fn debug) {
@@ -30,17 +25,7 @@ gpu_stats::gpu_stats(log_fn debug) {
     debug(fmt::format("gpu stats: NVML not loaded ({}); no GPU figures", why ? why : "unknown"));
     return;
   }
-  load(library_, "nvmlInit_v2", fns_.init);
-  load(library_, "nvmlShutdown", fns_.shutdown);
-  load(library_, "nvmlDeviceGetCount_v2", fns_.device_count);
-  load(library_, "nvmlDeviceGetHandleByIndex_v2", fns_.device_by_index);
-  load(library_, "nvmlDeviceGetComputeRunningProcesses_v3", fns_.compute_processes);
-  if (!fns_.compute_processes) {
-    load(library_, "nvmlDeviceGetComputeRunningProcesses_v2", fns_.compute_processes);
-  }
-  load(library_, "nvmlDeviceGetProcessUtilization", fns_.process_utilization);
-  load(library_, "nvmlDeviceGetUtilizationRates", fns_.utilization_rates);
-  load(library_, "nvmlDeviceGetMemoryInfo", fns_.memory_info);
+  nvml::load_functions(library_, fns_);
   start(debug);
 }
 
@@ -49,7 +34,8 @@ gpu_stats::gpu_stats(nvml::functions fns, log_fn debug) : fns_(fns) { start(debu
 void gpu_stats::start(log_fn& debug) {
   if (!fns_.init || !fns_.shutdown || !fns_.device_count || !fns_.device_by_index ||
       !fns_.compute_processes) {
-    debug("gpu stats: NVML lacks an entry point dtrun needs (driver older than CUDA 11?); no GPU figures");
+    debug("gpu stats: NVML lacks an entry point dtrun needs (driver older than CUDA 11?); "
+          "no GPU figures");
     return;
   }
   if (auto rc = fns_.init(); rc != nvml::success) {

@@ -1,8 +1,7 @@
 // Per-process GPU figures from NVIDIA's NVML, for `dtrun status` and the
 // metrics. libnvidia-ml.so.1 is loaded at run time with dlopen (no link-
 // time dependency, no NVIDIA headers): a machine without the driver simply
-// has no GPU figures. The declarations below follow NVML's C ABI
-// (nvml.h, CUDA 11+ drivers).
+// has no GPU figures. NVML's C ABI is declared in agent/nvml_api.h.
 //
 // Not thread-safe; one instance per agent, used on its event loop. A
 // sample costs a few NVML calls per device (milliseconds), so sample at
@@ -18,59 +17,9 @@
 #include <string>
 #include <vector>
 
+#include "agent/nvml_api.h"
+
 namespace dtrun::agent {
-
-// NVML's types, declared here with its ABI.
-namespace nvml {
-using return_t = int;  // nvmlReturn_t
-inline constexpr return_t success = 0;
-inline constexpr return_t error_not_found = 6;
-inline constexpr return_t error_insufficient_size = 7;
-struct device_st;
-using device_t = device_st*;  // nvmlDevice_t
-// nvmlProcessInfo_t as the _v2 and _v3 entry points fill it (v2 layout).
-struct process_info_t {
-  unsigned int pid;
-  unsigned long long used_gpu_memory;  // NVML_VALUE_NOT_AVAILABLE: ~0ull
-  unsigned int gpu_instance_id;
-  unsigned int compute_instance_id;
-};
-// nvmlProcessUtilizationSample_t
-struct process_utilization_sample_t {
-  unsigned int pid;
-  unsigned long long time_stamp;  // microseconds
-  unsigned int sm_util;           // percent
-  unsigned int mem_util;
-  unsigned int enc_util;
-  unsigned int dec_util;
-};
-struct utilization_t {  // nvmlUtilization_t
-  unsigned int gpu;
-  unsigned int memory;
-};
-struct memory_t {  // nvmlMemory_t
-  unsigned long long total;
-  unsigned long long free;
-  unsigned long long used;
-};
-static_assert(sizeof(process_info_t) == 24);
-static_assert(sizeof(process_utilization_sample_t) == 32);
-
-// The entry points used; a test fills them with fakes.
-struct functions {
-  return_t (*init)() = nullptr;      // nvmlInit_v2
-  return_t (*shutdown)() = nullptr;  // nvmlShutdown
-  return_t (*device_count)(unsigned int*) = nullptr;                 // nvmlDeviceGetCount_v2
-  return_t (*device_by_index)(unsigned int, device_t*) = nullptr;    // nvmlDeviceGetHandleByIndex_v2
-  // nvmlDeviceGetComputeRunningProcesses_v3 (or _v2: the same layout)
-  return_t (*compute_processes)(device_t, unsigned int*, process_info_t*) = nullptr;
-  // nvmlDeviceGetProcessUtilization; optional (not on every GPU)
-  return_t (*process_utilization)(device_t, process_utilization_sample_t*, unsigned int*,
-                                  unsigned long long) = nullptr;
-  return_t (*utilization_rates)(device_t, utilization_t*) = nullptr;  // nvmlDeviceGetUtilizationRates
-  return_t (*memory_info)(device_t, memory_t*) = nullptr;             // nvmlDeviceGetMemoryInfo
-};
-}  // namespace nvml
 
 struct gpu_device_usage {
   unsigned int index = 0;
