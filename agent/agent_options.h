@@ -106,6 +106,9 @@ struct agent_options {
   // gating), the command and gating built-ins also while workers run.
   node_health_options health;
   quarantine_options quarantine;
+  // --gpu-reclaim-timeout: how long the GPUs may take to be given back
+  // after a stop before the node leaves; 0: not waited for.
+  std::chrono::milliseconds gpu_reclaim_timeout = std::chrono::seconds(30);
 };
 
 }  // namespace dtrun::agent

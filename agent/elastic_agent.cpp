@@ -117,6 +117,7 @@ int elastic_agent::impl::run() {
   start_hang_detection();
   start_monitor();
   reporter_.agent_started(config_summary());
+  start_gpu_watch();
   before_first_join();
   io_.run();
   return exit_code_;
@@ -408,6 +409,7 @@ void elastic_agent::impl::finish(int code) {
   reporter_.agent_exiting(code);
   group_.cancel_timers();
   cancel_health_check();
+  if (reclaim_) reclaim_->cancel();
   watchdog_.reset();  // closes and removes the pipe
   monitor_.reset();   // removes the control socket; closes the metrics port
   if (stacks_) stacks_->stop();  // a capture under way: its eu-stack children are killed

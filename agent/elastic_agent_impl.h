@@ -6,6 +6,7 @@
 //                              `dtrun status` and `dtrun stacks`
 //   elastic_agent_health.cpp   node health checks; leaving when unhealthy
 //   elastic_agent_quarantine.cpp  machines kept out after failing in a row
+//   elastic_agent_reclaim.cpp  the GPUs given back before a new round
 // The policy only: the workers' processes are worker_group's, through a
 // process_runner (docs/design.md, "The agent: policy and parts").
 #pragma once
@@ -29,6 +30,8 @@
 #include "agent/exit_status.h"
 #include "agent/failure_report.h"
 #include "agent/file_timer.h"
+#include "agent/gpu_reclaim.h"
+#include "agent/nvml_api.h"
 #include "agent/job_monitor.h"
 #include "agent/node_health.h"
 #include "agent/progress_monitor.h"
@@ -71,7 +74,8 @@ class elastic_agent::impl {
   // exiting: our workers all succeeded; waiting in the exit barrier for the
   // other nodes. outside: out of the job for a while (unhealthy, or in
   // quarantine), to check and rejoin later.
-  enum class phase { starting, rendezvous, running, stopping, exiting, outside, done };
+  // reclaiming: stopped; waiting for the GPUs to be given back.
+  enum class phase { starting, rendezvous, running, stopping, reclaiming, exiting, outside, done };
 
   void log(const std::string& line) { reporter_.log().info(line); }
   void log_error(const std::string& line) { reporter_.log().error(line); }
@@ -125,6 +129,10 @@ class elastic_agent::impl {
   void judge_machine_fault(std::function<void()> restart);
   void write_quarantine_file();
 
+  // elastic_agent_reclaim.cpp
+  void start_gpu_watch();
+  void after_gpus_reclaimed(std::function<void()> then);
+
   // elastic_agent_watch.cpp
   void start_watchdog();
   void start_hang_detection();
@@ -167,6 +175,11 @@ class elastic_agent::impl {
   int machine_failures_ = 0;
   bool machine_failed_this_round_ = false;
   int quarantines_ = 0;
+  // NVML for the GPU checks and the reclaim (absent: not needed), the
+  // GPUs' memory before the first round, and the reclaim's waiter.
+  std::optional<nvml_session> nvml_;
+  gpu_memory_levels gpu_baseline_;
+  std::optional<gpu_reclaim_waiter> reclaim_;
   int hangs_ = 0;
   std::uint64_t rounds_ = 0;
   std::uint64_t failures_ = 0;

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "agent/elastic_agent_impl.h"
+#include "agent/machine_identity.h"
 #include "agent/wall_clock.h"
 #include "rendezvous/base/exit_codes.h"
 #include "rendezvous/base/printable.h"
@@ -21,14 +22,6 @@ namespace dtrun::agent {
 namespace fs = std::filesystem;
 
 namespace {
-
-// Until the NVML-aware machine identity lands: /etc/machine-id alone.
-std::string machine_key_of_this_node() {
-  std::ifstream in("/etc/machine-id");
-  std::string id;
-  in >> id;
-  return id.empty() ? std::string("unknown-machine") : id;
-}
 
 std::string seconds_text(std::chrono::milliseconds d) {
   return fmt::format("{:g}", static_cast<double>(d.count()) / 1000.0);
@@ -42,7 +35,9 @@ std::string seconds_text(std::chrono::milliseconds d) {
 void elastic_agent::impl::before_first_join() {
   if (!options_.quarantine.enabled()) return check_health_then_join();
   auto& key = options_.quarantine.machine_key;
-  if (key.empty()) key = machine_key_of_this_node();
+  // The machine, not its name: a pod replaced under the same name on
+  // another machine is not kept out (machine_identity.h).
+  if (key.empty()) key = this_machine_identity(*nvml_).key;
   rendezvous_.read_machine(key, [this](std::exception_ptr error, std::string text) {
     if (phase_ != phase::starting) return;
     // Unreadable: the join says why the store cannot be reached.

@@ -25,7 +25,7 @@ void elastic_agent::impl::group_stopped() {
   }
   if (!failure_ && round_over_) {
     // Membership changed (or another node failed): not our restart.
-    start_round();
+    after_gpus_reclaimed([this] { start_round(); });
     return;
   }
   if (!failure_) {  // cannot happen: a stop has a signal, a failure or a new round
@@ -78,7 +78,7 @@ void elastic_agent::impl::decide_restart() {
       log(fmt::format("restarting the workers (restart {} of {})", restarts,
                       options_.spec.max_restarts));
       reporter_.restart(restarts, options_.spec.max_restarts);
-      start_round();
+      after_gpus_reclaimed([this] { start_round(); });
     });
     return;
   }

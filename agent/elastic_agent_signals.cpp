@@ -86,6 +86,7 @@ void elastic_agent::impl::on_signal(int sig) {
     case phase::starting:
     case phase::rendezvous:
     case phase::exiting:
+    case phase::reclaiming:
     case phase::outside:
       log(fmt::format("received {}; exiting", signal_name(sig)));
       stop_signal_ = sig;

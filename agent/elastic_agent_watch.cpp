@@ -167,6 +167,7 @@ std::string elastic_agent::impl::phase_name() const {
     case phase::running: return "running";
     case phase::stopping: return "stopping";
     case phase::exiting: return "exiting";
+    case phase::reclaiming: return "reclaiming";
     case phase::outside: return "outside";
     case phase::done: return exit_code_ == 0 ? "succeeded" : "failed";
   }

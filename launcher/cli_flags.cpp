@@ -167,6 +167,11 @@ void define_health_flags(CLI::App& app, launch_options& o) {
              "Seconds a health check may take; then it is killed and counts as failed")
       ->check(seconds_within("--node-health-check-timeout", {false, max_duration_s}))
       ->group(group_health);
+  add_option(app, "gpu-reclaim-timeout", o.gpu_reclaim_timeout,
+             "Seconds the GPUs may take to be given back after the workers stopped, before "
+             "a new round on this node; then the node leaves the job (0: do not wait)")
+      ->check(seconds_within("--gpu-reclaim-timeout", {true, max_duration_s}))
+      ->group(group_health);
   add_option(app, "quarantine-after", o.quarantine_after,
              "Keep a machine out of the job after this many failures in a row that follow "
              "the machine (health checks, SIGBUS, ECC errors); 0: never")

@@ -282,6 +282,9 @@ void resolve_health(const launch_options& o, launch_config& c) {
                                   {false, max_duration_s});
   if (h.timeout.count() == 0) h.timeout = std::chrono::milliseconds(1);
   if (const auto* multi = c.multi_node()) h.endpoint_host = multi->rendezvous.endpoint_host;
+  c.agent.gpu_reclaim_timeout = seconds_to_duration(o.gpu_reclaim_timeout,
+                                                    "--gpu-reclaim-timeout",
+                                                    {true, max_duration_s});
   agent::quarantine_options& q = c.agent.quarantine;
   if (o.quarantine_after < 0 || o.quarantine_after > 1000) {
     throw usage_error(fmt::format("--quarantine-after: '{}' is not a whole number from 0 to 1000",

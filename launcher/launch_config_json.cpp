@@ -117,6 +117,7 @@ nlohmann::json to_json(const launch_config& c, const env_map& env) {
       {"signals_to_handle", signals},
       {"hang_timeout_s", static_cast<double>(c.agent.hang_timeout.count()) / 1000.0},
       {"node_health_check", node_health_json(c.agent.health)},
+      {"gpu_reclaim_timeout_s", static_cast<double>(c.agent.gpu_reclaim_timeout.count()) / 1000.0},
       {"quarantine", c.agent.quarantine.enabled()
                          ? nlohmann::json{{"after", c.agent.quarantine.after},
                                           {"cooldown_s", static_cast<double>(
