@@ -153,6 +153,10 @@ void elastic_agent::impl::start_round() {
       } catch (const rendezvous::job_stopped_error& e) {
         stopped_elsewhere(e.who);
         return;
+      } catch (const rendezvous::job_finished_error& e) {
+        log(fmt::format("{}; exiting with 0", e.what()));
+        reporter_.job_succeeded();
+        return finish(0);
       } catch (const rendezvous::job_failed_error& e) {
         log_error(e.what());
         auto outcome = fmt::format("failed on another node, --max-restarts={} used up",
@@ -221,6 +225,10 @@ void elastic_agent::impl::start_workers(const rendezvous::rendezvous_info& info)
   if (progress_) progress_->start_round();
   reporter_.rendezvous_completed(round_info_, global_rank(info, 0));
   const auto& spec = options_.spec;
+  if (info.promoted) {
+    log(fmt::format("round {}: promoted from spare to node {}", info.round, info.group_rank));
+    reporter_.promoted(info.round, info.group_rank);
+  }
   if (info.group_world_size > 1) {
     int first = global_rank(info, 0);
     log(fmt::format("round {}: node {} of {}, starting {} worker(s) as ranks {}..{}",

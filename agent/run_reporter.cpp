@@ -181,6 +181,10 @@ void run_reporter::node_left(std::string_view reason) {
   events_.emit("node_left", ojson{{"round", current_round()}, {"reason", std::string(reason)}});
 }
 
+void run_reporter::promoted(std::int64_t round, int group_rank) {
+  events_.emit("promoted", ojson{{"round", round}, {"group_rank", group_rank}});
+}
+
 void run_reporter::quarantined(const quarantine_record& record) {
   events_.emit("quarantined", ojson{{"round", current_round()},
                                     {"machine", record.machine},

@@ -68,6 +68,8 @@ class run_reporter {
   void node_health(const health_verdict& verdict, std::string_view when);
   // This node left the job on its own (unhealthy): the others go on.
   void node_left(std::string_view reason);
+  // A spare took a free group rank.
+  void promoted(std::int64_t round, int group_rank);
   // This machine is kept out of the job for a cooldown.
   void quarantined(const quarantine_record& record);
 

@@ -180,6 +180,7 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   std::int64_t round_ = -1;  // the round joined or being joined
   std::int64_t last_round_ = -1;  // the last round this node was ranked in
   int arrival_ = 0, group_rank_ = -1, members_ = 0;
+  bool waiting_as_spare_ = false;  // arrived when the job was full (wait_for_next_round)
   std::string advertised_addr_;
   completion done_;  // the pending next_round() call
   std::function<void(std::string)> on_over_;  // the agent's watch of the round

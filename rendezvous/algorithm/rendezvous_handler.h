@@ -44,6 +44,18 @@ struct rendezvous_info {
   // workers) use, as host and port.
   std::string store_host;
   std::uint16_t store_port = 0;
+  // This node waited as a spare (it arrived when the job was full) and
+  // this round is its first: it took the free group rank of a node that
+  // left.
+  bool promoted = false;
+};
+
+// next_round() fails with this when the job finished while this node
+// waited as a spare (docs/rendezvous.md, "Spare nodes"): it was not
+// needed, which is no failure.
+class job_finished_error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
 };
 
 // next_round() fails with this when the job already failed on another

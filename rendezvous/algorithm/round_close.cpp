@@ -124,10 +124,16 @@ void dynamic_rendezvous::impl::wait_for_next_round(std::int64_t r, int members) 
     return;
   }
   log(fmt::format("round {} is full ({} nodes); waiting for the next one", r, members));
-  waits_->get(keys_.over(r), options_.join_timeout, [self, r, t](store_result w) {
+  // A spare (docs/rendezvous.md, "Spare nodes"): it waits as long as the
+  // round runs, not join_timeout, and the job's end is its end.
+  waiting_as_spare_ = true;
+  waits_->get(keys_.over(r), no_timeout, [self, r, t](store_result w) {
     if (!self->current(t)) return;  // a stale round's reply
     if (w.error) return self->fail(w.error);
-    if (w.value == every_node_finished) return self->fail_job_finished(r);
+    if (w.value == every_node_finished) {
+      return self->fail(std::make_exception_ptr(job_finished_error(fmt::format(
+          "the job finished (round {}) without needing this spare node", r))));
+    }
     if (self->fail_if_stopped(w.value)) return;
     self->join(r + 1);
   });
@@ -182,6 +188,7 @@ void dynamic_rendezvous::impl::complete_round(std::int64_t r, int members,
   info.world_size = mine.world_size;
   info.store_host = options_.endpoint_host;
   info.store_port = hosting() ? host_->endpoint_port() : options_.endpoint_port;
+  info.promoted = std::exchange(waiting_as_spare_, false);
   point_workers(info, mine, r);
   group_rank_ = info.group_rank;
   members_ = members;
