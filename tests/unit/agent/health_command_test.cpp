@@ -308,6 +308,7 @@ TEST_CASE("a health check whose shell cannot be run fails, naming why", "[health
   check.run([&](health_finding f) { got = std::move(f); });
   run_until(agent.io, got);
   CHECK_FALSE(got->healthy);
+  INFO(got->reason);
   // spawn_worker vforks: the child reports the failed exec and exits 127.
   CHECK(got->reason.find("exited with 127") != std::string::npos);
   CHECK(got->reason.find("cannot run /nonexistent/sh") != std::string::npos);
