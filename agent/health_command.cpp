@@ -1,6 +1,7 @@
 #include "agent/health_command.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -50,6 +51,7 @@ health_command::~health_command() { cancel(); }
 void health_command::run(std::function<void(health_finding)> done) {
   cancel();  // one run at a time: an earlier one never reports
   output_ = last_lines{};
+  ended_.reset();
   done_ = std::move(done);
   std::uint64_t run_generation = ++*generation_;
 
@@ -109,6 +111,13 @@ void health_command::read() {
           const boost::system::error_code& ec, std::size_t n) {
         if (*generation != run_generation) return;
         if (n > 0) output_.feed(std::string_view(buffer_.data(), n));
+        if (ended_) {
+          // The read end() cancelled, back with what it had read, if
+          // anything: now what is left, then the verdict.
+          drain_now();
+          finish(verdict());
+          return;
+        }
         if (ec) {
           // EOF (or a failed pipe): the output is over, the check is not;
           // it ends with the command's exit or its timeout.
@@ -120,8 +129,9 @@ void health_command::read() {
       });
 }
 
-// At the exit: what the command wrote last may still be in the pipe, its
-// read not yet run. Read it now, without waiting for more.
+// What is already in the pipe, read without waiting for more. Only once
+// no read is in flight: that one's bytes come first, and it reads into
+// the same buffer.
 void health_command::drain_now() {
   if (!pipe_.is_open()) return;
   int fd = pipe_.native_handle();
@@ -137,34 +147,60 @@ void health_command::drain_now() {
   }
 }
 
-void health_command::exited(int wait_status) {
-  // Leftovers first (a background child still writing), then what they
-  // wrote before they died.
-  runner_.kill_group(pid_);
-  drain_now();
-  exit_status ended = decode_wait_status(wait_status);
-  if (ended.ok()) {
+void health_command::exited(int wait_status) { end(ending{wait_status, false}); }
+
+void health_command::timed_out() { end(ending{0, true}); }
+
+// The command ended (or ran out of time): its leftovers are killed (a
+// background child still writing), and the read in flight is cancelled.
+// That read may already have taken the command's last bytes from the pipe
+// (its completion queued behind this one), so the check finishes in its
+// handler, which runs at once either way; with no read in flight (the
+// output ended), right here.
+void health_command::end(ending how) {
+  if (ended_) return;
+  ended_ = how;
+  timeout_.cancel();
+  kill_command();
+  if (pipe_.is_open()) {
+    boost::system::error_code ignored;
+    pipe_.cancel(ignored);
+    return;
+  }
+  finish(verdict());
+}
+
+health_finding health_command::verdict() const {
+  if (ended_->timed_out) return failed("timed out after " + format_check_timeout(options_.timeout));
+  exit_status status = decode_wait_status(ended_->wait_status);
+  if (status.ok()) {
     health_finding healthy;
     healthy.check = "command";
     healthy.output_tail = output_.lines();
-    finish(std::move(healthy));
-    return;
+    return healthy;
   }
-  finish(failed(ended.signal != 0 ? "killed by " + signal_name(ended.signal)
-                                  : fmt::format("exited with {}", ended.code)));
+  return failed(status.signal != 0 ? "killed by " + signal_name(status.signal)
+                                   : fmt::format("exited with {}", status.code));
 }
 
-void health_command::timed_out() {
-  runner_.kill_group(pid_);
-  drain_now();
-  finish(failed("timed out after " + format_check_timeout(options_.timeout)));
+void health_command::kill_command() {
+  if (ended_ && !ended_->timed_out) {
+    // Reaped: its pid may be another's now, its group (leftovers) not,
+    // while a member is left.
+    runner_.kill_group(pid_);
+  } else {
+    // Not reaped, so the pid is still the command's; its group too, or
+    // (a fork that has not reached setsid yet) soon: then the command
+    // alone (process_runner::signal_worker).
+    runner_.signal_worker(pid_, SIGKILL);
+  }
 }
 
 void health_command::stop_command() {
   timeout_.cancel();
   if (pid_ > 0) {
     exits_.unwatch_helper(pid_);
-    runner_.kill_group(pid_);
+    kill_command();
     runner_.unguard(pid_);
     pid_ = -1;
   }

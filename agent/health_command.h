@@ -12,12 +12,11 @@
 // The check ends with the command's exit, as the agent's reaper hands it
 // over (worker_group::watch_helper), not with the end of its output: a
 // command that leaves a background child holding the pipe must not keep
-// the check open. At the exit, what is already in the pipe is read
-// without waiting, and the command's process group is SIGKILLed, leftovers
-// and all. At the timeout the group is SIGKILLed and the check ends at
-// once, without waiting for the reaper (a command stuck in the kernel
-// would otherwise hold the agent up): its exit, when it comes, is reaped
-// and ignored.
+// the check open. At the exit, the command's process group is SIGKILLed,
+// leftovers and all, and what is already in the pipe is read without
+// waiting for more. At the timeout the same, and the check ends without
+// waiting for the reaper (a command stuck in the kernel would otherwise
+// hold the agent up): its exit, when it comes, is reaped and ignored.
 //
 // Single-threaded, on the agent's event loop. The runner and the group
 // must outlive this object. Completion handlers do not throw.
@@ -86,13 +85,23 @@ class health_command {
   pid_t running_pid() const { return running() ? pid_ : -1; }
 
  private:
+  // How the command's run ended: its exit (a wait status) or its timeout.
+  struct ending {
+    int wait_status = 0;
+    bool timed_out = false;
+  };
+
   void read();
   void drain_now();
   void exited(int wait_status);
   void timed_out();
+  void end(ending how);
+  health_finding verdict() const;
   // Kills what is left of the command, forgets it, and calls `done` with
   // `finding` (the run's last act: `done` may destroy this object).
   void finish(health_finding finding);
+  // SIGKILL to what is left of the command's process group.
+  void kill_command();
   void stop_command();
   health_finding failed(const std::string& what) const;
 
@@ -104,6 +113,9 @@ class health_command {
   generation_timer timeout_;
   std::vector<char> buffer_;
   pid_t pid_ = -1;
+  // Set once the command ended; the check then finishes when the read in
+  // flight came back (its bytes may be the command's last).
+  std::optional<ending> ended_;
   last_lines output_;
   std::function<void(health_finding)> done_;
   // Every run and every cancel() moves it on: a read or a post of an

@@ -187,6 +187,21 @@ TEST_CASE("100 MB of health check output is read and dropped, its tail bounded",
   }
 }
 
+TEST_CASE("a health check's last output is never lost to its exit", "[health]") {
+  // The exit and the last bytes race to the loop (SIGCHLD against the
+  // pipe's read); whichever comes first, the last line is the last line.
+  real_agent agent;
+  health_command check(agent.io, agent.runner, agent.group,
+                       options_for("yes | head -c 1000000; echo the last line; exit 3"));
+  for (int i = 0; i < 20; ++i) {
+    std::optional<health_finding> got;
+    check.run([&](health_finding f) { got = std::move(f); });
+    run_until(agent.io, got);
+    REQUIRE_FALSE(got->output_tail.empty());
+    CHECK(got->output_tail.back() == "the last line");
+  }
+}
+
 TEST_CASE("binary health check output comes out printable", "[health]") {
   real_agent agent;
   health_command check(agent.io, agent.runner, agent.group,
