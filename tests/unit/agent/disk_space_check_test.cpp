@@ -37,7 +37,8 @@ TEST_CASE("the disk check's reason names what is free and what to run", "[health
   health_finding f = disk_space_finding("/runs", std::uint64_t{512} << 20, "",
                                         default_min_free_bytes, true);
   CHECK_FALSE(f.healthy);
-  CHECK(f.reason == "only 512 MiB free under /runs (the minimum is 1 GiB); check with: df -h /runs");
+  CHECK(f.reason ==
+        "only 512 MiB free under /runs (the minimum is 1 GiB); check with: df -h /runs");
 
   f = disk_space_finding("/my runs/it's", std::uint64_t{1} << 20, "", default_min_free_bytes,
                          true);
