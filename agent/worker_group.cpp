@@ -41,9 +41,19 @@ spawn_result worker_group::spawn(int local_rank, int rank, const spawn_request& 
   return spawned;
 }
 
-// A child ended: one of ours not reaped yet, or an adopted orphan (not in
-// workers_, nothing to do).
+// A child ended: one of ours not reaped yet, a watched helper, or an
+// adopted orphan (nothing to do).
 void worker_group::on_exit(pid_t pid, int wait_status) {
+  auto helper = std::find_if(helpers_.begin(), helpers_.end(),
+                             [pid](const auto& h) { return h.first == pid; });
+  if (helper != helpers_.end()) {
+    // Forgotten before the call: the pid is no longer the helper's, and the
+    // callback may watch or unwatch others.
+    auto on_helper_exit = std::move(helper->second);
+    helpers_.erase(helper);
+    on_helper_exit(wait_status);
+    return;
+  }
   worker* w = live(pid);
   if (w == nullptr) return;
   exit_status ended = decode_wait_status(wait_status);
@@ -148,7 +158,21 @@ void worker_group::end_round(std::vector<pid_t> keep) {
   }
   kills_.clear();  // their groups are killed above; the rest is the kernel's
   kill_timer_.cancel();
+  // A helper is not the round's: it ends on its own terms (its owner
+  // kills it at its timeout), and its exit is still waited for.
+  for (const auto& h : helpers_) keep.push_back(h.first);
   runner_.kill_adopted(std::move(keep));
+}
+
+void worker_group::watch_helper(pid_t pid, std::function<void(int wait_status)> on_exit) {
+  unwatch_helper(pid);
+  helpers_.emplace_back(pid, std::move(on_exit));
+}
+
+void worker_group::unwatch_helper(pid_t pid) {
+  helpers_.erase(std::remove_if(helpers_.begin(), helpers_.end(),
+                                [pid](const auto& h) { return h.first == pid; }),
+                 helpers_.end());
 }
 
 }  // namespace dtrun::agent

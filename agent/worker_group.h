@@ -15,6 +15,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <boost/asio/io_context.hpp>
@@ -114,8 +115,18 @@ class worker_group {
 
   // Leaves nothing of the round behind: SIGKILL to the workers' process
   // groups (grandchildren still in them) and to the orphans that left
-  // them, except `keep`.
+  // them, except `keep` and the watched helpers.
   void end_round(std::vector<pid_t> keep);
+
+  // A helper process of the agent's own, not a worker (a node health
+  // check's command): the reaper hands its exit to `on_exit` (once, then
+  // the pid is forgotten) instead of ignoring it, and end_round's sweep
+  // spares it. Helpers outlive rounds: clear() keeps them. `on_exit` runs
+  // on the loop, from the SIGCHLD reaper; it must not throw.
+  void watch_helper(pid_t pid, std::function<void(int wait_status)> on_exit);
+  // Its exit, should it still come, is ignored again. Harmless when the
+  // pid is not watched.
+  void unwatch_helper(pid_t pid);
 
   const std::vector<worker>& workers() const { return workers_; }
   std::vector<worker>& workers() { return workers_; }
@@ -135,6 +146,8 @@ class worker_group {
   // The deadlines of the SIGKILLs sent to workers and their one timer.
   kill_watch kills_;
   generation_timer kill_timer_;
+  // watch_helper()'s pids and what their exit calls; a handful at most.
+  std::vector<std::pair<pid_t, std::function<void(int)>>> helpers_;
 };
 
 }  // namespace dtrun::agent

@@ -77,7 +77,8 @@ struct worker_setup : bp::extend::handler {
   char** envp;
   const char* failure_prefix;  // "dtrun: cannot run <program>: "
   int* fork_errno;
-  int stdout_fd;  // -1: keep the agent's
+  int stdin_fd;  // -1: keep the agent's
+  int stdout_fd;
   int stderr_fd;
   // The worker's CPUs, built before the fork (nullptr: inherit).
   const cpu_set_t* cpus;
@@ -114,9 +115,10 @@ struct worker_setup : bp::extend::handler {
     // The death signal is only armed from now on: if the agent died before
     // prctl, nobody would kill us, so give up.
     if (::getppid() != agent_pid) ::_exit(1);
-    // The worker's own stdout/stderr (a log file, /dev/null, a pipe to the
-    // agent). dup2 clears close-on-exec on the copy; an fd that already is
-    // 1 or 2 only needs that flag cleared.
+    // The worker's own stdin/stdout/stderr (a log file, /dev/null, a pipe
+    // to the agent). dup2 clears close-on-exec on the copy; an fd that
+    // already is 0, 1 or 2 only needs that flag cleared.
+    replace_stdio(stdin_fd, 0);
     replace_stdio(stdout_fd, 1);
     replace_stdio(stderr_fd, 2);
     // Bound before exec, so the program's first thread and every thread
@@ -201,7 +203,8 @@ spawn_result spawn_worker(const spawn_request& request) {
   bp::child child(bp::exe = request.program, bp::args = request.args, bp::ignore_error,
                   bp::posix::use_vfork,
                   worker_setup{{}, ::getpid(), envp.data(), failure_prefix.c_str(), &fork_errno,
-                               request.stdout_fd, request.stderr_fd, cpus.get(), cpus_size});
+                               request.stdin_fd, request.stdout_fd, request.stderr_fd, cpus.get(),
+                               cpus_size});
   ::sigprocmask(SIG_SETMASK, &previous, nullptr);
   spawn_result result;
   if (child.id() <= 0) {

@@ -4,8 +4,8 @@
 // Every worker is started in its own session and process group (so a
 // terminal's Ctrl-C reaches the agent first and the agent decides, and so
 // signals reach the grandchildren a worker spawns), with a parent-death
-// signal, with only stdin/stdout/stderr inherited (stdout/stderr possibly
-// replaced, see spawn_request), and with the signal mask cleared.
+// signal, with only stdin/stdout/stderr inherited (each possibly replaced,
+// see spawn_request), and with the signal mask cleared.
 #pragma once
 
 #include <sys/types.h>
@@ -30,6 +30,9 @@ struct spawn_request {
   // becomes the worker's fd 1 / 2. The caller still owns and closes it.
   int stdout_fd = -1;
   int stderr_fd = -1;
+  // The same for stdin: -1 inherits the agent's (the workers' default, as
+  // torchrun's); a node health check gets /dev/null instead.
+  int stdin_fd = -1;
   // The CPUs the worker is bound to before it execs (--numa-binding);
   // empty: the agent's own affinity, inherited.
   std::vector<int> cpus;
