@@ -14,6 +14,7 @@
 #include "agent/elastic_agent_impl.h"
 #include "agent/host_name_check.h"
 #include "agent/kill_watch.h"
+#include "agent/node_health_checks.h"
 #include "agent/posix_process_runner.h"
 #include "agent/python_hook.h"
 #include "agent/run_folder.h"
@@ -58,6 +59,7 @@ elastic_agent::impl::impl(asio::io_context& io, agent_options options,
     : io_(io),
       options_(std::move(options)),
       rendezvous_(rendezvous),
+      runner_(runner),
       signals_(io),
       group_(io, runner, group_hooks()),
       stack_options_(std::move(stack_options)),
@@ -118,6 +120,12 @@ int elastic_agent::impl::run() {
   start_monitor();
   reporter_.agent_started(config_summary());
   start_gpu_watch();
+  if (health_ == nullptr) {
+    own_health_ = std::make_unique<node_health_checks>(
+        io_, options_.health, options_.log_dir.empty() ? run_dir_ : options_.log_dir, inherited_,
+        *nvml_, runner_, group_, [this](const std::string& line) { log_debug(line); });
+    health_ = own_health_.get();
+  }
   before_first_join();
   io_.run();
   return exit_code_;

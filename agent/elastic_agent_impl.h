@@ -146,6 +146,7 @@ class elastic_agent::impl {
   asio::io_context& io_;
   agent_options options_;
   rendezvous::rendezvous_handler& rendezvous_;
+  process_runner& runner_;  // the workers', and the health check command's
   asio::signal_set signals_;
   worker_group group_;
   stack_capture_options stack_options_;
@@ -164,6 +165,9 @@ class elastic_agent::impl {
   std::optional<job_monitor> monitor_;
   std::optional<worker_stacks> stacks_;
   std::string hook_dir_;  // empty: no start-up hook
+  // NVML for the GPU checks, the machine's key and the reclaim; declared
+  // before what uses it, so it is closed after them.
+  std::optional<nvml_session> nvml_;
   // Node health: the checker (the tests' or own_health_; null: no checks),
   // the periodic check's timer, and why this node is leaving the job.
   std::unique_ptr<node_health_checker> own_health_;
@@ -175,9 +179,7 @@ class elastic_agent::impl {
   int machine_failures_ = 0;
   bool machine_failed_this_round_ = false;
   int quarantines_ = 0;
-  // NVML for the GPU checks and the reclaim (absent: not needed), the
-  // GPUs' memory before the first round, and the reclaim's waiter.
-  std::optional<nvml_session> nvml_;
+  // The GPUs' memory before the first round, and the reclaim's waiter.
   gpu_memory_levels gpu_baseline_;
   std::optional<gpu_reclaim_waiter> reclaim_;
   int hangs_ = 0;
