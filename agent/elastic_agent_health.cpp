@@ -69,25 +69,33 @@ void elastic_agent::impl::cancel_health_check() {
   if (health_ != nullptr) health_->cancel();
 }
 
-// The node turned unhealthy under running workers: stop them and leave.
-// The other nodes see a membership change (no restart spent) and go on
-// without this node, or with a spare in its group rank.
+// The node turned unhealthy under running workers: tell the others, then
+// stop ours and leave. The other nodes see a membership change (no restart
+// spent) and go on without this node, or with a spare in its group rank.
+// Told first: stopped first, our workers would break the others'
+// collectives, and their workers' failures would spend a restart before
+// their agents learnt why. From now on a worker's end here is no failure.
 void elastic_agent::impl::leave_unhealthy(const std::string& reason) {
   log_error(fmt::format("{}; stopping this node's workers and leaving the job", reason));
   reporter_.group_stopping(reason);
   leaving_ = reason;
-  begin_stop(SIGTERM);
+  departed_ = false;
+  phase_ = phase::stopping;
+  if (progress_) progress_->stop();
+  rendezvous_.leave_job(reason, [this] {
+    departed_ = true;
+    if (phase_ != phase::stopping) return;
+    begin_stop(SIGTERM);
+  });
 }
 
-// After leave_unhealthy's stop (group_stopped): tell the others, then go.
+// After leave_unhealthy's stop (group_stopped), once the others were told.
 void elastic_agent::impl::leave_job() {
+  if (!departed_) return;  // the workers ended first: the telling's callback comes back here
   auto reason = *std::exchange(leaving_, std::nullopt);
   if (options_.quarantine.enabled()) return machine_failed(reason, -1, "health");
-  rendezvous_.leave_job(reason, [this, reason] {
-    if (phase_ == phase::done) return;
-    reporter_.node_left(reason);
-    finish(exit_node_unhealthy);
-  });
+  reporter_.node_left(reason);
+  finish(exit_node_unhealthy);
 }
 
 }  // namespace dtrun::agent

@@ -174,6 +174,7 @@ class elastic_agent::impl {
   node_health_checker* health_ = nullptr;
   generation_timer health_timer_;
   std::optional<std::string> leaving_;
+  bool departed_ = false;  // the other nodes were told this node leaves
   // Quarantine: machine failures in a row, whether this round had one
   // (a round without resets the count), and this machine's quarantines.
   int machine_failures_ = 0;

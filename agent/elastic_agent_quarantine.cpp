@@ -4,6 +4,9 @@
 // of the job for a cooldown that doubles each time (elastic_agent_impl.h
 // says which file holds what). Below that count an unhealthy node stays
 // out and checks again; a healthy node rejoins as a newcomer.
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -173,15 +176,19 @@ void elastic_agent::impl::write_quarantine_file() {
     for (const auto& t : texts) {
       if (auto r = quarantine_record::parse(t)) list.push_back(*r);
     }
+    auto text = exclude_list(list);
     auto temporary = fmt::format("{}.{}.tmp", path, ::getpid());
     std::error_code ec;
     {
       std::ofstream out(temporary, std::ios::trunc);
-      out << exclude_list(list);
+      out << text;
       if (!out.flush()) ec = std::make_error_code(std::errc::io_error);
     }
     if (!ec) fs::rename(temporary, path, ec);
-    if (ec) {
+    if (!ec) {
+      log(fmt::format("--quarantine-file {}: {} host(s) kept out of this job", printable(path),
+                      std::count(text.begin(), text.end(), '\n')));
+    } else {
       std::error_code ignored;
       fs::remove(temporary, ignored);
       log_error(fmt::format("could not write --quarantine-file {}: {}", printable(path),
