@@ -143,6 +143,7 @@ struct launch_options {
   double node_health_check_interval = 300.0;  // seconds; 0: before the first join only
   double node_health_check_timeout = 60.0;    // seconds
   double gpu_reclaim_timeout = 30.0;  // seconds; 0: not waited for
+  int node_unit = 1;  // a round's node count is a multiple of this
   int quarantine_after = 0;            // machine failures in a row; 0: no quarantine
   double quarantine_cooldown = 60.0;   // seconds, doubled each time up to an hour
   std::string quarantine_file;         // the quarantined hosts, one per line

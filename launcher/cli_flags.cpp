@@ -167,6 +167,11 @@ void define_health_flags(CLI::App& app, launch_options& o) {
              "Seconds a health check may take; then it is killed and counts as failed")
       ->check(seconds_within("--node-health-check-timeout", {false, max_duration_s}))
       ->group(group_health);
+  add_option(app, "node-unit", o.node_unit,
+             "Keep an elastic job's node count a multiple of this (tensor or pipeline "
+             "parallel groups); the nodes beyond wait as spares")
+      ->check(whole_number("--node-unit", 1, max_nnodes))
+      ->group(group_health);
   add_option(app, "gpu-reclaim-timeout", o.gpu_reclaim_timeout,
              "Seconds the GPUs may take to be given back after the workers stopped, before "
              "a new round on this node; then the node leaves the job (0: do not wait)")

@@ -216,6 +216,22 @@ void resolve_sizes(const launch_options& o, const env_map& env, launch_config& c
   }
 }
 
+// --node-unit K: every round's node count a multiple of K, so --nnodes's
+// bounds must be.
+int checked_node_unit(int unit, const node_range& nnodes) {
+  if (unit < 1 || unit > max_nnodes) {
+    throw usage_error(fmt::format("--node-unit: '{}' is not a whole number from 1 to {}", unit,
+                                  max_nnodes));
+  }
+  if (nnodes.min % unit != 0 || nnodes.max % unit != 0) {
+    throw usage_error(fmt::format(
+        "--node-unit={}: --nnodes={}:{} must be multiples of {} (e.g. --nnodes={}:{})", unit,
+        nnodes.min, nnodes.max, unit, std::max(unit, nnodes.min - nnodes.min % unit),
+        std::max(unit, nnodes.max - nnodes.max % unit)));
+  }
+  return unit;
+}
+
 // How this node meets the others, or that it meets nobody: the rendezvous,
 // the store and who may use it, the run id.
 void resolve_rendezvous(const launch_options& o, const scheduler_env& sched, launch_config& c) {
@@ -233,6 +249,7 @@ void resolve_rendezvous(const launch_options& o, const scheduler_env& sched, lau
     place_by_scheduler(sched, *multi_node);
     multi_node->rendezvous.max_restarts = o.max_restarts;
     multi_node->rendezvous.store_access = access;
+    multi_node->rendezvous.node_unit = checked_node_unit(o.node_unit, c.nnodes);
     c.warnings.insert(c.warnings.end(), multi_node->warnings.begin(), multi_node->warnings.end());
     c.plan = std::move(*multi_node);
   } else {

@@ -314,6 +314,7 @@ nlohmann::json to_json(const multi_node_config& c) {
         {"keep_alive_interval_s", r.keep_alive_interval.count() / 1000.0},
         {"keep_alive_max_attempt", r.keep_alive_max_attempt},
         {"worker_store", r.workers_use_agent_store ? "agent" : "rank0"},
+        {"node_unit", r.node_unit},
     };
   }
   return {
@@ -330,6 +331,7 @@ nlohmann::json to_json(const multi_node_config& c) {
       {"keep_alive_max_attempt", r.keep_alive_max_attempt},
       {"worker_store", r.workers_use_agent_store ? "agent" : "rank0"},
       {"store_threads", r.store_threads},
+      {"node_unit", r.node_unit},
   };
 }
 

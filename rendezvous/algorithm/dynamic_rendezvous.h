@@ -45,6 +45,10 @@ struct dynamic_rendezvous_options {
   bool join_if_store_port_in_use = false;
   int min_nodes = 1;
   int max_nodes = 1;
+  // --node-unit: a round's node count is a multiple of this (min_nodes and
+  // max_nodes are); the arrivals beyond wait as spares until a unit is
+  // complete (docs/rendezvous.md, "Spare nodes").
+  int node_unit = 1;
   int local_world_size = 1;
   // True: workers bootstrap from a store of the agents: in a dynamic
   // rendezvous a fresh one per round that the endpoint's host opens

@@ -108,7 +108,9 @@ bool dynamic_rendezvous::impl::fail_if_stopped(const std::string& over) {
 void dynamic_rendezvous::impl::wait_for_next_round(std::int64_t r, int members) {
   auto self = shared_from_this();
   auto t = ticket();
-  if (members < options_.max_nodes) {
+  // With --node-unit K, only the arrival that completes a unit of
+  // latecomers asks; the others wait for it, as spares do at MAX.
+  if (members < options_.max_nodes && arrival_ - members >= std::max(1, options_.node_unit)) {
     log(fmt::format("round {} is running with {} of at most {} nodes; asking to join", r,
                     members, options_.max_nodes));
     // Only if the round is still running: a SET would overwrite the exit
@@ -123,7 +125,13 @@ void dynamic_rendezvous::impl::wait_for_next_round(std::int64_t r, int members) 
     });
     return;
   }
-  log(fmt::format("round {} is full ({} nodes); waiting for the next one", r, members));
+  if (members < options_.max_nodes) {
+    log(fmt::format("round {} is running with {} nodes, in units of {}; waiting as a spare "
+                    "until a unit is complete",
+                    r, members, options_.node_unit));
+  } else {
+    log(fmt::format("round {} is full ({} nodes); waiting for the next one", r, members));
+  }
   // A spare (docs/rendezvous.md, "Spare nodes"): it waits as long as the
   // round runs, not join_timeout, and the job's end is its end.
   waiting_as_spare_ = true;

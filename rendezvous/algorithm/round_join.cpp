@@ -214,8 +214,11 @@ void dynamic_rendezvous::impl::arm_last_call(std::int64_t r) {
     self->ops_->add(self->keys_.joined(r), 0, [self, r, t](store_result n) {
       if (!self->current(t)) return;  // a stale round's reply
       if (n.error) return self->fail(n.error);
-      self->close_round(
-          r, static_cast<int>(std::min<std::int64_t>(n.number, self->options_.max_nodes)));
+      // Whole units only (--node-unit): the rest wait as spares. Never
+      // below min_nodes: it is a multiple, and this is its arrival's timer.
+      auto here = std::min<std::int64_t>(n.number, self->options_.max_nodes);
+      auto unit = std::max(1, self->options_.node_unit);
+      self->close_round(r, static_cast<int>(here - here % unit));
     });
   });
 }

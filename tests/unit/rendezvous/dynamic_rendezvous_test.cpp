@@ -406,4 +406,88 @@ TEST_CASE("in memory, rounds with zero and random tiny timeouts complete exactly
   for (int trial = 0; trial < 150; ++trial) testing::random_timeouts_trial<cluster>(rng, trial);
 }
 
+
+// --node-unit (docs/rendezvous.md, "Spare nodes"): three of at most four
+// nodes in units of two make a round of two; the third waits as a spare
+// without ending the round, until a fourth completes a unit: then all four
+// meet, the first two keeping their ranks.
+TEST_CASE("with --node-unit a round takes whole units; the rest wait until a unit is complete",
+          "[dynamic_rendezvous]") {
+  cluster c;
+  auto unit_of_two = [](dynamic_rendezvous_options& o) { o.node_unit = 2; };
+  std::vector<round_result> first(2), second(4);
+  std::vector<std::string> reasons(2);
+  int first_done = 0, second_done = 0;
+  auto all_second = [&] {
+    if (++second_done == 4) c.shutdown_all();
+  };
+  for (int i = 0; i < 2; ++i) c.add_with(2, 4, unit_of_two);
+  for (int i = 0; i < 2; ++i) {
+    join(*c.nodes[i], first[i], [&, i] {
+      c.nodes[i]->watch_round([&, i](std::string why) {
+        reasons[i] = why;
+        join(*c.nodes[i], second[i], all_second);
+      });
+      if (++first_done < 2) return;
+      // The third: alone it is no unit, so it waits as a spare; once it
+      // said so, the fourth comes and completes one.
+      auto& third = c.add_with(2, 4, [&](dynamic_rendezvous_options& o) {
+        o.node_unit = 2;
+        o.log = [&](const std::string& line) {
+          c.log.push_back(line);
+          if (line.find("waiting as a spare until a unit is complete") == std::string::npos) {
+            return;
+          }
+          boost::asio::post(c.io, [&] {
+            join(c.add_with(2, 4, unit_of_two), second[3], all_second);
+          });
+        };
+      });
+      join(third, second[2], all_second);
+    });
+  }
+  c.io.run();
+  for (const auto& r : first) {
+    REQUIRE_FALSE(r.error);
+    CHECK(r.info.group_world_size == 2);
+  }
+  CHECK_THAT(reasons[0], Catch::Contains("waiting to join"));
+  CHECK(std::count_if(c.log.begin(), c.log.end(), [](const std::string& l) {
+          return l.find("round 0 is running with 2 nodes, in units of 2; waiting as a spare") !=
+                 std::string::npos;
+        }) == 1);
+  for (const auto& r : second) {
+    REQUIRE_FALSE(r.error);
+    CHECK(r.info.round == 1);
+    CHECK(r.info.group_world_size == 4);
+  }
+  CHECK(second[0].info.group_rank == first[0].info.group_rank);
+  CHECK(second[1].info.group_rank == first[1].info.group_rank);
+  CHECK(second[2].info.promoted);  // it waited as a spare
+  CHECK_FALSE(second[3].info.promoted);
+}
+
+TEST_CASE("with --node-unit the last call closes with whole units only", "[dynamic_rendezvous]") {
+  cluster c;
+  // Three arrive for a job of 2 to 4 nodes in units of two: round 0 has two.
+  for (int i = 0; i < 3; ++i) c.add_with(2, 4, [](auto& o) { o.node_unit = 2; });
+  std::vector<round_result> results(3);
+  int done = 0;
+  for (int i = 0; i < 2; ++i) {
+    join(*c.nodes[i], results[i], [&] {
+      if (++done == 2) c.shutdown_all();
+    });
+  }
+  join(*c.nodes[2], results[2]);
+  c.io.run();
+  int ranked = 0;
+  for (const auto& r : results) {
+    if (r.done && !r.error) {
+      ++ranked;
+      CHECK(r.info.group_world_size == 2);
+    }
+  }
+  CHECK(ranked == 2);
+}
+
 }  // namespace memory_cluster
