@@ -128,6 +128,7 @@ class elastic_agent::impl {
   void sit_out(std::chrono::milliseconds duration);
   void judge_machine_fault(std::function<void()> restart);
   void write_quarantine_file();
+  bool signalled_meanwhile();
 
   // elastic_agent_reclaim.cpp
   void start_gpu_watch();

@@ -77,7 +77,7 @@ void elastic_agent::impl::machine_failed(const std::string& reason, int rank,
                   "failures in a row before quarantine)",
                   reason, seconds_text(again), machine_failures_, after));
   rendezvous_.leave_job(reason, [this, again] {
-    if (phase_ == phase::done) return;
+    if (phase_ == phase::done || signalled_meanwhile()) return;
     sit_out(again);
   });
 }
@@ -106,7 +106,7 @@ void elastic_agent::impl::enter_quarantine(const std::string& reason, int rank,
   reporter_.quarantined(record);
   auto why = fmt::format("quarantined for {} s: {}", seconds_text(cooldown), reason);
   rendezvous_.quarantine(record.machine, record.to_json(), why, [this, cooldown] {
-    if (phase_ == phase::done) return;
+    if (phase_ == phase::done || signalled_meanwhile()) return;
     write_quarantine_file();
     sit_out(cooldown);
   });
@@ -150,7 +150,7 @@ void elastic_agent::impl::judge_machine_fault(std::function<void()> restart) {
   auto reason = fmt::format("worker rank {} {}", rank, describe(failure_->status));
   rendezvous_.quarantine_list([this, rank, fault, reason, restart](
                                   std::vector<std::string> texts) {
-    if (phase_ == phase::done) return;
+    if (phase_ == phase::done || signalled_meanwhile()) return;
     std::vector<quarantine_record> list;
     for (const auto& t : texts) {
       if (auto r = quarantine_record::parse(t)) list.push_back(*r);
@@ -163,6 +163,15 @@ void elastic_agent::impl::judge_machine_fault(std::function<void()> restart) {
     }
     machine_failed(reason, rank, fault);
   });
+}
+
+// A signal that came while the workers were already stopped and the agent
+// waited for the store: nothing is left to forward it to, so it ends the
+// run here (on_signal's stopping case only records it).
+bool elastic_agent::impl::signalled_meanwhile() {
+  if (stop_signal_ == 0) return false;
+  finish_after_job_stop(128 + stop_signal_);
+  return true;
 }
 
 // --quarantine-file: the job's quarantined hosts for the next submission

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <functional>
@@ -349,4 +350,18 @@ TEST_CASE("the job ending while the machine is in quarantine ends its agent with
   std::getline(file, host);
   CHECK(!host.empty());  // this machine's host name, one per line
   std::remove("quarantine-test-hosts.txt");
+}
+
+TEST_CASE("a signal while the machine is out of the job ends the run at once",
+          "[policy][health][quarantine]") {
+  quarantine_test t(1);
+  t.options.quarantine.after = 1;
+  t.options.signals = {SIGTERM};
+  t.rdzv.outside_never_ends = true;
+  t.checker.verdicts = {failed_command()};
+  auto timer = std::make_shared<boost::asio::steady_timer>(t.io, 50ms);
+  timer->async_wait([](const boost::system::error_code&) { std::raise(SIGTERM); });
+  CHECK(t.run() == 128 + SIGTERM);
+  CHECK(t.rdzv.outside_waits.size() == 1);
+  CHECK(t.logged("received SIGTERM; exiting"));
 }

@@ -90,6 +90,7 @@ class scripted_rendezvous : public rendezvous::rendezvous_handler {
   std::vector<std::string> quarantine_reasons;
   std::vector<std::chrono::milliseconds> outside_waits;
   bool job_ends_outside = false;
+  bool outside_never_ends = false;  // wait_outside never completes
   void read_machine(std::string key, record_completion done) override {
     auto it = machines.find(key);
     std::string record = it == machines.end() ? std::string() : it->second;
@@ -108,6 +109,7 @@ class scripted_rendezvous : public rendezvous::rendezvous_handler {
   void wait_outside(std::chrono::milliseconds timeout,
                     std::function<void(bool, std::string)> done) override {
     outside_waits.push_back(timeout);
+    if (outside_never_ends) return;
     bool ended = job_ends_outside;
     boost::asio::post(io_, [done, ended] { done(ended, ended ? "the job finished" : ""); });
   }
