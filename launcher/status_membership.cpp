@@ -63,7 +63,8 @@ job_membership read_membership(rendezvous::store& store, const std::string& run_
   rendezvous::rendezvous_keys keys(run_id);
   job_membership m;
   auto newest = read_present(store, {keys.newest_round(), keys.quarantine_count()});
-  m.round = number_or(newest.at(0), -1);
+  // Round 0 leaves `round` absent: its joiners compare_set it from "-1".
+  m.round = number_or(newest.at(0), 0);
   std::int64_t quarantines = std::clamp<std::int64_t>(number_or(newest.at(1), 0), 0, max_listed);
   if (m.round >= 0) {
     auto counts = read_present(store, {keys.joined(m.round), keys.closed(m.round)});

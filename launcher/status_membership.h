@@ -27,7 +27,7 @@ struct spare_node {
 };
 
 struct job_membership {
-  std::int64_t round = -1;   // the newest round; -1: none yet
+  std::int64_t round = 0;    // the newest round
   std::int64_t members = 0;  // its `closed` count; 0 while it gathers
   std::int64_t spares_total = 0;  // may exceed spares.size() (bounded read)
   std::vector<spare_node> spares;

@@ -100,6 +100,16 @@ TEST_CASE("without spares or quarantines only the summary line shows", "[status]
         "nodes: 3 active, 0 spares, 0 quarantined\n");
 }
 
+TEST_CASE("round 0 has no `round` key: its spares are found all the same", "[status]") {
+  rendezvous::memory_store store;
+  rendezvous::rendezvous_keys keys("job1");
+  store.set(keys.joined(0), "3");
+  store.set(keys.closed(0), "2");
+  auto m = read_membership(store, "job1", test_now);
+  CHECK(m.round == 0);
+  CHECK(m.spares_total == 1);
+}
+
 TEST_CASE("a spare whose descriptor is not written yet shows as '-'", "[status]") {
   rendezvous::memory_store store;
   rendezvous::rendezvous_keys keys("job1");
