@@ -2,8 +2,12 @@
 
 #include <catch2/catch.hpp>
 
+#include <boost/asio/io_context.hpp>
+
 #include "agent/job_census.h"
+#include "agent/job_monitor.h"
 #include "agent/job_status.h"
+#include "agent/wall_clock.h"
 
 using namespace dtrun::agent;
 
@@ -84,4 +88,35 @@ TEST_CASE("the status document carries the spare and quarantined counts", "[cens
   REQUIRE(back);
   CHECK(back->spare_nodes == 3);
   CHECK(back->quarantined_nodes == 1);
+}
+
+TEST_CASE("the monitor counts spares and current quarantines at each publication", "[census]") {
+  boost::asio::io_context io;
+  job_monitor::options opts;
+  opts.control_socket = false;
+  job_monitor::hooks hooks;
+  int lists = 0;
+  std::int64_t quarantines = 2;
+  double now = wall_clock_seconds();
+  hooks.publish = [](std::string) {};
+  hooks.debug = [](const std::string&) {};  // gpu_stats says why NVML is absent
+  hooks.census = [&](auto done) { done({3, 2, quarantines}); };
+  hooks.quarantine_list = [&](auto done) {
+    ++lists;
+    done({census_record("a", 1, now - 10, now + 600).to_json(),
+          census_record("b", 1, now - 900, now - 300).to_json(), "not a record"});
+  };
+  job_monitor monitor(io, opts, hooks);
+  CHECK(!monitor.snapshot().spare_nodes);  // not asked yet: unknown
+  monitor.start_publishing();
+  auto s = monitor.snapshot();
+  CHECK(s.spare_nodes == 1);
+  CHECK(s.quarantined_nodes == 1);
+  CHECK(lists == 1);
+  // The list is read again only when it grew.
+  monitor.start_publishing();
+  CHECK(lists == 1);
+  quarantines = 3;
+  monitor.start_publishing();
+  CHECK(lists == 2);
 }
