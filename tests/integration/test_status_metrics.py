@@ -224,6 +224,15 @@ def test_status_of_a_multi_node_job_from_its_store_and_here(tmp_path):
         dh.kill_marked(env["DTRUN_TEST_MARK"])
 
 
+def store(port, *args):
+    """dtrun-store's client on the job's store."""
+    r = subprocess.run([str(dh.BUILD_DIR / "launcher" / "dtrun-store"),
+                        f"--endpoint=127.0.0.1:{port}", *args],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
 def metrics_until(url, pattern, timeout=60):
     """GET `url` until its body matches `pattern`: the agent reads the
     job's spares from the store with each status publication (every 5 s),
@@ -281,6 +290,23 @@ def test_a_spare_shows_in_status_and_metrics(tmp_path):
         assert re.search(r'^dtrun_nodes\{[^}]*state="active"\} 2$', body, re.M), body
         assert re.search(r'^dtrun_nodes\{[^}]*state="quarantined"\} 0$', body, re.M), body
         assert re.search(r'^dtrun_node_state\{[^}]*state="running"\} 1$', body, re.M), body
+
+        # Two machines in the job's quarantine list (as an agent writes them,
+        # docs/agent.md "Quarantine"): one still out, one whose cooldown ran.
+        now = time.time()
+        for i, (host, until) in enumerate([("h-bad", now + 600), ("h-old", now - 60)]):
+            record = {"machine": f"{host}-machine-key-0123", "host": host, "quarantines": 2,
+                      "since": now - 900, "until": until, "cooldown_s": 600,
+                      "reason": "rank 1 failed with SIGBUS", "rank": 1, "fault": "SIGBUS"}
+            store(port, "set", f"dtrun/{run_id}/quarantine/{i}", json.dumps(record))
+            store(port, "add", f"dtrun/{run_id}/quarantine/count", "1")
+        r = dtrun("status", *endpoint, env=env)
+        assert "nodes: 2 active, 1 spare, 1 quarantined" in r.stdout, r.stdout
+        assert re.search(r"^h-bad +h-bad-machin +\S+ \S+ \(in \S+\) +2 +rank 1 failed with "
+                         r"SIGBUS$", r.stdout, re.M), r.stdout
+        assert "h-old" not in r.stdout
+        body = metrics_until(metrics, r'^dtrun_nodes\{[^}]*state="quarantined"\} 1$')
+        assert re.search(r'^dtrun_nodes\{[^}]*state="quarantined"\} 1$', body, re.M), body
     finally:
         for p in procs:
             if p.poll() is None:
