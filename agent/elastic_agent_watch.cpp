@@ -129,6 +129,8 @@ void elastic_agent::impl::start_monitor() {
   hooks.stacks = [this](control_socket::respond_fn respond) {
     stacks_on_request(std::move(respond));
   };
+  hooks.census = [this](auto done) { rendezvous_.census(std::move(done)); };
+  hooks.quarantine_list = [this](auto done) { rendezvous_.quarantine_list(std::move(done)); };
   hooks.publish = [this](std::string status) {
     rendezvous_.publish_status(std::move(status), [this, round = round_info_.round] {
       if (published_round_ == round) return;

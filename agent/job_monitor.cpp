@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "agent/gpu_stats.h"
+#include "agent/job_census.h"
 #include "agent/metrics_server.h"
 #include "agent/output_tail.h"
 #include "agent/proc_stats.h"
@@ -81,6 +82,11 @@ job_status job_monitor::snapshot() {
   s.hangs_detected = facts.hangs;
   s.failures = facts.failures;
   s.rounds = facts.rounds;
+  s.spare_nodes = spare_nodes_;
+  if (quarantines_seen_) {
+    s.quarantined_nodes =
+        static_cast<std::int64_t>(current_quarantines(quarantine_records_, s.generated_at).size());
+  }
 
   // NVML is loaded on the first look, not at start: most jobs are never
   // asked, and its initialisation takes a while on a GPU machine.
@@ -131,10 +137,41 @@ void job_monitor::start_publishing() {
 
 void job_monitor::publish_tick() {
   hooks_.publish(to_json(snapshot()).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  take_census();
   publish_timer_.expires_after(options_.publish_interval);
   publish_timer_.async_wait([this](const boost::system::error_code& ec) {
     if (ec) return;  // cancelled: the monitor is going away
     publish_tick();
+  });
+}
+
+// One read per publish; the quarantine list (at most 64 records) only
+// when a machine was added to it since the last read.
+void job_monitor::take_census() {
+  if (!hooks_.census) return;
+  std::weak_ptr<job_monitor*> alive = self_;
+  hooks_.census([alive](rendezvous::rendezvous_handler::census_counts c) {
+    auto self = alive.lock();
+    if (!self) return;
+    job_monitor& m = **self;
+    m.spare_nodes_ = spare_count(c.joined, c.members);
+    m.quarantines_seen_ = c.quarantines;
+    if (c.quarantines <= m.quarantines_read_ || m.listing_ || !m.hooks_.quarantine_list) return;
+    m.listing_ = true;
+    m.hooks_.quarantine_list([alive, count = c.quarantines](std::vector<std::string> records) {
+      auto still = alive.lock();
+      if (!still) return;
+      job_monitor& monitor = **still;
+      monitor.listing_ = false;
+      monitor.quarantine_records_.clear();
+      for (const auto& text : records) {
+        if (auto r = quarantine_record::parse(text)) {
+          monitor.quarantine_records_.push_back(std::move(*r));
+        }
+      }
+      // An empty list with a count is a failed read: asked again next time.
+      if (!records.empty()) monitor.quarantines_read_ = count;
+    });
   });
 }
 

@@ -25,6 +25,8 @@
 
 #include "agent/control_socket.h"
 #include "agent/job_status.h"
+#include "agent/quarantine_record.h"
+#include "rendezvous/algorithm/rendezvous_handler.h"
 
 namespace dtrun::agent {
 
@@ -74,6 +76,11 @@ class job_monitor {
     // Stores this node's status JSON for the other nodes' `dtrun status`
     // (empty: a single node, nothing to publish).
     std::function<void(std::string)> publish;
+    // The job's spares and quarantines for /metrics, asked at each publish
+    // (rendezvous_handler::census and quarantine_list; empty: unknown).
+    std::function<void(std::function<void(rendezvous::rendezvous_handler::census_counts)>)>
+        census;
+    std::function<void(std::function<void(std::vector<std::string>)>)> quarantine_list;
     std::function<void(const std::string&)> info;
     std::function<void(const std::string&)> warn;
     std::function<void(const std::string&)> debug;
@@ -96,6 +103,17 @@ class job_monitor {
 
  private:
   void publish_tick();
+  void take_census();
+
+  // What the last census found: spares, and the job's quarantine list
+  // (read again only when its count grows: its records never change).
+  std::optional<std::int64_t> spare_nodes_;
+  std::optional<std::int64_t> quarantines_seen_;
+  std::int64_t quarantines_read_ = 0;
+  bool listing_ = false;
+  std::vector<quarantine_record> quarantine_records_;
+  // Census replies come back on the loop, maybe after the monitor is gone.
+  std::shared_ptr<job_monitor*> self_ = std::make_shared<job_monitor*>(this);
 
   boost::asio::io_context& io_;
   options options_;

@@ -189,6 +189,8 @@ nlohmann::ordered_json to_json(const job_status& s) {
                {"hangs_detected", s.hangs_detected},
                {"failures", s.failures},
                {"rounds", s.rounds},
+               {"spare_nodes", optional_value(s.spare_nodes)},
+               {"quarantined_nodes", optional_value(s.quarantined_nodes)},
                {"nodes", std::move(nodes)},
                {"workers", std::move(workers)}};
 }
@@ -225,6 +227,8 @@ std::optional<job_status> from_json(const nlohmann::json& j, std::string& error)
   read_int(j, "hangs_detected", s.hangs_detected, 0, i64_max);
   read_int(j, "failures", s.failures, 0, i64_max);
   read_int(j, "rounds", s.rounds, 0, i64_max);
+  if (auto v = integer_in(j, "spare_nodes", 0, i64_max)) s.spare_nodes = *v;
+  if (auto v = integer_in(j, "quarantined_nodes", 0, i64_max)) s.quarantined_nodes = *v;
   if (auto it = j.find("nodes"); it != j.end() && it->is_array()) {
     for (const auto& n : *it) {
       if (s.nodes.size() == max_entries) break;
@@ -251,6 +255,25 @@ std::optional<job_status> parse_status(std::string_view text, std::string& error
 
 namespace {
 
+// The agent's phases (elastic_agent_watch.cpp, phase_name).
+constexpr std::string_view agent_phases[] = {"starting", "rendezvous", "running", "stopping",
+                                             "exiting", "reclaiming", "outside", "succeeded",
+                                             "failed"};
+
+// This node's phase, one sample per phase (1 for the current one), so a
+// node that is "outside" (unhealthy or in quarantine) can be alerted on.
+void write_node_state(exposition& out, const std::string& job, const std::string& phase) {
+  out.family("dtrun_node_state", "gauge", "1 for this node's phase, 0 for the others.");
+  bool known = false;
+  for (auto p : agent_phases) {
+    known = known || p == phase;
+    out.sample("dtrun_node_state", job + "," + label("state", p), p == phase ? "1" : "0");
+  }
+  if (!known && !phase.empty()) {
+    out.sample("dtrun_node_state", job + "," + label("state", phase), "1");
+  }
+}
+
 // The job's and this agent's metrics, one sample each.
 void write_job_metrics(exposition& out, const job_status& s) {
   std::string job = label("run_id", s.run_id) + "," + label("node_rank", std::to_string(s.node_rank));
@@ -267,7 +290,6 @@ void write_job_metrics(exposition& out, const job_status& s) {
       {"dtrun_agent_start_time_seconds", "gauge", "When the agent started, Unix time.",
        value_text(s.started_at)},
       {"dtrun_round", "gauge", "The current rendezvous round.", std::to_string(s.round)},
-      {"dtrun_nodes", "gauge", "Nodes in the job.", std::to_string(s.nnodes)},
       {"dtrun_restarts_total", "counter", "Worker group restarts used.",
        std::to_string(s.restarts_used)},
       {"dtrun_max_restarts", "gauge", "Worker group restarts allowed (--max-restarts).",
@@ -282,6 +304,18 @@ void write_job_metrics(exposition& out, const job_status& s) {
     out.family(m.name, m.type, m.help);
     out.sample(m.name, job, m.value);
   }
+
+  // Active: this round's members; the others only once read from the store.
+  out.family("dtrun_nodes", "gauge", "Nodes of the job by state: active, spare, quarantined.");
+  out.sample("dtrun_nodes", job + "," + label("state", "active"), std::to_string(s.nnodes));
+  if (s.spare_nodes) {
+    out.sample("dtrun_nodes", job + "," + label("state", "spare"), std::to_string(*s.spare_nodes));
+  }
+  if (s.quarantined_nodes) {
+    out.sample("dtrun_nodes", job + "," + label("state", "quarantined"),
+               std::to_string(*s.quarantined_nodes));
+  }
+  write_node_state(out, job, s.phase);
 
   // Every state is written, 0 included, so a series does not vanish when
   // its count drops to nothing.

@@ -73,6 +73,12 @@ struct job_status {
   std::uint64_t hangs_detected = 0;
   std::uint64_t failures = 0;      // worker failures seen, all rounds
   std::uint64_t rounds = 0;        // worker groups started, all rounds
+  // The job's spare nodes (waiting at --nnodes MAX) and machines in
+  // quarantine, as this agent last read them from the store (at its status
+  // publishing rate, several nodes only); unknown until then. Added to
+  // dtrun.status/1 after the first release.
+  std::optional<std::int64_t> spare_nodes;
+  std::optional<std::int64_t> quarantined_nodes;
   std::vector<node_status> nodes;  // empty for one node
   std::vector<worker_status> workers;
 };

@@ -16,6 +16,7 @@
 #include "agent/control_client.h"
 #include "agent/job_status.h"
 #include "agent/wall_clock.h"
+#include "launcher/status_membership.h"
 #include "launcher/status_store.h"
 #include "launcher/status_table.h"
 #include "rendezvous/base/endpoint.h"
@@ -53,6 +54,8 @@ struct gathered {
   std::vector<agent::job_status> statuses;
   std::vector<std::string> errors;  // one line per agent that could not be asked
   std::string not_found;            // the store was asked and has no such job
+  // The store's view only: its spares and quarantined machines.
+  std::optional<job_membership> membership;
 };
 
 std::vector<agent::agent_endpoint> chosen_agents(std::optional<int> pid) {
@@ -90,6 +93,7 @@ gathered gather(const status_options& o) {
       }
       if (auto s = read_job_status(client, o.rdzv_id, error)) {
         g.statuses.push_back(std::move(*s));
+        g.membership = read_membership(client, o.rdzv_id, agent::wall_clock_seconds());
       } else {
         g.errors.push_back(error);
       }
@@ -116,17 +120,28 @@ gathered gather(const status_options& o) {
   return g;
 }
 
+// The member count the status view knows (the nodes that published).
+int active_nodes(const agent::job_status& s) {
+  return s.nodes.empty() ? s.nnodes : static_cast<int>(s.nodes.size());
+}
+
 // One screenful; the exit code it stands for.
 int show(const status_options& o, const gathered& g, std::string& out) {
   if (o.json) {
     nlohmann::ordered_json all = nlohmann::ordered_json::array();
-    for (const auto& s : g.statuses) all.push_back(agent::to_json(s));
+    for (const auto& s : g.statuses) {
+      all.push_back(agent::to_json(s));
+      if (g.membership) add_membership_json(all.back(), *g.membership, active_nodes(s));
+    }
     out += all.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   } else {
     double now = agent::wall_clock_seconds();
     for (std::size_t i = 0; i < g.statuses.size(); ++i) {
       if (i > 0) out += "\n";
       out += render_status(g.statuses[i], now);
+      if (g.membership) {
+        out += "\n" + render_membership(*g.membership, active_nodes(g.statuses[i]), now);
+      }
     }
   }
   if (!g.statuses.empty()) return 0;

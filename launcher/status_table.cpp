@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "launcher/text_table.h"
 #include "rendezvous/base/printable.h"
 
 namespace dtrun::launcher {
@@ -17,32 +18,6 @@ namespace {
 // Wide enough for a progress line's gist ("epoch 3 step 1200/5000 loss
 // 0.41"), narrow enough that a row of the table fits 120 columns.
 constexpr std::size_t last_output_width = 40;
-
-// Columns sized to their widest cell; the last column is not padded.
-class table {
- public:
-  explicit table(std::vector<std::string> header) { rows_.push_back(std::move(header)); }
-  void add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
-  std::string render() const {
-    std::vector<std::size_t> width(rows_[0].size(), 0);
-    for (const auto& row : rows_) {
-      for (std::size_t i = 0; i < row.size(); ++i) width[i] = std::max(width[i], row[i].size());
-    }
-    std::string out;
-    for (const auto& row : rows_) {
-      std::string line;
-      for (std::size_t i = 0; i < row.size(); ++i) {
-        line += i + 1 < row.size() ? fmt::format("{:<{}}  ", row[i], width[i]) : row[i];
-      }
-      while (!line.empty() && line.back() == ' ') line.pop_back();
-      out += line + "\n";
-    }
-    return out;
-  }
-
- private:
-  std::vector<std::vector<std::string>> rows_;
-};
 
 std::string shown(const std::string& text) {
   return text.empty() ? "-" : printable(text);
@@ -98,7 +73,7 @@ std::string render_status(const agent::job_status& s, double now) {
     out += fmt::format("worker failures {}  hangs detected {}\n", s.failures, s.hangs_detected);
   }
   if (!s.nodes.empty()) {
-    table nodes({"NODE", "HOST", "AGENT PID", "STATE", "LAST SEEN"});
+    text_table nodes({"NODE", "HOST", "AGENT PID", "STATE", "LAST SEEN"});
     for (const auto& n : s.nodes) {
       nodes.add({std::to_string(n.node_rank), shown(n.host),
                  n.agent_pid > 0 ? std::to_string(n.agent_pid) : "-", shown(n.state),
@@ -114,7 +89,7 @@ std::string render_status(const agent::job_status& s, double now) {
                         "LAST OUTPUT"}) {
     header.push_back(h);
   }
-  table workers(std::move(header));
+  text_table workers(std::move(header));
   for (const auto& w : s.workers) {
     std::vector<std::string> row = {std::to_string(w.rank), std::to_string(w.local_rank)};
     if (multi) row.push_back(std::to_string(w.node_rank));

@@ -169,6 +169,10 @@ void dynamic_rendezvous::share_progress(bool progressed,
 void dynamic_rendezvous::publish_status(std::string status_json, std::function<void()> stored) {
   impl_->publish_status(std::move(status_json), std::move(stored));
 }
+
+void dynamic_rendezvous::census(std::function<void(census_counts)> done) {
+  impl_->census(std::move(done));
+}
 store_server_stats dynamic_rendezvous::store_stats() const { return impl_->host().stats(); }
 std::uint16_t dynamic_rendezvous::worker_store_port() const {
   return impl_->host().worker_store_port();

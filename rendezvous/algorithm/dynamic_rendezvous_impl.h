@@ -83,6 +83,7 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   void round_failures(std::int64_t r, failures_completion done);
   void share_progress(bool progressed, std::function<void(std::int64_t)> done);
   void publish_status(std::string status_json, std::function<void()> stored);
+  void census(std::function<void(rendezvous_handler::census_counts)> done);
   void shutdown();
 
   const dynamic_rendezvous_options& options() const { return options_; }

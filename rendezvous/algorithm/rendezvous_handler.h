@@ -199,6 +199,19 @@ class rendezvous_handler {
   // status --rdzv-endpoint` finds it: best effort, never fails the job.
   // `stored` is called once the store has it (never on an error).
   virtual void publish_status(std::string status_json, std::function<void()> stored) = 0;
+
+  // Who else the job has, for the agent's /metrics (docs/observability.md,
+  // dtrun_nodes): the arrivals and the member count (`closed`) of this
+  // node's round, and how many quarantine records the job listed. One
+  // read of three keys (O(1) per node and call); absent keys read 0. On a
+  // store error, or outside any round, `done` is not called. Single node:
+  // itself, at once.
+  struct census_counts {
+    std::int64_t joined = 0;
+    std::int64_t members = 0;
+    std::int64_t quarantines = 0;
+  };
+  virtual void census(std::function<void(census_counts)> done) = 0;
 };
 
 }  // namespace dtrun::rendezvous

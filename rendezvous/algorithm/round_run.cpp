@@ -101,6 +101,21 @@ void dynamic_rendezvous::impl::publish_status(std::string status_json,
   });
 }
 
+// r/<r>/joined, r/<r>/closed and quarantine/count in one read: what
+// /metrics counts as spares and quarantines (rendezvous_handler::census).
+void dynamic_rendezvous::impl::census(
+    std::function<void(rendezvous_handler::census_counts)> done) {
+  if (!ops_ || round_ < 0) return;
+  ops_->read_now({keys_.joined(round_), keys_.closed(round_), keys_.quarantine_count()},
+                 [done](store_result r) {
+    if (r.error || r.values.size() != 3) return;
+    auto number = [&r](std::size_t i) {
+      return parse_whole<std::int64_t>(r.values[i]).value_or(0);
+    };
+    done({number(0), number(1), number(2)});
+  });
+}
+
 // A round that ends in failure costs the job one restart, however many
 // nodes report it: workers of one collective often fail together, so
 // several nodes may get here for the same round before any has seen the

@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from contextlib import contextmanager
@@ -213,6 +214,99 @@ def test_status_of_a_multi_node_job_from_its_store_and_here(tmp_path):
         assert r.stdout.count(f"run {run_id} ") == 1, r.stdout
         assert "LAST OUTPUT" in r.stdout
         assert re.search(r"^1 .* step 3/10$", r.stdout, re.M), r.stdout
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in procs:
+            p.communicate(timeout=60)
+        fifo.close()
+        dh.kill_marked(env["DTRUN_TEST_MARK"])
+
+
+def store(port, *args):
+    """dtrun-store's client on the job's store."""
+    r = subprocess.run([str(dh.BUILD_DIR / "launcher" / "dtrun-store"),
+                        f"--endpoint=127.0.0.1:{port}", *args],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def metrics_until(url, pattern, timeout=60):
+    """GET `url` until its body matches `pattern`: the agent reads the
+    job's spares from the store with each status publication (every 5 s),
+    so the figure appears at a time no log line marks."""
+    deadline = time.monotonic() + timeout
+    while True:
+        body = get(url)[2]
+        if re.search(pattern, body, re.M) or time.monotonic() > deadline:
+            return body
+        time.sleep(0.5)
+
+
+def test_a_spare_shows_in_status_and_metrics(tmp_path):
+    """Three agents for --nnodes=2: the third arrives after round 0 closed
+    and waits as a spare; `dtrun status` lists it, /metrics counts it."""
+    port = dh.free_port()
+    env = dh.job_env(DTRUN_CONTROL_DIR=str(tmp_path / "control"))
+    fifo = dh.Fifo(tmp_path)
+    run_id = f"spare-{env['DTRUN_TEST_MARK'][:8]}"
+    endpoint = [f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-id={run_id}"]
+
+    def agent(is_host, *flags):
+        return dh.start(["--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=c10d", *endpoint,
+                         f"--rdzv-conf={dh.FAST_RDZV},is_host={is_host}", "-v", *flags,
+                         "--no-python", "/bin/sh", "-c",
+                         f"echo ready > {fifo.path}; exec sleep 600"], env)
+
+    procs = []
+    try:
+        procs.append(agent(1, "--metrics-port=0"))
+        line = dh.wait_for_stderr(procs[0], "metrics: http://")
+        metrics = re.search(r"(http://127\.0\.0\.1:\d+)/metrics", line).group(1) + "/metrics"
+        procs.append(agent(0))
+        for p in procs:
+            dh.wait_for_stderr(p, "round 0: status published to the store")
+        fifo.lines(2)
+        procs.append(agent(0))
+        dh.wait_for_stderr(procs[2], "is full (2 nodes); waiting for the next one")
+
+        r = dtrun("status", *endpoint, env=env)
+        assert r.returncode == 0, r.stderr
+        assert "nodes: 2 active, 1 spare, 0 quarantined" in r.stdout, r.stdout
+        assert re.search(r"^SPARE +HOST +ADDRESS +WAITING IN ROUND$", r.stdout, re.M), r.stdout
+        assert re.search(r"^3 +\S+ +\S+ +0$", r.stdout, re.M), r.stdout
+        assert "QUARANTINED" not in r.stdout
+        r = dtrun("status", "--json", *endpoint, env=env)
+        [doc] = json.loads(r.stdout)
+        assert doc["node_counts"] == {"active": 2, "spare": 1, "quarantined": 0}
+        [spare] = doc["spares"]
+        assert spare["arrival"] == 3 and spare["round"] == 0 and spare["host"], spare
+        assert doc["quarantined"] == []
+
+        body = metrics_until(metrics, r'^dtrun_nodes\{[^}]*state="spare"\} 1$')
+        assert re.search(r'^dtrun_nodes\{[^}]*state="spare"\} 1$', body, re.M), body
+        assert re.search(r'^dtrun_nodes\{[^}]*state="active"\} 2$', body, re.M), body
+        assert re.search(r'^dtrun_nodes\{[^}]*state="quarantined"\} 0$', body, re.M), body
+        assert re.search(r'^dtrun_node_state\{[^}]*state="running"\} 1$', body, re.M), body
+
+        # Two machines in the job's quarantine list (as an agent writes them,
+        # docs/agent.md "Quarantine"): one still out, one whose cooldown ran.
+        now = time.time()
+        for i, (host, until) in enumerate([("h-bad", now + 600), ("h-old", now - 60)]):
+            record = {"machine": f"{host}-machine-key-0123", "host": host, "quarantines": 2,
+                      "since": now - 900, "until": until, "cooldown_s": 600,
+                      "reason": "rank 1 failed with SIGBUS", "rank": 1, "fault": "SIGBUS"}
+            store(port, "set", f"dtrun/{run_id}/quarantine/{i}", json.dumps(record))
+            store(port, "add", f"dtrun/{run_id}/quarantine/count", "1")
+        r = dtrun("status", *endpoint, env=env)
+        assert "nodes: 2 active, 1 spare, 1 quarantined" in r.stdout, r.stdout
+        assert re.search(r"^h-bad +h-bad-machin +\S+ \S+ \(in \S+\) +2 +rank 1 failed with "
+                         r"SIGBUS$", r.stdout, re.M), r.stdout
+        assert "h-old" not in r.stdout
+        body = metrics_until(metrics, r'^dtrun_nodes\{[^}]*state="quarantined"\} 1$')
+        assert re.search(r'^dtrun_nodes\{[^}]*state="quarantined"\} 1$', body, re.M), body
     finally:
         for p in procs:
             if p.poll() is None:

@@ -137,6 +137,13 @@ class scripted_rendezvous : public rendezvous::rendezvous_handler {
   void publish_status(std::string, std::function<void()> stored) override {
     boost::asio::post(io_, std::move(stored));
   }
+  // What census() reports (a test sets it); quarantines counts the list.
+  census_counts counts{1, 1, 0};
+  void census(std::function<void(census_counts)> done) override {
+    auto c = counts;
+    c.quarantines = static_cast<std::int64_t>(quarantine_records.size());
+    boost::asio::post(io_, [done, c] { done(c); });
+  }
 
  private:
   boost::asio::io_context& io_;
