@@ -79,8 +79,12 @@ void node_health_checks::builtins(health_verdict& verdict) {
   if (gpu_) verdict.findings.push_back(gpu_->check(gpus_, gating));
 }
 
+// Only when it may keep the node out: the rendezvous already warns, at
+// once, of an endpoint that does not resolve (store_host.cpp).
 void node_health_checks::resolve_endpoint(health_verdict verdict) {
-  if (options_.endpoint_host.empty()) return run_command(std::move(verdict));
+  if (options_.endpoint_host.empty() || !options_.builtin_gating) {
+    return run_command(std::move(verdict));
+  }
   endpoint_.run(options_.endpoint_host, endpoint_timeout, options_.builtin_gating,
                 [this, verdict = std::move(verdict)](health_finding f) mutable {
                   verdict.findings.push_back(std::move(f));

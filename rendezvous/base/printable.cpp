@@ -33,6 +33,21 @@ std::size_t utf8_sequence_length(std::string_view text, std::size_t i) {
   return length;
 }
 
+// The code point of a valid 3-byte sequence.
+unsigned int code_point3(std::string_view text, std::size_t i) {
+  auto byte = [&](std::size_t k) { return static_cast<unsigned int>(
+                                       static_cast<unsigned char>(text[i + k])); };
+  return ((byte(0) & 0x0F) << 12) | ((byte(1) & 0x3F) << 6) | (byte(2) & 0x3F);
+}
+
+// Printable in name only: characters that reorder the text shown around
+// them (bidirectional overrides, the "Trojan Source" trick), hide
+// (zero-width) or break it into lines (U+2028, U+2029).
+bool invisible(unsigned int cp) {
+  return (cp >= 0x200B && cp <= 0x200F) || (cp >= 0x2028 && cp <= 0x202E) ||
+         (cp >= 0x2060 && cp <= 0x206F) || cp == 0xFEFF;
+}
+
 }  // namespace
 
 std::string printable(std::string_view text, bool keep_newlines) {
@@ -72,6 +87,8 @@ std::string printable(std::string_view text, bool keep_newlines) {
     auto second = static_cast<unsigned char>(text[i + 1]);
     if (c == 0xC2 && second <= 0x9F) {
       out += fmt::format("\\u{:04x}", second);
+    } else if (length == 3 && invisible(code_point3(text, i))) {
+      out += fmt::format("\\u{:04x}", code_point3(text, i));
     } else {
       out.append(text.substr(i, length));
     }

@@ -12,7 +12,10 @@
 namespace dtrun {
 
 // Escapes C0 controls and DEL (\n, \r, \t, \xNN), C1 controls encoded in
-// UTF-8 (\u0080-\u009f) and bytes that are not valid UTF-8 (\xNN). A
+// UTF-8 (\u0080-\u009f), the characters that reorder, hide or break the
+// text around them (bidirectional overrides, zero-width characters, line
+// and paragraph separators: \u202e ...) and bytes that are not valid
+// UTF-8 (\xNN). A
 // backslash stays as it is; printable ASCII and valid UTF-8 pass through.
 // With keep_newlines, '\n' is kept (multi-line text such as a traceback,
 // which the caller indents line by line).

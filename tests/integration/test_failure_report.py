@@ -104,7 +104,7 @@ def test_event_log_of_a_run_with_one_restart(tmp_path):
         assert e["agent_pid"] == events[0]["agent_pid"]
     names = [e["event"] for e in events]
     assert names == [
-        "agent_started",
+        "agent_started", "node_health",
         "rendezvous_started", "rendezvous_completed", "worker_started", "worker_started",
         "worker_exited", "worker_failed", "group_stopping", "worker_exited",
         "restart",

@@ -8,6 +8,7 @@ real DDP: tests/e2e/test_node_health.py."""
 import json
 import os
 import sys
+import unicodedata
 
 import pytest
 
@@ -57,20 +58,26 @@ def test_a_hanging_check_is_killed_at_its_timeout_and_leaves_nothing(tmp_path):
 @pytest.mark.parametrize("hostile", [
     "head -c 100000000 /dev/zero; exit 1",            # 100 MB without a newline
     "yes 'a line' | head -c 100000000; exit 1",       # 100 MB of lines
-    "head -c 65536 /dev/urandom; exit 1",             # binary
+    "cat {binary}; exit 1",                           # every byte value, terminal escapes
     "cat {fifo}",                                     # reads a FIFO nobody writes
     "exec 1>&-; exec 2>&-; sleep 1000",               # closes its output, then hangs
 ])
 def test_hostile_check_output_cannot_stall_the_agent(tmp_path, hostile):
     fifo = tmp_path / "never"
     os.mkfifo(fifo)
+    binary = tmp_path / "binary"
+    # Colour, a C1 CSI, a right-to-left override, a line separator, then
+    # every byte value: none may reach the terminal as it is.
+    binary.write_bytes("\x1b[31mred\u009b2J\u202egnp.exe\u2028x".encode() + bytes(range(256)))
     env = dh.job_env()
-    r = run(tmp_path, hostile.format(fifo=fifo), "--node-health-check-timeout=3", env=env)
+    r = run(tmp_path, hostile.format(fifo=fifo, binary=binary), "--node-health-check-timeout=3",
+            env=env)
     assert r.returncode == UNHEALTHY, r.stderr
     lines = dtrun_lines(r.stderr)
     assert len(lines) == 1, r.stderr
     assert len(lines[0]) < 600  # the command's output is bounded in it
-    assert all(c.isprintable() for c in lines[0]), lines[0]
+    assert [c for c in lines[0] if unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp")] == [], \
+        lines[0]
     assert dh.gone_within(env["DTRUN_TEST_MARK"]) == []
 
 

@@ -30,3 +30,15 @@ TEST_CASE("bytes that are not UTF-8 are escaped one by one") {
 TEST_CASE("multi-line text may keep its newlines but nothing else") {
   CHECK(printable("line 1\nline 2\x1b]0;t\x07", true) == "line 1\nline 2\\x1b]0;t\\x07");
 }
+
+TEST_CASE("characters that reorder, hide or break the text are escaped") {
+  // U+202E RIGHT-TO-LEFT OVERRIDE ("Trojan Source"), U+200B ZERO WIDTH
+  // SPACE, U+2028 LINE SEPARATOR, U+2066 LEFT-TO-RIGHT ISOLATE, U+FEFF.
+  CHECK(printable("a\xe2\x80\xae" "b") == "a\\u202eb");
+  CHECK(printable("a\xe2\x80\x8b" "b") == "a\\u200bb");
+  CHECK(printable("a\xe2\x80\xa8" "b") == "a\\u2028b");
+  CHECK(printable("a\xe2\x81\xa6" "b") == "a\\u2066b");
+  CHECK(printable("\xef\xbb\xbf" "x") == "\\ufeffx");
+  // Their neighbours stay: an en dash (U+2013) and the euro sign (U+20AC).
+  CHECK(printable("\xe2\x80\x93 \xe2\x82\xac") == "\xe2\x80\x93 \xe2\x82\xac");
+}
