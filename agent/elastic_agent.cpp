@@ -425,6 +425,9 @@ void elastic_agent::impl::finish(int code) {
   reporter_.agent_exiting(code);
   group_.cancel_timers();
   cancel_health_check();
+  // What a health check left behind in a session of its own (no round's
+  // end swept it: the node may never have run workers).
+  runner_.kill_adopted(stacks_ ? stacks_->helper_pids() : std::vector<pid_t>{});
   if (reclaim_) reclaim_->cancel();
   watchdog_.reset();  // closes and removes the pipe
   monitor_.reset();   // removes the control socket; closes the metrics port

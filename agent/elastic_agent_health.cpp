@@ -19,7 +19,8 @@ namespace dtrun::agent {
 void elastic_agent::impl::check_health_then_join() {
   if (health_ == nullptr) return start_round();
   health_->check([this](health_verdict verdict) {
-    if (phase_ != phase::starting) return;  // a signal ended the run meanwhile
+    // A signal ended the run meanwhile (or will, once the store has it).
+    if (phase_ != phase::starting || stop_signal_ != 0) return;
     if (report_health(verdict, "before joining")) return start_round();
     auto reason = verdict.first_reason();
     if (options_.quarantine.enabled()) return machine_failed(reason, -1, "health");

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -54,8 +55,12 @@ void elastic_agent::impl::before_first_join() {
     quarantines_ = record->quarantines;
     machine_failures_ = options_.quarantine.after - 1;
     double left = record->until - wall_clock_seconds();
-    if (left <= 0) return check_health_then_join();
-    auto wait = std::chrono::milliseconds(static_cast<std::int64_t>(std::ceil(left * 1000)));
+    if (!(left > 0)) return check_health_then_join();
+    // No record holds more than the longest cooldown (one from a bad clock
+    // or another writer must not keep the machine out for ever).
+    double longest = static_cast<double>(options_.quarantine.longest.count()) / 1000.0;
+    auto wait = std::chrono::milliseconds(
+        static_cast<std::int64_t>(std::ceil(std::min(left, longest) * 1000)));
     log(fmt::format("this machine is in quarantine for {} s more ({}); waiting outside the job",
                     seconds_text(wait), record->reason));
     sit_out(wait);
@@ -117,7 +122,9 @@ void elastic_agent::impl::enter_quarantine(const std::string& reason, int rank,
 void elastic_agent::impl::sit_out(std::chrono::milliseconds duration) {
   phase_ = phase::outside;
   rendezvous_.wait_outside(duration, [this](bool job_ended, std::string why) {
-    if (phase_ != phase::outside) return;
+    // A signal ended the run meanwhile (its finish may wait for the store
+    // to record a Ctrl-C, whose `ended` woke this wait): its code stands.
+    if (phase_ != phase::outside || stop_signal_ != 0) return;
     if (job_ended) {
       log(fmt::format("{} while this node was out of it; exiting with {}", why,
                       exit_node_unhealthy));
@@ -186,12 +193,25 @@ void elastic_agent::impl::write_quarantine_file() {
       if (auto r = quarantine_record::parse(t)) list.push_back(*r);
     }
     auto text = exclude_list(list);
-    auto temporary = fmt::format("{}.{}.tmp", path, ::getpid());
+    // Only a regular file is replaced: renamed over a device, a FIFO or a
+    // link, it would replace that (as root, /dev/full became a file).
     std::error_code ec;
+    auto status = fs::symlink_status(path, ec);
+    if (!ec && fs::exists(status) && !fs::is_regular_file(status)) {
+      log_error(fmt::format("could not write --quarantine-file {}: it is not a regular file; "
+                            "name a file",
+                            printable(path)));
+      return;
+    }
+    ec.clear();
+    auto temporary = fmt::format("{}.{}.tmp", path, ::getpid());
     {
+      errno = 0;
       std::ofstream out(temporary, std::ios::trunc);
+      if (!out) ec = std::error_code(errno != 0 ? errno : EIO, std::generic_category());
       out << text;
-      if (!out.flush()) ec = std::make_error_code(std::errc::io_error);
+      if (!ec && !out.flush()) ec = std::error_code(errno != 0 ? errno : EIO,
+                                                     std::generic_category());
     }
     if (!ec) fs::rename(temporary, path, ec);
     if (!ec) {

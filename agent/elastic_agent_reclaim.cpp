@@ -35,11 +35,13 @@ void elastic_agent::impl::after_gpus_reclaimed(std::function<void()> then) {
   o.timeout = options_.gpu_reclaim_timeout;
   phase_ = phase::reclaiming;
   reclaim_->start(std::move(o), [this, then](gpu_reclaim_waiter::result r) {
-    if (phase_ != phase::reclaiming) return;  // a signal ended the run meanwhile
+    // A signal ended the run meanwhile (or will, once the store has it).
+    if (phase_ != phase::reclaiming || stop_signal_ != 0) return;
     if (r.reclaimed) return then();
+    // Said once: quarantine says it with what happens next.
+    if (options_.quarantine.enabled()) return machine_failed(r.reason, -1, "gpu-reclaim");
     log_error(r.reason);
     reporter_.node_left(r.reason);
-    if (options_.quarantine.enabled()) return machine_failed(r.reason, -1, "gpu-reclaim");
     rendezvous_.leave_job(r.reason, [this] { finish(exit_node_unhealthy); });
   });
 }

@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <cctype>
 
 #include <nlohmann/json.hpp>
 
@@ -59,11 +60,21 @@ bool follows_the_rank(const std::vector<quarantine_record>& list, const std::str
   });
 }
 
+// A host name as DNS and Slurm spell them: letters, digits, '-', '.', '_'.
+// A record from the store is not trusted to hold one.
+bool host_name_like(const std::string& host) {
+  if (host.empty() || host.size() > 253) return false;
+  return std::all_of(host.begin(), host.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.' || c == '_';
+  });
+}
+
 std::string exclude_list(const std::vector<quarantine_record>& list) {
   std::vector<std::string> hosts;
   std::string text;
   for (const auto& r : list) {
-    if (r.host.empty() || std::find(hosts.begin(), hosts.end(), r.host) != hosts.end()) continue;
+    if (!host_name_like(r.host)) continue;
+    if (std::find(hosts.begin(), hosts.end(), r.host) != hosts.end()) continue;
     hosts.push_back(r.host);
     text += r.host + "\n";
   }

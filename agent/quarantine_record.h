@@ -50,7 +50,8 @@ bool follows_the_rank(const std::vector<quarantine_record>& list, const std::str
                       int rank, const std::string& fault);
 
 // The --quarantine-file text: one host name per line, each once, in the
-// order quarantined (what Slurm's `--exclude=<file>` reads).
+// order quarantined (what Slurm's `--exclude=<file>` reads). A record whose
+// host is not a host name (letters, digits, '-', '.', '_') is left out.
 std::string exclude_list(const std::vector<quarantine_record>& list);
 
 }  // namespace dtrun::agent

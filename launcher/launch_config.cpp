@@ -271,6 +271,13 @@ void resolve_rendezvous(const launch_options& o, const scheduler_env& sched, lau
     }
     c.plan = std::move(single);
   }
+  if (o.node_unit != 1 && (c.single_node() || c.multi_node()->backend == "static")) {
+    checked_node_unit(o.node_unit, c.nnodes);
+    c.warnings.push_back(fmt::format("--node-unit={} has no effect {}: only an elastic "
+                                     "rendezvous (c10d, etcd-v3) takes nodes in units",
+                                     o.node_unit, c.single_node() ? "on a single node"
+                                                                  : "with the static backend"));
+  }
   if (c.single_node() && !access.allowed_networks.empty()) {
     c.warnings.push_back("--store-allow-networks has no effect on a single-node run: its store "
                          "listens on 127.0.0.1 only");

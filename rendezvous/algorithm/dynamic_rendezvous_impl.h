@@ -108,7 +108,8 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   void reconnect(std::function<void(std::exception_ptr)> then);
   void connected(std::exception_ptr error, const std::function<void(std::exception_ptr)>& then);
   void warn_if_no_host();
-  void read_job(const round_ticket& t);
+  // `at_least`: the round to join at the earliest (a latecomer's next).
+  void read_job(const round_ticket& t, std::int64_t at_least = -1);
   void report_job_failed();
   void join(std::int64_t r);
   void joined(std::int64_t r, int index);

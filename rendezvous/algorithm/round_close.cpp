@@ -121,7 +121,9 @@ void dynamic_rendezvous::impl::wait_for_next_round(std::int64_t r, int members) 
       if (o.error) return self->fail(o.error);
       if (o.value == every_node_finished) return self->fail_job_finished(r);
       if (self->fail_if_stopped(o.value)) return;
-      self->join(r + 1);
+      // Through the job's state: a round that ended because the job failed
+      // ends this node's wait too, not after join_timeout in the next.
+      self->read_job(self->ticket(), r + 1);
     });
     return;
   }
@@ -143,7 +145,7 @@ void dynamic_rendezvous::impl::wait_for_next_round(std::int64_t r, int members) 
           "the job finished (round {}) without needing this spare node", r))));
     }
     if (self->fail_if_stopped(w.value)) return;
-    self->join(r + 1);
+    self->read_job(self->ticket(), r + 1);
   });
 }
 

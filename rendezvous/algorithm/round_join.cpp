@@ -1,6 +1,7 @@
 // Joining a round (docs/rendezvous.md, "A round", steps 1-4): connect, read
 // whether the job failed or stopped and the newest round, join it, and
 // close it (the MAX-th arrival, or the last call's timer after MIN).
+#include <algorithm>
 #include <utility>
 
 #include <boost/asio/post.hpp>
@@ -100,9 +101,9 @@ void dynamic_rendezvous::impl::warn_if_no_host() {
 // started (a compare_set value, read as a value: not every store's
 // counters are values; absent before the first round). All are set with
 // non-empty values, so empty means absent.
-void dynamic_rendezvous::impl::read_job(const round_ticket& t) {
+void dynamic_rendezvous::impl::read_job(const round_ticket& t, std::int64_t at_least) {
   ops_->read_now({keys_.failed(), keys_.newest_round(), keys_.stopped()},
-                 [self = shared_from_this(), t](store_result r) {
+                 [self = shared_from_this(), t, at_least](store_result r) {
     if (!self->current(t)) return;  // a stale round's reply
     if (r.error) return self->fail(r.error);
     if (!r.values.at(0).empty()) return self->report_job_failed();
@@ -115,13 +116,13 @@ void dynamic_rendezvous::impl::read_job(const round_ticket& t) {
     // node that arrives late learns it from its arrival index (past the
     // count in `closed`) and goes on to the next round, so the common case
     // costs one request and one round trip less.
-    if (round.empty()) return self->join(self->last_round_ + 1);
+    if (round.empty()) return self->join(std::max(self->last_round_ + 1, at_least));
     auto newest = parse_whole<std::int64_t>(round);
     if (!newest || *newest < 0) {
       return self->fail(store_error_ptr(
           fmt::format("the round counter of run {} is corrupt", self->options_.run_id)));
     }
-    self->join(std::max<std::int64_t>(*newest, self->last_round_ + 1));
+    self->join(std::max({*newest, self->last_round_ + 1, at_least}));
   });
 }
 

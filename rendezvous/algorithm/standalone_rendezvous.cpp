@@ -92,13 +92,14 @@ void standalone_rendezvous::read_machine(std::string, record_completion done) {
   done(nullptr, {});
 }
 
-void standalone_rendezvous::quarantine(std::string, std::string, std::string,
+void standalone_rendezvous::quarantine(std::string, std::string record, std::string,
                                        std::function<void()> done) {
+  quarantined_.push_back(std::move(record));
   done();
 }
 
 void standalone_rendezvous::quarantine_list(std::function<void(std::vector<std::string>)> done) {
-  done({});
+  done(quarantined_);
 }
 
 void standalone_rendezvous::wait_outside(std::chrono::milliseconds timeout,

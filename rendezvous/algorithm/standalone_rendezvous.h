@@ -80,6 +80,7 @@ class standalone_rendezvous final : public rendezvous_handler {
   std::int64_t local_progress_ = 0;
   int local_restarts_ = 0;
   std::map<std::int64_t, std::vector<std::string>> local_failures_;
+  std::vector<std::string> quarantined_;  // this node's quarantine records
 };
 
 }  // namespace dtrun::rendezvous

@@ -7,6 +7,7 @@ real DDP: tests/e2e/test_node_health.py."""
 
 import json
 import os
+import signal
 import sys
 import unicodedata
 
@@ -198,3 +199,72 @@ def test_health_flags_show_in_dry_run_and_bad_values_are_refused(tmp_path):
         assert bad.returncode == 2, (flags, bad.stderr)
         assert message in bad.stderr, (flags, bad.stderr)
         assert len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+
+
+def test_what_a_failed_check_left_in_sessions_of_its_own_is_killed(tmp_path):
+    env = dh.job_env()
+    r = run(tmp_path, "setsid sleep 1000 & setsid sleep 1000 & exit 1", env=env)
+    assert r.returncode == UNHEALTHY, r.stderr
+    assert dh.gone_within(env["DTRUN_TEST_MARK"]) == []
+
+
+def test_a_quarantine_file_that_is_not_a_regular_file_is_left_alone(tmp_path):
+    fifo = tmp_path / "not-a-file"
+    os.mkfifo(fifo)
+    marker = tmp_path / "checked"
+    r = run(tmp_path, f"test -e {marker} || {{ touch {marker}; exit 4; }}",
+            "--quarantine-after=1", "--quarantine-cooldown=0.2", f"--quarantine-file={fifo}")
+    assert r.returncode == 0, r.stderr
+    assert (f"dtrun: could not write --quarantine-file {fifo}: it is not a regular file; "
+            "name a file") in dtrun_lines(r.stderr)
+    assert fifo.is_fifo()
+
+
+def local_agent(port, run_id, *flags, is_host=1, program="exec sleep 600", env=None):
+    return dh.start(["--nnodes=1:2", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}",
+                     f"--rdzv-id={run_id}", f"--rdzv-conf={dh.FAST_RDZV},is_host={is_host}",
+                     *flags, "--no-python", "/bin/sh", "-c", program], env)
+
+
+def test_ctrl_c_while_in_quarantine_stops_the_job_with_130(tmp_path):
+    env = dh.job_env()
+    p = local_agent(dh.free_port(), "q-ctrl-c", "--node-health-check=false",
+                    "--quarantine-after=1", "--quarantine-cooldown=600", env=env)
+    with dh.cleaned_up(p, env["DTRUN_TEST_MARK"]):
+        dh.wait_for_stderr(p, "quarantining this machine for 600 s")
+        p.send_signal(signal.SIGINT)
+        assert p.wait(timeout=60) == 130
+        assert "while this node was out of it" not in p.stderr.read()
+
+
+def test_a_spare_ends_with_the_job_when_it_fails(tmp_path):
+    # Two nodes of --nnodes=2 fail (their workers exit 3 once told, with no
+    # restart allowed) while a third waits as a spare: the spare learns the
+    # job failed, instead of waiting for a next round nobody joins.
+    port = dh.free_port()
+    env = dh.job_env()
+    fifo = dh.Fifo(tmp_path)
+    go = tmp_path / "go"
+    os.mkfifo(go)
+    program = f"echo ready > {fifo.path}; read line < {go}; exit 3"
+    conf = "join_timeout=600,last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=3"
+
+    def agent(is_host):
+        return dh.start(["--nnodes=2", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}",
+                         "--rdzv-id=spare-fails", f"--rdzv-conf={conf},is_host={is_host}",
+                         "--no-python", "/bin/sh", "-c", program], env)
+
+    procs = [agent(1), agent(0)]
+    with dh.cleaned_up(procs[0], env["DTRUN_TEST_MARK"]):
+        fifo.lines(2)
+        procs.append(agent(0))
+        dh.wait_for_stderr(procs[2], "is full (2 nodes); waiting for the next one")
+        # Held open until the end: a worker that opens the FIFO only now
+        # still finds its line (each `read` takes one).
+        writer = os.open(go, os.O_RDWR)
+        os.write(writer, b"go\ngo\n")
+        codes = [p.wait(timeout=120) for p in procs]
+        os.close(writer)
+        assert codes[:2] == [3, 3], codes
+        assert codes[2] != 0
+        assert "the job failed on another node" in procs[2].stderr.read()

@@ -71,5 +71,9 @@ TEST_CASE("the --quarantine-file lists each host once, in order", "[quarantine]"
   b.host = "n9";
   c.host = "n2";
   CHECK(exclude_list({a, b, c}) == "n2\nn9\n");
+  // What the store says is not trusted: no escape, no second line, no flag.
+  quarantine_record evil, blank;
+  evil.host = "\x1b[31mEVIL\nline2 --evil";
+  CHECK(exclude_list({a, evil, blank, b}) == "n2\nn9\n");
   CHECK(exclude_list({}).empty());
 }
