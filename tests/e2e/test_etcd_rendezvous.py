@@ -21,6 +21,7 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.join(os.environ["DTRUN_SOURCE_DIR"], "tests", "pyhelpers"))
+import ddp_checks  # noqa: E402
 import dtrun_helpers as dh  # noqa: E402
 import etcd_cluster  # noqa: E402
 import netns_hosts  # noqa: E402
@@ -60,14 +61,7 @@ def finish(procs, timeout=240):
     return outs
 
 
-def check_trained(out, world):
-    rs = [json.loads((out / f"rank{r}.json").read_text()) for r in range(world)]
-    assert sorted(r["rank"] for r in rs) == list(range(world))
-    for r in rs:
-        assert r["world_size"] == world
-        assert r["allreduce_sum"] == world * (world + 1) / 2
-    assert len({r["param_checksum"] for r in rs}) == 1
-    return rs
+check_trained = ddp_checks.check_trained
 
 
 def worker_pids(mark):

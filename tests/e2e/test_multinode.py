@@ -5,7 +5,6 @@ Dynamic (c10d-style) and static rendezvous, a node killed mid-training, a
 node added mid-training, a worker crash on one node restarting the others,
 and an endpoint nobody hosts."""
 
-import json
 import os
 import signal
 import sys
@@ -14,6 +13,7 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.join(os.environ["DTRUN_SOURCE_DIR"], "tests", "pyhelpers"))
+import ddp_checks  # noqa: E402
 import dtrun_helpers as dh  # noqa: E402
 import netns_hosts  # noqa: E402
 
@@ -51,18 +51,7 @@ def finish(procs, timeout=240):
     return outs
 
 
-def results(out, world):
-    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(world)]
-
-
-def check_trained(out, world):
-    rs = results(out, world)
-    assert sorted(r["rank"] for r in rs) == list(range(world))
-    for r in rs:
-        assert r["world_size"] == world
-        assert r["allreduce_sum"] == world * (world + 1) / 2
-    assert len({r["param_checksum"] for r in rs}) == 1
-    return rs
+check_trained = ddp_checks.check_trained
 
 
 def train_on_two_hosts(args_for_host):

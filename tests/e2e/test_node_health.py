@@ -6,7 +6,6 @@ The health check is one command given to every node alike; it fails on a
 host while a file named after it exists in the shared folder, as a real
 check would fail on one sick machine."""
 
-import json
 import os
 import sys
 import time
@@ -14,6 +13,7 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.join(os.environ["DTRUN_SOURCE_DIR"], "tests", "pyhelpers"))
+import ddp_checks  # noqa: E402
 import dtrun_helpers as dh  # noqa: E402
 import netns_hosts  # noqa: E402
 
@@ -51,14 +51,7 @@ def finish(p, timeout=240):
     return p.returncode, stderr
 
 
-def results(out, world):
-    rs = [json.loads((out / f"rank{r}.json").read_text()) for r in range(world)]
-    assert sorted(r["rank"] for r in rs) == list(range(world))
-    for r in rs:
-        assert r["world_size"] == world
-        assert r["allreduce_sum"] == world * (world + 1) / 2
-    assert len({r["param_checksum"] for r in rs}) == 1
-    return rs
+results = ddp_checks.check_trained
 
 
 def test_a_node_whose_check_fails_is_never_ranked_and_the_job_trains_on_the_others(tmp_path):

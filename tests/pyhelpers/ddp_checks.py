@@ -16,6 +16,19 @@ def results(out, nproc: int) -> list[dict]:
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(nproc)]
 
 
+def check_trained(out, world: int) -> list[dict]:
+    """Every rank of `world` trained to the end, whatever restarts or
+    membership changes it took: all-reduced across all of them, identical
+    replicas. Returns the ranks' reports."""
+    rs = results(out, world)
+    assert sorted(r["rank"] for r in rs) == list(range(world))
+    for r in rs:
+        assert r["world_size"] == world
+        assert r["allreduce_sum"] == world * (world + 1) / 2
+    assert len({r["param_checksum"] for r in rs}) == 1
+    return rs
+
+
 def check_torch(runs: list[dict], torch_version: str | None) -> None:
     """Every worker ran the torch `torch_version` ("2.6"); None: any."""
     if torch_version is None:
