@@ -106,8 +106,11 @@ def test_quarantine_keeps_a_flapping_machine_out_through_its_cooldown(tmp_path):
     with netns_hosts.Hosts(3) as hosts:
         e = env()
         fifo = dh.Fifo(tmp_path)
-        # Rank 0 holds the two-node job after epoch 0 until the round ends:
-        # only h3's return does that, so the job cannot finish without it.
+        # Rank 0 holds the job after epoch 0: a two-node round until h3's
+        # return ends it (the next round resumes past the hold), or, when
+        # h3's cooldown ended before the others even formed round 0 (a
+        # loaded machine), until the test releases it below. Either way the
+        # job cannot finish without h3.
         hold = tmp_path / "hold"
         os.mkfifo(hold)
         train = args("2:3", tmp_path,
@@ -126,8 +129,11 @@ def test_quarantine_keeps_a_flapping_machine_out_through_its_cooldown(tmp_path):
         (tmp_path / "sick-h3").unlink()
         dh.wait_for_stderr(procs[2], "of 3, starting", timeout=120)
         assert time.monotonic() - quarantined_at >= 4
+        release = os.open(hold, os.O_RDWR | os.O_NONBLOCK)
+        os.write(release, b"go\n")
         for p in procs:
             code, err = finish(p)
             assert code == 0, err
+        os.close(release)
     rs = results(tmp_path, 3 * NPROC)
     assert {r["host"] for r in rs} == {"h1", "h2", "h3"}
