@@ -161,6 +161,25 @@ std::vector<expected_gpu> expected_gpus(const std::vector<accelerator>& visible)
   return gpus;
 }
 
+std::vector<accelerator> nvml_gpus(nvml_session& nvml) {
+  std::vector<accelerator> gpus;
+  unsigned int count = 0;
+  if (!nvml.available() || nvml.fns().device_count(&count) != nvml::success) return gpus;
+  for (unsigned int i = 0; i < std::min(count, 1024u); ++i) {
+    accelerator a;
+    a.physical_index = static_cast<int>(i);
+    nvml::device_t device = nullptr;
+    char uuid[nvml::uuid_buffer_size] = {};
+    if (nvml.fns().device_uuid && nvml.fns().device_by_index(i, &device) == nvml::success &&
+        nvml.fns().device_uuid(device, uuid, sizeof uuid) == nvml::success) {
+      uuid[sizeof uuid - 1] = '\0';
+      a.uuid = uuid;
+    }
+    gpus.push_back(std::move(a));
+  }
+  return gpus;
+}
+
 health_finding gpu_health::check_by_index(const std::vector<unsigned int>& devices,
                                           bool gating) {
   std::vector<expected_gpu> gpus;

@@ -37,6 +37,11 @@ struct expected_gpu {
 // The GPUs of `visible` (visible_gpus() of accelerators.h).
 std::vector<expected_gpu> expected_gpus(const std::vector<accelerator>& visible);
 
+// Every GPU NVML has, in its (PCI) order, each with its UUID when NVML gives
+// it: the driver's list where /proc/driver/nvidia is not there to read
+// (apply_visible_devices() of accelerators.h takes it). Empty without NVML.
+std::vector<accelerator> nvml_gpus(nvml_session& nvml);
+
 class gpu_health {
  public:
   // Registers every GPU for NVML's XID events; from now on an XID counts.

@@ -10,6 +10,8 @@
 
 #include <fmt/format.h>
 
+#include "agent/gpu_health.h"
+
 namespace dtrun::agent {
 
 namespace {
@@ -76,16 +78,8 @@ std::string read_machine_id(const std::vector<std::string>& paths) {
 
 std::vector<std::string> nvml_gpu_uuids(nvml_session& nvml) {
   std::vector<std::string> uuids;
-  if (!nvml.available() || !nvml.fns().device_uuid) return uuids;
-  unsigned int count = 0;
-  if (nvml.fns().device_count(&count) != nvml::success) return uuids;
-  for (unsigned int i = 0; i < std::min(count, 1024u); ++i) {
-    nvml::device_t device = nullptr;
-    if (nvml.fns().device_by_index(i, &device) != nvml::success) continue;
-    char buffer[nvml::uuid_buffer_size] = {};
-    if (nvml.fns().device_uuid(device, buffer, sizeof buffer) != nvml::success) continue;
-    buffer[sizeof buffer - 1] = '\0';
-    if (buffer[0]) uuids.emplace_back(buffer);
+  for (const auto& gpu : nvml_gpus(nvml)) {
+    if (!gpu.uuid.empty()) uuids.push_back(gpu.uuid);
   }
   return uuids;
 }

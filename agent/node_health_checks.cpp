@@ -1,8 +1,8 @@
 #include "agent/node_health_checks.h"
 
 #include <filesystem>
+#include <optional>
 #include <string>
-#include <vector>
 #include <system_error>
 #include <utility>
 
@@ -20,35 +20,6 @@ namespace {
 // The endpoint's name resolves within this or the check fails: a
 // resolver that hangs longer would hang the rendezvous too.
 constexpr std::chrono::seconds endpoint_timeout{10};
-
-// The GPUs of `count` that CUDA_VISIBLE_DEVICES names by index (as CUDA:
-// up to the first entry that is not one), or all when it is unset or names
-// them otherwise (by UUID: NVML's numbering cannot tell).
-std::vector<unsigned int> visible_indexes(const env_map& env, unsigned int count) {
-  std::vector<unsigned int> all;
-  for (unsigned int i = 0; i < count; ++i) all.push_back(i);
-  auto it = env.find("CUDA_VISIBLE_DEVICES");
-  if (it == env.end()) return all;
-  std::vector<unsigned int> named;
-  if (it->second.empty()) return named;  // CUDA sees no GPU
-  std::size_t start = 0;
-  const std::string& value = it->second;
-  while (start <= value.size()) {
-    auto end = value.find(',', start);
-    if (end == std::string::npos) end = value.size();
-    auto entry = value.substr(start, end - start);
-    if (entry.empty() || entry.size() > 6 ||
-        entry.find_first_not_of("0123456789") != std::string::npos) {
-      break;
-    }
-    auto index = static_cast<unsigned int>(std::stoul(entry));
-    if (index >= count) break;  // CUDA stops at an invalid ordinal too
-    named.push_back(index);
-    start = end + 1;
-  }
-  bool by_index = value.find_first_not_of("0123456789,") == std::string::npos;
-  return by_index || !named.empty() ? named : all;
-}
 
 // The nearest folder that exists (--log-dir may be created later).
 std::string existing_folder(std::string folder) {
@@ -69,11 +40,13 @@ node_health_checks::node_health_checks(boost::asio::io_context& io,
   if (nvml.available()) {
     gpus_ = expected_gpus(visible_gpus("/", env));
     // NVML sees GPUs the driver's /proc list does not show (a container
-    // without it): then the ones CUDA_VISIBLE_DEVICES names by index, else
-    // every GPU NVML has.
-    unsigned int count = 0;
-    if (gpus_.empty() && nvml.fns().device_count(&count) == nvml::success) {
-      for (unsigned int i : visible_indexes(env, count)) gpus_.push_back({i, {}});
+    // without it): then CUDA_VISIBLE_DEVICES over NVML's list, by torch's
+    // rule, as over the driver's.
+    if (gpus_.empty()) {
+      auto named = env.find("CUDA_VISIBLE_DEVICES");
+      gpus_ = expected_gpus(apply_visible_devices(
+          named == env.end() ? std::nullopt : std::optional<std::string>(named->second),
+          nvml_gpus(nvml)));
     }
     gpu_.emplace(nvml);
     if (!gpu_->note().empty() && debug) debug(gpu_->note());
