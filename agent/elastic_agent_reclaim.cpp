@@ -21,6 +21,7 @@ void elastic_agent::impl::start_gpu_watch() {
     log_debug(fmt::format("no GPU checks: {}", nvml_->why_unavailable()));
     return;
   }
+  if (options_.gpu_reclaim_timeout.count() <= 0) return;  // not waited for: no baseline
   gpu_baseline_ = read_gpu_memory_levels(*nvml_, {});
   reclaim_.emplace(io_, *nvml_);
 }
@@ -28,7 +29,7 @@ void elastic_agent::impl::start_gpu_watch() {
 // `then` once the GPUs are back (at once without NVML or GPUs); else the
 // node leaves the job with the reason.
 void elastic_agent::impl::after_gpus_reclaimed(std::function<void()> then) {
-  if (!reclaim_ || options_.gpu_reclaim_timeout.count() <= 0) return then();
+  if (!reclaim_) return then();  // no NVML, or --gpu-reclaim-timeout=0
   gpu_reclaim_waiter::options o;
   for (const auto& w : group_.workers()) o.previous_pids.push_back(w.pid);
   o.baseline = gpu_baseline_;
