@@ -158,11 +158,7 @@ void elastic_agent::impl::judge_machine_fault(std::function<void()> restart) {
   rendezvous_.quarantine_list([this, rank, fault, reason, restart](
                                   std::vector<std::string> texts) {
     if (phase_ == phase::done || signalled_meanwhile()) return;
-    std::vector<quarantine_record> list;
-    for (const auto& t : texts) {
-      if (auto r = quarantine_record::parse(t)) list.push_back(*r);
-    }
-    if (follows_the_rank(list, options_.quarantine.machine_key, rank, fault)) {
+    if (follows_the_rank(parse_records(texts), options_.quarantine.machine_key, rank, fault)) {
       log(fmt::format("rank {} failed with {} on another machine too: the failure follows the "
                       "rank, not this machine; not quarantining it",
                       rank, fault));
@@ -188,11 +184,7 @@ void elastic_agent::impl::write_quarantine_file() {
   const auto& path = options_.quarantine.file;
   if (path.empty()) return;
   rendezvous_.quarantine_list([this, path](std::vector<std::string> texts) {
-    std::vector<quarantine_record> list;
-    for (const auto& t : texts) {
-      if (auto r = quarantine_record::parse(t)) list.push_back(*r);
-    }
-    auto text = exclude_list(list);
+    auto text = exclude_list(parse_records(texts));
     // Only a regular file is replaced: renamed over a device, a FIFO or a
     // link, it would replace that (as root, /dev/full became a file).
     std::error_code ec;

@@ -163,12 +163,7 @@ void job_monitor::take_census() {
       if (!still) return;
       job_monitor& monitor = **still;
       monitor.listing_ = false;
-      monitor.quarantine_records_.clear();
-      for (const auto& text : records) {
-        if (auto r = quarantine_record::parse(text)) {
-          monitor.quarantine_records_.push_back(std::move(*r));
-        }
-      }
+      monitor.quarantine_records_ = parse_records(records);
       // An empty list with a count is a failed read: asked again next time.
       if (!records.empty()) monitor.quarantines_read_ = count;
     });

@@ -39,6 +39,14 @@ std::optional<quarantine_record> quarantine_record::parse(const std::string& tex
   }
 }
 
+std::vector<quarantine_record> parse_records(const std::vector<std::string>& texts) {
+  std::vector<quarantine_record> records;
+  for (const auto& text : texts) {
+    if (auto r = quarantine_record::parse(text)) records.push_back(std::move(*r));
+  }
+  return records;
+}
+
 std::chrono::milliseconds next_cooldown(int earlier_quarantines, std::chrono::milliseconds first,
                                         std::chrono::milliseconds longest) {
   auto cooldown = first;

@@ -32,6 +32,9 @@ struct quarantine_record {
   static std::optional<quarantine_record> parse(const std::string& text);
 };
 
+// The records among `texts` (the store's list), in order; the rest skipped.
+std::vector<quarantine_record> parse_records(const std::vector<std::string>& texts);
+
 // The cooldown of a machine's next quarantine: `first` doubled for each
 // earlier one, at most `longest`.
 std::chrono::milliseconds next_cooldown(int earlier_quarantines, std::chrono::milliseconds first,

@@ -19,8 +19,8 @@ namespace dtrun::launcher {
 
 namespace {
 
-// What one screen lists; the counts stay exact beyond it. 64 is also the
-// most quarantine records the store keeps.
+// The spares one screen lists; the count stays exact beyond it (the
+// quarantine list is bounded by what the store keeps).
 constexpr std::int64_t max_listed = 64;
 
 std::int64_t number_or(const std::string& text, std::int64_t fallback) {
@@ -65,7 +65,8 @@ job_membership read_membership(rendezvous::store& store, const std::string& run_
   auto newest = read_present(store, {keys.newest_round(), keys.quarantine_count()});
   // Round 0 leaves `round` absent: its joiners compare_set it from "-1".
   m.round = number_or(newest.at(0), 0);
-  std::int64_t quarantines = std::clamp<std::int64_t>(number_or(newest.at(1), 0), 0, max_listed);
+  std::int64_t quarantines = std::clamp<std::int64_t>(number_or(newest.at(1), 0), 0,
+                                                     rendezvous::max_quarantine_entries);
   if (m.round >= 0) {
     auto counts = read_present(store, {keys.joined(m.round), keys.closed(m.round)});
     std::int64_t joined = number_or(counts.at(0), 0);
@@ -95,11 +96,8 @@ job_membership read_membership(rendezvous::store& store, const std::string& run_
   if (quarantines > 0) {
     std::vector<std::string> entry_keys;
     for (std::int64_t i = 0; i < quarantines; ++i) entry_keys.push_back(keys.quarantine_entry(i));
-    std::vector<agent::quarantine_record> records;
-    for (const auto& text : read_present(store, entry_keys)) {
-      if (auto r = agent::quarantine_record::parse(text)) records.push_back(std::move(*r));
-    }
-    m.quarantined = agent::current_quarantines(records, now);
+    m.quarantined =
+        agent::current_quarantines(agent::parse_records(read_present(store, entry_keys)), now);
   }
   return m;
 }

@@ -14,6 +14,9 @@
 
 namespace dtrun::rendezvous {
 
+// The quarantine list's entries the store keeps (quarantine/<i>).
+inline constexpr std::int64_t max_quarantine_entries = 64;
+
 class rendezvous_keys {
  public:
   explicit rendezvous_keys(std::string run_id);
@@ -36,7 +39,9 @@ class rendezvous_keys {
   // --- quarantine: dtrun/<run_id>/... -------------------------------------
   std::string machine(const std::string& machine_key) const;  // machine/<key>
   std::string quarantine_count() const;                        // quarantine/count
-  std::string quarantine_entry(std::int64_t index) const;      // quarantine/<i>
+  // quarantine/<i>, for i below max_quarantine_entries: beyond, the list
+  // only counts (the store stays small).
+  std::string quarantine_entry(std::int64_t index) const;
 
   // --- a round: dtrun/<run_id>/r/<r>/... ---------------------------------
   std::string joined(std::int64_t r) const;

@@ -9,12 +9,6 @@
 #include "rendezvous/algorithm/dynamic_rendezvous_impl.h"
 
 namespace dtrun::rendezvous {
-namespace {
-
-// Beyond this many records the list only counts them: the store stays small.
-constexpr std::int64_t max_quarantine_entries = 64;
-
-}  // namespace
 
 // Before this node's first round it has no connection yet; afterwards it
 // keeps the last round's (the next round makes a fresh one).
