@@ -267,4 +267,9 @@ def test_a_spare_ends_with_the_job_when_it_fails(tmp_path):
         os.close(writer)
         assert codes[:2] == [3, 3], codes
         assert codes[2] != 0
-        assert "the job failed on another node" in procs[2].stderr.read()
+        # Promptly either way (join_timeout is 600 s): it read that the job
+        # failed, or the store's host had already left with the job over
+        # (the host waits for the round's members only; a spare is none).
+        stderr = procs[2].stderr.read()
+        assert ("the job failed on another node" in stderr
+                or "lost the connection to the store at 127.0.0.1" in stderr), stderr
