@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "agent/log_spec.h"
+#include "agent/restart_policy.h"
 #include "agent/run_reporter.h"
 #include "agent/worker_args.h"
 #include "agent/worker_env.h"
@@ -106,6 +107,11 @@ struct agent_options {
   // gating), the command and gating built-ins also while workers run.
   node_health_options health;
   quarantine_options quarantine;
+  // --no-restart-on: failures that end the job at once (restart_policy.h).
+  std::vector<no_restart_rule> no_restart_on;
+  // --progress-file and --max-no-progress-restarts (0: never).
+  std::string progress_file;
+  int max_no_progress_restarts = 3;
   // --gpu-reclaim-timeout: how long the GPUs may take to be given back
   // after a stop before the node leaves; 0: not waited for.
   std::chrono::milliseconds gpu_reclaim_timeout = std::chrono::seconds(30);

@@ -15,6 +15,7 @@
 #include "agent/host_name_check.h"
 #include "agent/kill_watch.h"
 #include "agent/node_health_checks.h"
+#include "agent/oom_count.h"
 #include "agent/posix_process_runner.h"
 #include "agent/python_hook.h"
 #include "agent/run_folder.h"
@@ -119,6 +120,13 @@ int elastic_agent::impl::run() {
   start_hang_detection();
   start_monitor();
   reporter_.agent_started(config_summary());
+  // The OOM killer's proof (oom_count.h), and the step before any round
+  // (--progress-file: a step already there is not this run's progress).
+  memory_cgroup_ = memory_cgroup_dir();
+  if (!options_.progress_file.empty()) {
+    std::string absent;
+    progress_stalls_.emplace(read_progress_file(options_.progress_file, absent));
+  }
   start_gpu_watch();
   if (health_ == nullptr) {
     own_health_ = std::make_unique<node_health_checks>(
@@ -167,8 +175,10 @@ void elastic_agent::impl::start_round() {
         return finish(0);
       } catch (const rendezvous::job_failed_error& e) {
         log_error(e.what());
-        auto outcome = fmt::format("failed on another node, --max-restarts={} used up",
-                                   options_.spec.max_restarts);
+        bool refused = std::string_view(e.what()).find("not restarted:") != std::string::npos;
+        auto outcome = refused ? std::string("failed on another node, not restarted there")
+                               : fmt::format("failed on another node, --max-restarts={} used up",
+                                             options_.spec.max_restarts);
         reporter_.summarize_failure(e.round, failure_context(outcome), [this](int code) {
           // Our own worker's code when one of ours failed, else the root cause's.
           finish(failure_ ? failure_->status.code : code);
@@ -231,6 +241,7 @@ void elastic_agent::impl::start_workers(const rendezvous::rendezvous_info& info)
   round_info_ = info;
   ++rounds_;
   if (progress_) progress_->start_round();
+  oom_kills_at_start_ = oom_kill_count(memory_cgroup_);
   reporter_.rendezvous_completed(round_info_, global_rank(info, 0));
   const auto& spec = options_.spec;
   if (info.promoted) {
@@ -271,12 +282,14 @@ void elastic_agent::impl::start_workers(const rendezvous::rendezvous_info& info)
       log_error(spawned.error);
       reporter_.group_stopping(spawned.error);
       failure_ = failure{local_rank, rank, -1, {spawned.exit_code, 0}, {}, true};
-      count_restart(spawned.error);
+      open_incident(failure_class::exit, "", rank, spawned.error, std::nullopt);
+      count_restart(spawned.error + failure_tag());
       begin_stop(SIGTERM);
       return;
     }
     reporter_.worker_started(local_rank, rank, spawned.pid);
   }
+  workers_running();
   if (monitor_ && info.group_world_size > 1) monitor_->start_publishing();
   watch_round_end();
   arm_health_check();
@@ -290,6 +303,7 @@ void elastic_agent::impl::watch_round_end() {
     if (reason.rfind(stopped, 0) == 0) return stopped_elsewhere(reason.substr(stopped.size()));
     log(fmt::format("the group must restart: {}; stopping the workers to rejoin", reason));
     reporter_.membership_change(reason);
+    round_end_incident(reason);
     round_over_ = true;
     if (phase_ == phase::exiting) {
       start_round();
@@ -321,6 +335,13 @@ worker_group::hooks elastic_agent::impl::group_hooks() {
 
 void elastic_agent::impl::on_worker_exit(const worker& w, const exit_status& status,
                                          std::chrono::system_clock::time_point exited_at) {
+  // A SIGKILL dtrun did not send, while the kernel counted an OOM kill in
+  // the workers' memory cgroup: the OOM killer's victim, proven.
+  bool oom_killed = false;
+  if (status.signal == SIGKILL && w.watchdog_signal != SIGKILL && oom_kills_at_start_) {
+    auto now = oom_kill_count(memory_cgroup_);
+    oom_killed = now && *now > *oom_kills_at_start_;
+  }
   auto record = reporter_.worker_exited(
       worker_exit{round_info_.round, reporter_.host(), round_info_.group_rank, w.local_rank,
                   w.rank, w.pid, status,
@@ -330,7 +351,7 @@ void elastic_agent::impl::on_worker_exit(const worker& w, const exit_status& sta
                       : std::string(),
                   w.watchdog_signal != 0 && status.signal == w.watchdog_signal ? w.hang
                                                                                : std::string(),
-                  options_.interpreter},
+                  options_.interpreter, oom_killed},
       phase_ == phase::stopping, stop_signal_, [] {});
   if (record && !record->error_file.empty()) error_file_named_ = true;
   if (phase_ == phase::running) {
@@ -342,8 +363,16 @@ void elastic_agent::impl::on_worker_exit(const worker& w, const exit_status& sta
       reporter_.group_stopping(fmt::format("worker rank {} {}", w.rank, describe(status)));
       failure_ = failure{w.local_rank, w.rank, w.pid, status, w.error_file, false,
                          machine_fault(status, record ? record->message : std::string())};
+      if (record) {
+        failure_->klass = parse_class(record->failure_class).value_or(failure_class::exit);
+        failure_->exception_type = record->exception_type;
+      }
       ++failures_;
-      count_restart(fmt::format("worker rank {} {}", w.rank, describe(status)));
+      // A hang's culprit failed when the job stopped progressing.
+      auto failed_at = failure_->klass == failure_class::hang ? exited_at - hang_idle_ : exited_at;
+      open_incident(failure_->klass, failure_->exception_type, w.rank,
+                    fmt::format("worker rank {} {}", w.rank, describe(status)), failed_at);
+      count_restart(fmt::format("worker rank {} {}{}", w.rank, describe(status), failure_tag()));
       begin_stop(SIGTERM);
     } else if (group_.waited_for() == 0) {
       end_round();
@@ -383,8 +412,12 @@ void elastic_agent::impl::kills_overdue(
     reporter_.group_stopping(reason);
     failure_ = failure{first->local_rank, first->rank, first->pid, {128 + SIGKILL, SIGKILL},
                        first->error_file, false};
+    failure_->klass = !first->hang.empty()       ? failure_class::hang
+                      : !first->watchdog.empty() ? failure_class::watchdog
+                                                 : failure_class::signal;
     ++failures_;
-    count_restart(reason);
+    open_incident(failure_->klass, "", first->rank, reason, std::nullopt);
+    count_restart(reason + failure_tag());
     begin_stop(SIGTERM);
   } else if (phase_ == phase::stopping && group_.waited_for() == 0) {
     group_stopped();
@@ -407,6 +440,7 @@ void elastic_agent::impl::exit_barrier() {
 // Leaves nothing of the round behind: grandchildren still in a worker's
 // group, and orphans that left it (adopted by us as subreaper).
 void elastic_agent::impl::end_round() {
+  workers_stopped();
   cancel_health_check();
   if (progress_) progress_->stop();
   std::vector<pid_t> keep = stacks_->helper_pids();  // eu-stack: ends on its own
@@ -421,6 +455,8 @@ void elastic_agent::impl::finish(int code) {
   if (phase_ == phase::done) return;
   phase_ = phase::done;
   exit_code_ = code;
+  workers_stopped();
+  close_incident(false);  // the job ended with it
   keep_named_files(code);
   reporter_.agent_exiting(code);
   group_.cancel_timers();

@@ -7,6 +7,10 @@
 //   elastic_agent_health.cpp   node health checks; leaving when unhealthy
 //   elastic_agent_quarantine.cpp  machines kept out after failing in a row
 //   elastic_agent_reclaim.cpp  the GPUs given back before a new round
+//   elastic_agent_incidents.cpp  what ended each round, what it cost
+//                              (event log, /metrics), and whether a
+//                              failure is worth a restart (--no-restart-on,
+//                              --progress-file)
 // The policy only: the workers' processes are worker_group's, through a
 // process_runner (docs/design.md, "The agent: policy and parts").
 #pragma once
@@ -14,6 +18,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <cstdint>
 #include <functional>
@@ -28,6 +33,7 @@
 #include "agent/control_socket.h"
 #include "agent/elastic_agent.h"
 #include "agent/exit_status.h"
+#include "agent/failure_class.h"
 #include "agent/failure_report.h"
 #include "agent/file_timer.h"
 #include "agent/gpu_reclaim.h"
@@ -36,6 +42,7 @@
 #include "agent/node_health.h"
 #include "agent/progress_monitor.h"
 #include "agent/quarantine_record.h"
+#include "agent/restart_policy.h"
 #include "agent/run_reporter.h"
 #include "agent/stdin_watch.h"
 #include "agent/timer_table.h"
@@ -69,6 +76,22 @@ class elastic_agent::impl {
     bool spawn_failed = false;  // exec() failed: restarting would not help
     // Non-empty: a fault that follows the machine (quarantine_record.h).
     std::string machine_fault;
+    failure_class klass = failure_class::exit;
+    std::string exception_type;
+  };
+
+  // What ended a round, from then until the workers run again (or the job
+  // ends): the event log's `incident` (docs/agent.md).
+  struct incident {
+    std::int64_t round = 0;
+    failure_class klass = failure_class::exit;
+    std::string exception_type;
+    std::optional<int> rank;  // the culprit's global rank, when one is known
+    std::string detail;
+    std::chrono::system_clock::time_point failed_at;
+    std::chrono::system_clock::time_point detected_at;
+    bool failed_at_known = false;
+    std::optional<std::int64_t> step;  // --progress-file's step then
   };
 
   // exiting: our workers all succeeded; waiting in the exit barrier for the
@@ -134,6 +157,19 @@ class elastic_agent::impl {
   void start_gpu_watch();
   void after_gpus_reclaimed(std::function<void()> then);
 
+  // elastic_agent_incidents.cpp
+  void open_incident(failure_class klass, std::string exception_type, std::optional<int> rank,
+                     std::string detail,
+                     std::optional<std::chrono::system_clock::time_point> failed_at);
+  void round_end_incident(const std::string& reason);
+  void workers_running();
+  void workers_stopped();
+  void close_incident(bool resumed);
+  std::optional<std::string> restart_refused(bool restarts_left);
+  std::optional<std::string> no_progress_stop(int restarts_left);
+  std::optional<std::int64_t> read_step();
+  std::string failure_tag() const;
+
   // elastic_agent_watch.cpp
   void start_watchdog();
   void start_hang_detection();
@@ -184,6 +220,21 @@ class elastic_agent::impl {
   // The GPUs' memory before the first round, and the reclaim's waiter.
   gpu_memory_levels gpu_baseline_;
   std::optional<gpu_reclaim_waiter> reclaim_;
+  // Incidents and goodput: the open incident, the restarts by class, the
+  // time this node's workers ran (productive) since the agent started.
+  std::optional<incident> incident_;
+  std::map<std::string, std::uint64_t> restarts_by_class_;
+  std::chrono::steady_clock::time_point agent_started_ = std::chrono::steady_clock::now();
+  std::optional<std::chrono::steady_clock::time_point> running_since_;
+  std::chrono::steady_clock::duration productive_{};
+  std::chrono::milliseconds hang_idle_{0};  // the last hang's idle time
+  // --oom evidence: this node's memory cgroup and its OOM kills when the
+  // round's workers started (oom_count.h).
+  std::string memory_cgroup_;
+  std::optional<std::uint64_t> oom_kills_at_start_;
+  // --progress-file: failed rounds in a row without a new step.
+  std::optional<progress_tracker> progress_stalls_;
+  std::string progress_problem_;  // the last warning, said once until it changes
   int hangs_ = 0;
   std::uint64_t rounds_ = 0;
   std::uint64_t failures_ = 0;

@@ -5,6 +5,31 @@
 #include "agent/elastic_agent_impl.h"
 
 namespace dtrun::agent {
+namespace {
+
+// A round ended by a worker's failure, wherever it ran: the rounds
+// --max-no-progress-restarts counts (a lost node or a newcomer is not the
+// training failing at the same step again).
+bool failure_counts_for_progress(failure_class c) {
+  switch (c) {
+    case failure_class::node:
+    case failure_class::health:
+    case failure_class::membership:
+    case failure_class::preemption:
+      return false;
+    case failure_class::exception:
+    case failure_class::exit:
+    case failure_class::signal:
+    case failure_class::oom_kill:
+    case failure_class::collective_timeout:
+    case failure_class::hang:
+    case failure_class::watchdog:
+      return true;
+  }
+  return true;
+}
+
+}  // namespace
 
 // Every worker of the round has been reaped, or given up on
 // (kills_overdue).
@@ -24,7 +49,19 @@ void elastic_agent::impl::group_stopped() {
     return;
   }
   if (!failure_ && round_over_) {
-    // Membership changed (or another node failed): not our restart.
+    // Membership changed (or another node failed): not our restart. A
+    // failure elsewhere still counts for --max-no-progress-restarts here,
+    // where the progress file may be (a shared folder, or rank 0's node).
+    if (incident_ && failure_counts_for_progress(incident_->klass)) {
+      if (auto stop = no_progress_stop(options_.spec.max_restarts - restarts_seen_)) {
+        log_error(*stop);
+        rendezvous_.fail_job(*stop, [this, stop = *stop] {
+          reporter_.job_failed(stop);
+          finish(1);
+        });
+        return;
+      }
+    }
     after_gpus_reclaimed([this] { start_round(); });
     return;
   }
@@ -72,7 +109,10 @@ void elastic_agent::impl::decide_restart() {
     return;
   }
   int restarts = *job_restarts_;
-  if (!failure_->spawn_failed && restarts <= options_.spec.max_restarts) {
+  bool restarts_left = !failure_->spawn_failed && restarts <= options_.spec.max_restarts;
+  auto refused = restart_refused(restarts_left);
+  if (refused) log_error(*refused);
+  if (restarts_left && !refused) {
     // Unless this machine is quarantined instead (elastic_agent_quarantine.cpp).
     judge_machine_fault([this, restarts] {
       log(fmt::format("restarting the workers (restart {} of {})", restarts,
@@ -87,13 +127,15 @@ void elastic_agent::impl::decide_restart() {
   int code = failure_->status.code;
   bool said_why = failure_->spawn_failed;  // in one line already
   std::string outcome =
-      unreported_ ? std::string("the failure could not be reported to the rendezvous, so no "
+      refused ? *refused
+      : unreported_ ? std::string("the failure could not be reported to the rendezvous, so no "
                                 "restart could be counted")
       : options_.spec.max_restarts == 0
           ? std::string("no restarts allowed: --max-restarts=0")
           : fmt::format("all {} restart(s) used", options_.spec.max_restarts);
   rendezvous_.fail_job(
-      fmt::format("worker rank {} {}", failure_->rank, describe(failure_->status)),
+      refused ? *refused
+              : fmt::format("worker rank {} {}", failure_->rank, describe(failure_->status)),
       [this, code, said_why, outcome] {
         if (phase_ == phase::done) return;  // finished meanwhile
         if (said_why) {

@@ -65,6 +65,7 @@ void elastic_agent::impl::start_hang_detection() {
 void elastic_agent::impl::on_hang(std::chrono::milliseconds idle) {
   if (phase_ != phase::running) return;
   ++hangs_;
+  hang_idle_ = idle;
   double idle_s = static_cast<double>(idle.count()) / 1000.0;
   log_error(fmt::format("hang: no progress from any worker for {:.1f} s (--hang-timeout={:g}); "
                         "capturing every worker's stacks",
@@ -157,6 +158,12 @@ agent_facts elastic_agent::impl::facts() const {
   f.hangs = static_cast<std::uint64_t>(hangs_);
   f.failures = failures_;
   f.rounds = rounds_;
+  f.restarts_by_class = restarts_by_class_;
+  auto productive = productive_;
+  if (running_since_) productive += std::chrono::steady_clock::now() - *running_since_;
+  auto total = std::chrono::steady_clock::now() - agent_started_;
+  f.productive_s = std::chrono::duration<double>(productive).count();
+  f.lost_s = std::max(0.0, std::chrono::duration<double>(total - productive).count());
   f.workers = worker_facts(group_.workers(), phase_ == phase::stopping, options_.logs,
                            progress_ ? &*progress_ : nullptr, *output_);
   return f;

@@ -35,6 +35,11 @@ std::string failure_hint(const failure_record& r, const std::string& interpreter
         "--python=/path/to/python3 (or DTRUN_PYTHON), or put its folder first on PATH",
         interpreter);
   }
+  if (r.failure_class == "oom-kill") {
+    return "the kernel's OOM killer killed it (its memory cgroup counted the kill): the node ran "
+           "out of memory; use less memory per worker (batch size, data loader workers) or run "
+           "fewer workers per node";
+  }
   if (r.signal == SIGKILL && r.hang.empty() && r.watchdog.empty()) {
     std::string events = cgroup_dir.empty() ? std::string("memory.events of the job's cgroup")
                                             : cgroup_dir + "/memory.events";

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "agent/event_log.h"
+#include "agent/failure_class.h"
 #include "agent/failure_hint.h"
 #include "rendezvous/base/printable.h"
 
@@ -112,7 +113,8 @@ json to_json(const failure_record& r) {
          {"message", r.message},       {"traceback", r.traceback}, {"error_file", r.error_file},
          {"error_file_problem", r.error_file_problem}, {"log_file", r.log_file},
          {"log_tail", r.log_tail},     {"watchdog", r.watchdog},
-         {"hang", r.hang},             {"hint", r.hint}};
+         {"hang", r.hang},             {"hint", r.hint},
+         {"class", r.failure_class},   {"exception_type", r.exception_type}};
   j["error_time"] = r.error_time ? json(*r.error_time) : json(nullptr);
   return j;
 }
@@ -141,6 +143,11 @@ std::optional<failure_record> failure_from_json(std::string_view text) {
   get_text(j, "watchdog", r.watchdog, max_record_text);
   get_text(j, "hang", r.hang, max_record_text);
   get_text(j, "hint", r.hint, max_record_text);
+  get_text(j, "exception_type", r.exception_type, max_record_text);
+  // Only a known class: the summary and --no-restart-on trust the name.
+  if (auto it = j.find("class"); it != j.end() && it->is_string()) {
+    if (auto c = parse_class(it->get_ref<const std::string&>())) r.failure_class = class_name(*c);
+  }
   if (auto tail = j.find("log_tail"); tail != j.end() && tail->is_array()) {
     for (const auto& line : *tail) {
       if (line.is_string() && r.log_tail.size() < max_record_lines) {
@@ -220,12 +227,22 @@ failure_record make_failure_record(const worker_exit& e, const error_file_limits
       r.log_tail = read_log_tail(log);
     }
   }
+  failure_evidence evidence{r.exit_code, r.signal,  e.oom_killed, r.hang,
+                            r.watchdog,  r.message, r.traceback,  r.log_tail};
+  r.failure_class = class_name(classify(evidence));
+  r.exception_type = exception_type(evidence);
   r.hint = failure_hint(r, e.interpreter, own_cgroup_dir());
   return r;
 }
 
 std::size_t root_cause_index(const std::vector<failure_record>& failures) {
-  auto key = [](const failure_record& r) { return std::tie(r.time_ms, r.node_rank, r.rank); };
+  // In a collective's timeout every rank in it fails within one window,
+  // so the first of them to exit is a victim: a failure of any other kind
+  // in the round is what they waited for.
+  auto timed_out = [](const failure_record& r) { return r.failure_class == "collective-timeout"; };
+  auto key = [&](const failure_record& r) {
+    return std::tuple(timed_out(r), r.time_ms, r.node_rank, r.rank);
+  };
   std::size_t best = 0;
   for (std::size_t i = 1; i < failures.size(); ++i) {
     if (key(failures[i]) < key(failures[best])) best = i;
@@ -248,6 +265,14 @@ void append_root_cause(std::string& out, const failure_record& root) {
   out += fmt::format("  rank      : {} (local_rank {})\n", root.rank, root.local_rank);
   out += fmt::format("  pid       : {}\n", root.pid);
   out += fmt::format("  exit      : {}\n", describe_exit(root.exit_code, root.signal));
+  out += fmt::format("  class     : {}{}\n", root.failure_class,
+                     root.exception_type.empty() ? std::string()
+                                                 : " (" + printable(root.exception_type) + ")");
+  if (root.failure_class == "collective-timeout") {
+    out += "  culprit   : unknown: every failed rank timed out in a collective, so this one is "
+           "a victim; the rank that never entered it is not known (set --hang-timeout below the "
+           "collective's timeout to have dtrun's stacks name it)\n";
+  }
   if (!root.watchdog.empty()) {
     out += fmt::format("  watchdog  : killed by dtrun's file-timer watchdog: {}\n",
                        printable(root.watchdog));
@@ -309,9 +334,10 @@ void append_other_failures(std::string& out, const std::vector<failure_record>& 
                         : !o.watchdog.empty() ? "killed by the file-timer watchdog: " + o.watchdog
                         : !o.hang.empty()     ? "killed after a hang: " + o.hang
                                               : std::string("no error file");
-      out += fmt::format("  rank {} (local_rank {}) on {} (node rank {}), pid {}: {} at {}: {}\n",
+      out += fmt::format("  rank {} (local_rank {}) on {} (node rank {}), pid {}: {} ({}) at {}: {}\n",
                          o.rank, o.local_rank, printable(o.host), o.node_rank, o.pid,
-                         describe_exit(o.exit_code, o.signal), clock_text(o.time_ms),
+                         describe_exit(o.exit_code, o.signal), o.failure_class,
+                         clock_text(o.time_ms),
                          printable(truncate_utf8(why, 160, false)));
     }
     if (counted - 1 > std::min(others.size(), max_other_failures)) {

@@ -45,6 +45,8 @@ struct failure_record {
   std::string watchdog;     // the file-timer watchdog killed it: which deadline
   std::string hang;         // dtrun killed it after a hang (--hang-timeout): where it was
   std::string hint;         // what to do, by cause (failure_hint.h); empty: none known
+  std::string failure_class = "exit";  // failure_class.h's name for it
+  std::string exception_type;          // "TypeError" when known
 };
 
 nlohmann::json to_json(const failure_record& r);
@@ -73,6 +75,8 @@ struct worker_exit {
   // The interpreter that ran it and what chose it ("/usr/bin/python3
   // (python3 on PATH)"); empty for --no-python programs.
   std::string interpreter;
+  // Its memory cgroup's OOM-kill count rose while it ran (oom_count.h).
+  bool oom_killed = false;
 };
 
 // Builds the record: reads the error file and, when there is none, the

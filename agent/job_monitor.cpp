@@ -82,6 +82,9 @@ job_status job_monitor::snapshot() {
   s.hangs_detected = facts.hangs;
   s.failures = facts.failures;
   s.rounds = facts.rounds;
+  s.restarts_by_class = facts.restarts_by_class;
+  s.productive_seconds = facts.productive_s;
+  s.lost_seconds = facts.lost_s;
   s.spare_nodes = spare_nodes_;
   if (quarantines_seen_) {
     s.quarantined_nodes =

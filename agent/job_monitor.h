@@ -47,6 +47,11 @@ struct agent_facts {
   std::uint64_t hangs = 0;
   std::uint64_t failures = 0;
   std::uint64_t rounds = 0;
+  // Incidents and goodput (elastic_agent_incidents.cpp): this node's
+  // restarts by class, the time its workers ran and the rest.
+  std::map<std::string, std::uint64_t> restarts_by_class;
+  double productive_s = 0;
+  double lost_s = 0;
   struct worker {
     int rank = 0;
     int local_rank = 0;

@@ -1,10 +1,14 @@
 #include "agent/job_status.h"
 
+#include "agent/failure_class.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
 #include <fmt/format.h>
+
+#include "agent/failure_class.h"
 
 namespace dtrun::agent {
 
@@ -149,6 +153,8 @@ std::string escape_label_value(std::string_view value) {
 }
 
 nlohmann::ordered_json to_json(const job_status& s) {
+  ojson restarts_by_class = ojson::object();
+  for (const auto& [name, count] : s.restarts_by_class) restarts_by_class[name] = count;
   ojson nodes = ojson::array();
   for (const auto& n : s.nodes) {
     nodes.push_back({{"node_rank", n.node_rank},
@@ -189,6 +195,9 @@ nlohmann::ordered_json to_json(const job_status& s) {
                {"hangs_detected", s.hangs_detected},
                {"failures", s.failures},
                {"rounds", s.rounds},
+               {"restarts_by_class", restarts_by_class},
+               {"productive_seconds", optional_value(s.productive_seconds)},
+               {"lost_seconds", optional_value(s.lost_seconds)},
                {"spare_nodes", optional_value(s.spare_nodes)},
                {"quarantined_nodes", optional_value(s.quarantined_nodes)},
                {"nodes", std::move(nodes)},
@@ -227,6 +236,15 @@ std::optional<job_status> from_json(const nlohmann::json& j, std::string& error)
   read_int(j, "hangs_detected", s.hangs_detected, 0, i64_max);
   read_int(j, "failures", s.failures, 0, i64_max);
   read_int(j, "rounds", s.rounds, 0, i64_max);
+  if (auto it = j.find("restarts_by_class"); it != j.end() && it->is_object()) {
+    for (const auto& [name, count] : it->items()) {
+      // Only the names dtrun writes: a label value is not for a stranger.
+      if (!parse_class(name) || !count.is_number_unsigned()) continue;
+      s.restarts_by_class[name] = count.get<std::uint64_t>();
+    }
+  }
+  if (auto v = number_in(j, "productive_seconds", 0, far_future)) s.productive_seconds = *v;
+  if (auto v = number_in(j, "lost_seconds", 0, far_future)) s.lost_seconds = *v;
   if (auto v = integer_in(j, "spare_nodes", 0, i64_max)) s.spare_nodes = *v;
   if (auto v = integer_in(j, "quarantined_nodes", 0, i64_max)) s.quarantined_nodes = *v;
   if (auto it = j.find("nodes"); it != j.end() && it->is_array()) {
@@ -290,7 +308,7 @@ void write_job_metrics(exposition& out, const job_status& s) {
       {"dtrun_agent_start_time_seconds", "gauge", "When the agent started, Unix time.",
        value_text(s.started_at)},
       {"dtrun_round", "gauge", "The current rendezvous round.", std::to_string(s.round)},
-      {"dtrun_restarts_total", "counter", "Worker group restarts used.",
+      {"dtrun_restarts_used", "gauge", "Worker group restarts the job used (--max-restarts).",
        std::to_string(s.restarts_used)},
       {"dtrun_max_restarts", "gauge", "Worker group restarts allowed (--max-restarts).",
        std::to_string(s.max_restarts)},
@@ -316,6 +334,27 @@ void write_job_metrics(exposition& out, const job_status& s) {
                std::to_string(*s.quarantined_nodes));
   }
   write_node_state(out, job, s.phase);
+
+  // Every class is written, 0 included (a series that appears only at
+  // its first incident cannot be rated).
+  out.family("dtrun_restarts_total", "counter",
+             "Restarts of this node's workers by what ended the round (failure class).");
+  for (auto name : class_names()) {
+    auto it = s.restarts_by_class.find(std::string(name));
+    out.sample("dtrun_restarts_total", job + "," + label("class", name),
+               std::to_string(it == s.restarts_by_class.end() ? 0 : it->second));
+  }
+  if (s.productive_seconds) {
+    out.family("dtrun_productive_seconds_total", "counter",
+               "Seconds this node's workers ran, all rounds.");
+    out.sample("dtrun_productive_seconds_total", job, value_text(*s.productive_seconds));
+  }
+  if (s.lost_seconds) {
+    out.family("dtrun_lost_seconds_total", "counter",
+               "Seconds since the agent started that its workers did not run (rendezvous, "
+               "restarts, stops).");
+    out.sample("dtrun_lost_seconds_total", job, value_text(*s.lost_seconds));
+  }
 
   // Every state is written, 0 included, so a series does not vanish when
   // its count drops to nothing.

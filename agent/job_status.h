@@ -10,6 +10,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -73,6 +74,13 @@ struct job_status {
   std::uint64_t hangs_detected = 0;
   std::uint64_t failures = 0;      // worker failures seen, all rounds
   std::uint64_t rounds = 0;        // worker groups started, all rounds
+  // This node's restarts by incident class (failure_class.h names), and
+  // the seconds its workers ran (productive) or not (lost) since the
+  // agent started; unknown from agents before them. Added to
+  // dtrun.status/1 after the first release.
+  std::map<std::string, std::uint64_t> restarts_by_class;
+  std::optional<double> productive_seconds;
+  std::optional<double> lost_seconds;
   // The job's spare nodes (waiting at --nnodes MAX) and machines in
   // quarantine, as this agent last read them from the store (at its status
   // publishing rate, several nodes only); unknown until then. Added to

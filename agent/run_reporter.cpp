@@ -28,7 +28,9 @@ ojson failure_fields(const failure_record& r) {
           {"exit_time", iso8601_utc_ms(std::chrono::system_clock::time_point(
                             std::chrono::milliseconds(r.time_ms)))},
           {"message", r.message.empty() ? ojson(nullptr) : ojson(r.message)},
-          {"error_file", r.error_file.empty() ? ojson(nullptr) : ojson(r.error_file)}};
+          {"error_file", r.error_file.empty() ? ojson(nullptr) : ojson(r.error_file)},
+          {"class", r.failure_class},
+          {"exception_type", r.exception_type.empty() ? ojson(nullptr) : ojson(r.exception_type)}};
   return j;
 }
 
@@ -248,6 +250,10 @@ void run_reporter::job_failed(std::string_view reason) {
 
 void run_reporter::job_succeeded() {
   events_.emit("job_succeeded", ojson{{"round", current_round()}});
+}
+
+void run_reporter::incident(nlohmann::ordered_json fields) {
+  events_.emit("incident", fields);
 }
 
 void run_reporter::agent_exiting(int code) {

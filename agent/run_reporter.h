@@ -83,6 +83,8 @@ class run_reporter {
   // The job failed with nothing to summarize (the program could not start).
   void job_failed(std::string_view reason);
   void job_succeeded();
+  // What ended a round and what it cost (elastic_agent_incidents.cpp).
+  void incident(nlohmann::ordered_json fields);
   void agent_exiting(int code);
 
  private:

@@ -132,6 +132,10 @@ struct launch_options {
   // proposed as a torchrun flag, pytorch#195543); 0: not given.
   double exit_barrier_timeout = 0.0;
   std::string signals_to_handle = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
+  // Restart policy (docs/agent.md, "Restart policy").
+  std::string no_restart_on;          // failures that end the job at once
+  std::string progress_file;          // the training's step, one whole number
+  int max_no_progress_restarts = 3;   // with --progress-file; 0: never
   // Observability (docs/observability.md).
   double hang_timeout = 0.0;  // seconds without progress from any worker; 0: off
   bool no_stack_hook = false;  // no start-up hook in Python workers (no Python stacks)

@@ -103,6 +103,20 @@ void define_supervision_flags(CLI::App& app, launch_options& o) {
              "Restarts of the worker group allowed after a failure")
       ->check(whole_number("--max-restarts", 0, max_restarts_limit))
       ->group(group_supervision);
+  add_option(app, "no-restart-on", o.no_restart_on,
+             "Failures that end the job at once whatever --max-restarts says: classes "
+             "(exception, exit, signal, oom-kill, collective-timeout, hang, watchdog), "
+             "exception:TypeName, exit:N, signal:NAME, comma-separated")
+      ->group(group_supervision);
+  add_option(app, "progress-file", o.progress_file,
+             "A file the training writes its step into (one whole number); with "
+             "--max-no-progress-restarts, restarts that do not move it stop the job")
+      ->group(group_supervision);
+  add_option(app, "max-no-progress-restarts", o.max_no_progress_restarts,
+             "With --progress-file: stop the job after this many failed rounds in a row that "
+             "did not move the step (0: never)")
+      ->check(whole_number("--max-no-progress-restarts", 0, max_restarts_limit))
+      ->group(group_supervision);
   add_option(app, "stop-timeout", o.stop_timeout,
              "Seconds between the stop signal and SIGKILL (alias --shutdown-timeout)")
       ->check(seconds_within("--stop-timeout", stop_timeout_limits))

@@ -339,6 +339,15 @@ void resolve_supervision(const launch_options& o, const scheduler_env& sched, la
     throw usage_error(fmt::format("--max-restarts: '{}' is not a whole number from 0 to {}",
                                   o.max_restarts, max_restarts_limit));
   }
+  a.no_restart_on = agent::parse_no_restart_on(o.no_restart_on);
+  a.progress_file = o.progress_file;
+  if (o.max_no_progress_restarts < 0 ||
+      o.max_no_progress_restarts > static_cast<int>(max_restarts_limit)) {
+    throw usage_error(fmt::format(
+        "--max-no-progress-restarts: '{}' is not a whole number from 0 to {}",
+        o.max_no_progress_restarts, max_restarts_limit));
+  }
+  a.max_no_progress_restarts = o.max_no_progress_restarts;
   a.hang_timeout = seconds_to_duration(o.hang_timeout, "--hang-timeout", {true, max_duration_s});
   // A positive timeout under a millisecond is the shortest one, not "off".
   if (o.hang_timeout > 0 && a.hang_timeout.count() == 0) {

@@ -33,6 +33,13 @@ nlohmann::json to_json(const std::vector<derived_setting>& settings) {
 // The store this node hosts or joins: on loopback, or the multi-node
 // rendezvous' endpoint (an etcd cluster's first member).
 // What keeps this node out, and when the checks run.
+// --no-restart-on's rules as the user wrote them (validated).
+nlohmann::json no_restart_json(const std::vector<agent::no_restart_rule>& rules) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& r : rules) out.push_back(r.text);
+  return out;
+}
+
 nlohmann::json node_health_json(const agent::node_health_options& h) {
   return {{"command", h.command.empty() ? nlohmann::json() : nlohmann::json(h.command)},
           {"builtin", h.builtin_gating ? "gating" : "warn"},
@@ -113,6 +120,10 @@ nlohmann::json to_json(const launch_config& c, const env_map& env) {
       {"run_id", c.agent.spec.run_id},
       {"role", c.agent.spec.role},
       {"max_restarts", c.agent.spec.max_restarts},
+      {"no_restart_on", no_restart_json(c.agent.no_restart_on)},
+      {"progress_file", c.agent.progress_file.empty() ? nlohmann::json()
+                                                      : nlohmann::json(c.agent.progress_file)},
+      {"max_no_progress_restarts", c.agent.max_no_progress_restarts},
       {"stop_timeout_s", static_cast<double>(c.agent.stop_timeout.count()) / 1000.0},
       {"signals_to_handle", signals},
       {"hang_timeout_s", static_cast<double>(c.agent.hang_timeout.count()) / 1000.0},

@@ -72,6 +72,16 @@ std::string render_status(const agent::job_status& s, double now) {
   if (s.failures > 0 || s.hangs_detected > 0) {
     out += fmt::format("worker failures {}  hangs detected {}\n", s.failures, s.hangs_detected);
   }
+  std::string by_class;
+  for (const auto& [name, count] : s.restarts_by_class) {
+    if (count > 0) by_class += fmt::format("{}{} {}", by_class.empty() ? "" : ", ", name, count);
+  }
+  if (!by_class.empty()) out += fmt::format("restarts by class: {}\n", shown(by_class));
+  if (s.productive_seconds && s.lost_seconds && *s.productive_seconds + *s.lost_seconds > 0) {
+    out += fmt::format("goodput {:.1f}% (workers ran {:.0f} s, lost {:.0f} s)\n",
+                       100.0 * *s.productive_seconds / (*s.productive_seconds + *s.lost_seconds),
+                       *s.productive_seconds, *s.lost_seconds);
+  }
   if (!s.nodes.empty()) {
     text_table nodes({"NODE", "HOST", "AGENT PID", "STATE", "LAST SEEN"});
     for (const auto& n : s.nodes) {

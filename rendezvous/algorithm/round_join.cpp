@@ -138,11 +138,15 @@ void dynamic_rendezvous::impl::report_job_failed() {
       if (!self->current(t)) return;  // a stale round's reply
       std::int64_t failed_round = self->last_round_;
       if (!r.error) failed_round = parse_whole<std::int64_t>(r.value).value_or(failed_round);
+      std::string reason = why.error ? std::string("reason unknown") : why.value;
+      // A failure the restart policy refused (--no-restart-on, no
+      // progress) says so itself; restarts may be left.
+      bool refused = reason.find("not restarted:") != std::string::npos;
       self->fail(std::make_exception_ptr(job_failed_error(
-          fmt::format("the job failed on another node ({}); its restarts "
-                      "(--max-restarts={}) are used up",
-                      why.error ? std::string("reason unknown") : why.value,
-                      self->options_.max_restarts),
+          refused ? fmt::format("the job failed on another node ({})", reason)
+                  : fmt::format("the job failed on another node ({}); its restarts "
+                                "(--max-restarts={}) are used up",
+                                reason, self->options_.max_restarts),
           failed_round)));
     });
   });

@@ -69,7 +69,7 @@ TEST_CASE("the summary names the root cause with its message and traceback") {
   CHECK(s.find("  exit      : exit code 1\n") != std::string::npos);
   CHECK(s.find("  error     : ValueError: boom 42\n") != std::string::npos);
   CHECK(s.find("  traceback :\n    Traceback (most recent call last):\n      File \"w.py\", line 9, in main\n") != std::string::npos);
-  CHECK(s.find("other failures (1):\n  rank 0 (local_rank 0) on h1 (node rank 0), pid 1000: exit code 1 at 22:13:20.500Z: RuntimeError: peer gone\n") != std::string::npos);
+  CHECK(s.find("other failures (1):\n  rank 0 (local_rank 0) on h1 (node rank 0), pid 1000: exit code 1 (exit) at 22:13:20.500Z: RuntimeError: peer gone\n") != std::string::npos);
   CHECK(s.find("stopped by dtrun (not failures): rank(s) 1 on h1 (node rank 0)") != std::string::npos);
 }
 

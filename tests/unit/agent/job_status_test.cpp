@@ -142,10 +142,10 @@ TEST_CASE("label values escape backslash, quote and newline") {
 
 TEST_CASE("prometheus text has HELP and TYPE for each family and escaped labels") {
   auto text = to_prometheus(sample_job());
-  CHECK(text.find("# TYPE dtrun_restarts_total counter\n") != std::string::npos);
+  CHECK(text.find("# TYPE dtrun_restarts_used gauge\n") != std::string::npos);
   CHECK(text.find("# TYPE dtrun_worker_cpu_seconds_total counter\n") != std::string::npos);
   CHECK(text.find("# HELP dtrun_worker_rss_bytes ") != std::string::npos);
-  CHECK(text.find(R"(dtrun_restarts_total{run_id="job\"1\\\nx",node_rank="1"} 1)") !=
+  CHECK(text.find(R"(dtrun_restarts_used{run_id="job\"1\\\nx",node_rank="1"} 1)") !=
         std::string::npos);
   CHECK(text.find(R"(dtrun_worker_cpu_seconds_total{run_id="job\"1\\\nx",node_rank="1",rank="2",local_rank="0",pid="100"} 12.5)") !=
         std::string::npos);

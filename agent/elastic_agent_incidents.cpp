@@ -1,0 +1,160 @@
+// What ended each round and what it cost: one incident from the round's
+// end until this node's workers run again (or the job ends), written to
+// the event log and counted for /metrics; the time the workers ran is
+// the productive time (docs/agent.md, "Incidents and goodput"). And the
+// restart policy: whether a failure is worth a restart at all
+// (--no-restart-on, --progress-file with --max-no-progress-restarts).
+#include <fmt/format.h>
+
+#include "agent/elastic_agent_impl.h"
+#include "agent/event_log.h"
+#include "rendezvous/base/printable.h"
+
+namespace dtrun::agent {
+namespace {
+
+using clock = std::chrono::system_clock;
+
+double seconds_between(clock::time_point from, clock::time_point to) {
+  return std::chrono::duration<double>(to - from).count();
+}
+
+// "worker rank 3 ..." in another node's reason: the culprit's rank.
+std::optional<int> rank_in(const std::string& reason) {
+  const std::string marker = "worker rank ";
+  auto at = reason.find(marker);
+  if (at == std::string::npos) return std::nullopt;
+  int rank = 0;
+  std::size_t i = at + marker.size();
+  std::size_t digits = 0;
+  while (i < reason.size() && reason[i] >= '0' && reason[i] <= '9' && digits < 9) {
+    rank = rank * 10 + (reason[i++] - '0');
+    ++digits;
+  }
+  return digits > 0 ? std::optional<int>(rank) : std::nullopt;
+}
+
+}  // namespace
+
+// The first cause of a round's end is its incident; what follows (the
+// other workers stopped, a second failure) belongs to it.
+void elastic_agent::impl::open_incident(failure_class klass, std::string exception_type,
+                                        std::optional<int> rank, std::string detail,
+                                        std::optional<clock::time_point> failed_at) {
+  if (incident_) return;
+  incident i;
+  i.round = round_info_.round;
+  i.klass = klass;
+  i.exception_type = std::move(exception_type);
+  i.rank = rank;
+  i.detail = std::move(detail);
+  i.detected_at = clock::now();
+  i.failed_at = failed_at.value_or(i.detected_at);
+  i.failed_at_known = failed_at.has_value();
+  i.step = read_step();
+  incident_ = std::move(i);
+}
+
+// Another node ended the round: its reason says why.
+void elastic_agent::impl::round_end_incident(const std::string& reason) {
+  std::string type;
+  failure_class klass = class_of_round_end(reason, &type);
+  open_incident(klass, std::move(type), rank_in(reason), reason, std::nullopt);
+}
+
+void elastic_agent::impl::workers_running() {
+  running_since_ = std::chrono::steady_clock::now();
+  close_incident(true);
+}
+
+void elastic_agent::impl::workers_stopped() {
+  if (!running_since_) return;
+  productive_ += std::chrono::steady_clock::now() - *running_since_;
+  running_since_.reset();
+}
+
+// `resumed`: this node's workers run again; else the job ended with it.
+void elastic_agent::impl::close_incident(bool resumed) {
+  if (!incident_) return;
+  incident i = std::move(*incident_);
+  incident_.reset();
+  auto now = clock::now();
+  std::string name(class_name(i.klass));
+  if (resumed) ++restarts_by_class_[name];
+  using ojson = nlohmann::ordered_json;
+  reporter_.incident(ojson{
+      {"round", i.round},
+      {"class", name},
+      {"exception_type", i.exception_type.empty() ? ojson(nullptr) : ojson(i.exception_type)},
+      {"rank", i.rank ? ojson(*i.rank) : ojson(nullptr)},
+      {"detail", i.detail},
+      {"failed_at", iso8601_utc_ms(i.failed_at)},
+      {"detected_at", iso8601_utc_ms(i.detected_at)},
+      {"resumed_at", resumed ? ojson(iso8601_utc_ms(now)) : ojson(nullptr)},
+      {"detect_s", i.failed_at_known ? ojson(seconds_between(i.failed_at, i.detected_at))
+                                     : ojson(nullptr)},
+      {"recover_s", resumed ? ojson(seconds_between(i.failed_at, now)) : ojson(nullptr)},
+      {"step", i.step ? ojson(*i.step) : ojson(nullptr)},
+      // The step the training went back to is the training's to know:
+      // dtrun sees one number (docs/agent.md says how to read both).
+      {"steps_lost", nullptr},
+      {"restart", job_restarts_ ? ojson(*job_restarts_) : ojson(restarts_seen_)}});
+}
+
+// "[exception:TypeError]": this node's failure's class, for the reason
+// the other nodes read (failure_class.h, class_of_round_end).
+std::string elastic_agent::impl::failure_tag() const {
+  return failure_ ? " " + class_tag(failure_->klass, failure_->exception_type) : std::string();
+}
+
+// --progress-file's step now; a problem is said once until it changes.
+std::optional<std::int64_t> elastic_agent::impl::read_step() {
+  if (options_.progress_file.empty()) return std::nullopt;
+  std::string problem;
+  auto step = read_progress_file(options_.progress_file, problem);
+  if (!step && problem != progress_problem_) {
+    log(fmt::format("warning: --progress-file {}: {}; ignored this time",
+                    printable(options_.progress_file), problem));
+  }
+  progress_problem_ = problem;
+  return step;
+}
+
+// Why this failure must not be restarted (the one line to say), or
+// nullopt to restart. `restarts_left`: --max-restarts would allow one.
+std::optional<std::string> elastic_agent::impl::restart_refused(bool restarts_left) {
+  if (!failure_ || failure_->spawn_failed) return std::nullopt;
+  int left = std::max(0, options_.spec.max_restarts - *job_restarts_ + 1);
+  failure_facts facts{failure_->klass, failure_->exception_type, failure_->status.code,
+                      failure_->status.signal};
+  if (const auto* rule = matching_rule(options_.no_restart_on, facts)) {
+    std::string what(class_name(failure_->klass));
+    if (!failure_->exception_type.empty()) what += " " + failure_->exception_type;
+    return fmt::format("not restarted: --no-restart-on={} matched the failure of rank {} ({}, "
+                       "{}); {} restart(s) left unused",
+                       printable(rule->text), failure_->rank, what, describe(failure_->status),
+                       left);
+  }
+  if (!restarts_left) return std::nullopt;
+  return no_progress_stop(left);
+}
+
+// Counts this failed round for --max-no-progress-restarts; the line that
+// stops the job once the step stood still that many times in a row.
+std::optional<std::string> elastic_agent::impl::no_progress_stop(int restarts_left) {
+  if (options_.progress_file.empty() || options_.max_no_progress_restarts == 0) {
+    return std::nullopt;
+  }
+  if (!progress_stalls_) progress_stalls_.emplace(std::nullopt);
+  auto step = incident_ && incident_->step ? incident_->step : read_step();
+  progress_stalls_->restarted(step);
+  if (progress_stalls_->stalls() < options_.max_no_progress_restarts) return std::nullopt;
+  return fmt::format(
+      "not restarted: no progress: the step in {} stayed at {} over {} failed round(s) in a row "
+      "(--max-no-progress-restarts={}); {} restart(s) left unused",
+      printable(options_.progress_file),
+      progress_stalls_->best() ? std::to_string(*progress_stalls_->best()) : "?",
+      progress_stalls_->stalls(), options_.max_no_progress_restarts, restarts_left);
+}
+
+}  // namespace dtrun::agent

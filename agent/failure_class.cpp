@@ -1,0 +1,159 @@
+#include "agent/failure_class.h"
+
+#include <csignal>
+#include <array>
+#include <utility>
+
+namespace dtrun::agent {
+namespace {
+
+constexpr std::array<std::pair<failure_class, std::string_view>, 11> names{{
+    {failure_class::exception, "exception"},
+    {failure_class::exit, "exit"},
+    {failure_class::signal, "signal"},
+    {failure_class::oom_kill, "oom-kill"},
+    {failure_class::collective_timeout, "collective-timeout"},
+    {failure_class::hang, "hang"},
+    {failure_class::watchdog, "watchdog"},
+    {failure_class::node, "node"},
+    {failure_class::health, "health"},
+    {failure_class::membership, "membership"},
+    {failure_class::preemption, "preemption"},
+}};
+
+bool contains(std::string_view text, std::string_view part) {
+  return text.find(part) != std::string_view::npos;
+}
+
+bool any_line_says_timeout(const failure_evidence& e) {
+  if (says_collective_timeout(e.message) || says_collective_timeout(e.traceback)) return true;
+  for (const auto& line : e.log_tail) {
+    if (says_collective_timeout(line)) return true;
+  }
+  return false;
+}
+
+bool has_traceback(const failure_evidence& e) {
+  for (const auto& line : e.log_tail) {
+    if (contains(line, "Traceback (most recent call last)")) return true;
+  }
+  return false;
+}
+
+bool is_identifier_char(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+         c == '.';
+}
+
+// "TypeError: bad" / "torch.cuda.OutOfMemoryError" -> its type's last
+// part; empty when the line does not start with a Python name followed
+// by ':' or its end.
+std::string type_of_line(std::string_view line) {
+  std::size_t n = 0;
+  while (n < line.size() && is_identifier_char(line[n])) ++n;
+  if (n == 0 || (n < line.size() && line[n] != ':')) return "";
+  std::string_view name = line.substr(0, n);
+  if (auto dot = name.rfind('.'); dot != std::string_view::npos) name = name.substr(dot + 1);
+  // A type name starts with a letter or '_' ("3: ..." is not one).
+  if (name.empty() || (name[0] >= '0' && name[0] <= '9')) return "";
+  return std::string(name);
+}
+
+}  // namespace
+
+std::string_view class_name(failure_class c) {
+  for (const auto& [value, name] : names) {
+    if (value == c) return name;
+  }
+  return "exit";
+}
+
+std::optional<failure_class> parse_class(std::string_view name) {
+  for (const auto& [value, text] : names) {
+    if (text == name) return value;
+  }
+  return std::nullopt;
+}
+
+const std::vector<std::string_view>& class_names() {
+  static const std::vector<std::string_view> all = [] {
+    std::vector<std::string_view> v;
+    for (const auto& entry : names) v.push_back(entry.second);
+    return v;
+  }();
+  return all;
+}
+
+bool says_collective_timeout(std::string_view text) {
+  return contains(text, "Watchdog caught collective operation timeout") ||
+         (contains(text, "Timed out waiting") &&
+          (contains(text, "for recv operation") || contains(text, "for send operation")));
+}
+
+failure_class classify(const failure_evidence& e) {
+  // dtrun's own kills first: it knows why it sent them.
+  if (!e.hang.empty()) return failure_class::hang;
+  if (!e.watchdog.empty()) return failure_class::watchdog;
+  if (e.signal == SIGKILL && e.oom_killed) return failure_class::oom_kill;
+  // NCCL's watchdog aborts the process (SIGABRT); gloo raises, so the
+  // worker exits non-zero: either way its words say which collective.
+  if (any_line_says_timeout(e)) return failure_class::collective_timeout;
+  if (e.signal != 0) return failure_class::signal;
+  if (!e.message.empty() || !e.traceback.empty() || has_traceback(e)) {
+    return failure_class::exception;
+  }
+  return failure_class::exit;
+}
+
+std::string exception_type(const failure_evidence& e) {
+  if (auto t = type_of_line(e.message); !t.empty()) return t;
+  // The traceback's last line that names a type: Python prints the
+  // exception after its frames (indented lines), chained ones first.
+  bool in_traceback = false;
+  std::string last;
+  for (const auto& line : e.log_tail) {
+    if (contains(line, "Traceback (most recent call last)")) {
+      in_traceback = true;
+      continue;
+    }
+    if (!in_traceback || line.empty() || line[0] == ' ') continue;
+    if (auto t = type_of_line(line); !t.empty()) last = t;
+  }
+  return last;
+}
+
+std::string class_tag(failure_class c, const std::string& exception) {
+  std::string tag = "[" + std::string(class_name(c));
+  if (c == failure_class::exception && !exception.empty()) tag += ":" + exception;
+  return tag + "]";
+}
+
+failure_class class_of_round_end(std::string_view reason, std::string* exception) {
+  // A failure's tag, at the end of its reason.
+  if (!reason.empty() && reason.back() == ']') {
+    auto open = reason.rfind('[');
+    if (open != std::string_view::npos) {
+      std::string_view tag = reason.substr(open + 1, reason.size() - open - 2);
+      std::string_view type;
+      if (auto colon = tag.find(':'); colon != std::string_view::npos) {
+        type = tag.substr(colon + 1);
+        tag = tag.substr(0, colon);
+      }
+      if (auto c = parse_class(tag)) {
+        if (exception != nullptr) *exception = std::string(type);
+        return *c;
+      }
+    }
+  }
+  if (contains(reason, " was lost") || contains(reason, "stopped sending heartbeats")) {
+    return failure_class::node;
+  }
+  if (contains(reason, "left the job")) {
+    return contains(reason, "preempt") ? failure_class::preemption : failure_class::health;
+  }
+  if (contains(reason, "waiting to join")) return failure_class::membership;
+  // A failure reported by a dtrun without tags, or a node's other end.
+  return contains(reason, "worker rank") ? failure_class::exit : failure_class::membership;
+}
+
+}  // namespace dtrun::agent

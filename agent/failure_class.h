@@ -1,0 +1,76 @@
+// What kind of failure ended a round (docs/agent.md, "Failure classes"):
+// one word the failure summary, the event log, `dtrun status`, /metrics
+// and --no-restart-on share.
+//
+// A worker's failure is classified on the node where it ran, from what
+// that node can prove: the signal that ended it and whether dtrun sent it,
+// the kernel's own OOM-kill count for the worker's memory cgroup, its
+// error file and its redirected stderr. A round that ended for another
+// reason (a node lost, a node that left) has a class too, so every
+// incident has one.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace dtrun::agent {
+
+enum class failure_class {
+  exception,           // exited non-zero with a traceback or an error file
+  exit,                // exited non-zero, nothing else known
+  signal,              // killed by a signal dtrun did not send
+  oom_kill,            // killed by the kernel's OOM killer (its cgroup's count rose)
+  collective_timeout,  // the NCCL or gloo watchdog gave up on a collective
+  hang,                // dtrun's hang detector (--hang-timeout) killed it
+  watchdog,            // torch's file-timer watchdog killed it
+  node,                // a node was lost
+  health,              // a node left the job unhealthy
+  membership,          // a node joined (not a fault)
+  preemption,          // a node left the job to be preempted
+};
+
+// "oom-kill", "collective-timeout", ...: the names users write.
+std::string_view class_name(failure_class c);
+std::optional<failure_class> parse_class(std::string_view name);
+// Every class name, in the enum's order (for help texts and metrics).
+const std::vector<std::string_view>& class_names();
+
+// What is known of one failed worker.
+struct failure_evidence {
+  int exit_code = 0;
+  int signal = 0;               // 0: it exited
+  bool oom_killed = false;      // its memory cgroup's oom_kill count rose meanwhile
+  std::string hang;             // dtrun killed it after a hang
+  std::string watchdog;         // the file-timer watchdog killed it
+  std::string message;          // its error file's message
+  std::string traceback;        // its error file's traceback
+  std::vector<std::string> log_tail;  // its redirected stderr's last lines
+};
+
+failure_class classify(const failure_evidence& e);
+
+// The Python exception's type name ("TypeError", "OutOfMemoryError"; a
+// dotted name is cut to its last part), from the error file's message
+// ("TypeError: ..." as torch's @record writes it) or else the last line
+// of a traceback in stderr. Empty when none is known.
+std::string exception_type(const failure_evidence& e);
+
+// Whether `text` is a collective's watchdog or timeout message: NCCL's
+// "Watchdog caught collective operation timeout", gloo's "Timed out
+// waiting ... for recv/send operation".
+bool says_collective_timeout(std::string_view text);
+
+// "[exception:TypeError]" / "[oom-kill]": appended to the reason a failed
+// round's `over` key carries, so the other nodes learn the class with the
+// round's end (class_of_round_end reads it back).
+std::string class_tag(failure_class c, const std::string& exception);
+
+// The class of a round that another node ended, from the reason the
+// rendezvous gave ("node 2 (10.0.0.3) was lost", "... left the job: ...",
+// "a node is waiting to join", "node 1: worker rank 3 exited with code 1
+// [exception:TypeError]"). `exception` gets the type when the tag has one.
+failure_class class_of_round_end(std::string_view reason, std::string* exception = nullptr);
+
+}  // namespace dtrun::agent

@@ -1,0 +1,123 @@
+#include <signal.h>
+
+#include <catch2/catch.hpp>
+
+#include "agent/failure_class.h"
+
+using namespace dtrun::agent;
+
+namespace {
+
+failure_evidence exited(int code) {
+  failure_evidence e;
+  e.exit_code = code;
+  return e;
+}
+
+failure_evidence killed(int sig) {
+  failure_evidence e;
+  e.signal = sig;
+  e.exit_code = 128 + sig;
+  return e;
+}
+
+}  // namespace
+
+TEST_CASE("a worker's failure is classified by what its node can prove", "[failure_class]") {
+  CHECK(classify(exited(3)) == failure_class::exit);
+
+  auto with_file = exited(1);
+  with_file.message = "TypeError: unsupported operand";
+  CHECK(classify(with_file) == failure_class::exception);
+
+  auto with_traceback = exited(1);
+  with_traceback.log_tail = {"Traceback (most recent call last):", "  File \"t.py\", line 3",
+                             "ValueError: bad"};
+  CHECK(classify(with_traceback) == failure_class::exception);
+
+  CHECK(classify(killed(SIGSEGV)) == failure_class::signal);
+  // A SIGKILL is an OOM kill only when the kernel's count says so.
+  CHECK(classify(killed(SIGKILL)) == failure_class::signal);
+  auto oom = killed(SIGKILL);
+  oom.oom_killed = true;
+  CHECK(classify(oom) == failure_class::oom_kill);
+  // A CUDA out-of-memory error is the program's exception.
+  auto cuda_oom = exited(1);
+  cuda_oom.message = "OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB";
+  CHECK(classify(cuda_oom) == failure_class::exception);
+
+  auto hang = killed(SIGKILL);
+  hang.oom_killed = true;  // dtrun's own kill wins: it knows why it sent it
+  hang.hang = "no progress from any worker for 5.0 s";
+  CHECK(classify(hang) == failure_class::hang);
+  auto watchdog = killed(SIGKILL);
+  watchdog.watchdog = "deadline of scope s passed 1.0 s ago; SIGKILL sent";
+  CHECK(classify(watchdog) == failure_class::watchdog);
+}
+
+TEST_CASE("a collective's timeout is told from the worker's own words", "[failure_class]") {
+  auto gloo = exited(1);
+  gloo.message =
+      "RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out "
+      "waiting 5000ms for recv operation to complete";
+  CHECK(classify(gloo) == failure_class::collective_timeout);
+  CHECK(exception_type(gloo) == "RuntimeError");
+
+  auto nccl = killed(SIGABRT);
+  nccl.log_tail = {"[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7, "
+                   "OpType=ALLREDUCE) ran for 600000 milliseconds before timing out.",
+                   "terminate called after throwing an instance of 'c10::DistBackendError'"};
+  CHECK(classify(nccl) == failure_class::collective_timeout);
+
+  // A peer that died is not a timeout: that rank is a victim of another's
+  // failure, which the other's class says.
+  auto peer = exited(1);
+  peer.message = "RuntimeError: [../gloo/transport/tcp/pair.cc:598] Connection closed by peer";
+  CHECK(classify(peer) == failure_class::exception);
+}
+
+TEST_CASE("the exception's type comes from the error file, else the traceback", "[failure_class]") {
+  failure_evidence e;
+  e.message = "torch.cuda.OutOfMemoryError: CUDA out of memory";
+  CHECK(exception_type(e) == "OutOfMemoryError");
+  e.message = "KeyboardInterrupt";
+  CHECK(exception_type(e) == "KeyboardInterrupt");
+  e.message = "something went wrong: badly";
+  CHECK(exception_type(e).empty());
+
+  failure_evidence chained;
+  chained.log_tail = {"Traceback (most recent call last):", "  File \"a.py\", line 1",
+                      "KeyError: 'x'", "",
+                      "During handling of the above exception, another exception occurred:", "",
+                      "Traceback (most recent call last):", "  File \"a.py\", line 3",
+                      "TypeError: bad", "[2026-11-26] some later log line: 3"};
+  CHECK(exception_type(chained) == "TypeError");
+  failure_evidence none;
+  none.log_tail = {"KeyError: 'x' (not after a traceback)"};
+  CHECK(exception_type(none).empty());
+}
+
+TEST_CASE("a round's end tells the other nodes its class", "[failure_class]") {
+  CHECK(class_tag(failure_class::exception, "TypeError") == "[exception:TypeError]");
+  CHECK(class_tag(failure_class::oom_kill, "") == "[oom-kill]");
+  std::string type;
+  CHECK(class_of_round_end("node 1: worker rank 3 exited with code 1 [exception:TypeError]",
+                           &type) == failure_class::exception);
+  CHECK(type == "TypeError");
+  CHECK(class_of_round_end("node 0: worker rank 0 was killed by signal 9 (SIGKILL) [oom-kill]") ==
+        failure_class::oom_kill);
+  CHECK(class_of_round_end("node 2 (10.77.0.3) was lost") == failure_class::node);
+  CHECK(class_of_round_end("node 2 stopped sending heartbeats") == failure_class::node);
+  CHECK(class_of_round_end("node 1 (host h2) left the job: node health check failed") ==
+        failure_class::health);
+  CHECK(class_of_round_end("node 1 (host h2) left the job: preempted (SIGTERM)") ==
+        failure_class::preemption);
+  CHECK(class_of_round_end("a node is waiting to join") == failure_class::membership);
+  // A dtrun without tags: a worker failed, nothing more known.
+  CHECK(class_of_round_end("node 1: worker rank 3 exited with code 1") == failure_class::exit);
+  // A bracket that is no class is the worker's text, not a tag.
+  CHECK(class_of_round_end("node 1: worker rank 3 exited with code 1 [x]") ==
+        failure_class::exit);
+  for (auto name : class_names()) CHECK(parse_class(name));
+  CHECK_FALSE(parse_class("oom"));
+}
