@@ -211,6 +211,9 @@ spawn_request elastic_agent::impl::worker_request(const rendezvous::rendezvous_i
   if (!hook_dir_.empty()) {
     std::string stacks_log = (fs::path(rank_dir) / "python_stacks.log").string();
     add_python_hook_env(request.env, hook_dir_, stacks_log);
+    std::string exception_file = (fs::path(rank_dir) / "exception.txt").string();
+    fs::remove(exception_file, stale);
+    request.env["DTRUN_EXCEPTION_FILE"] = exception_file;
   }
   if (progress_) {
     // Touching it (any write, or its times set) is progress.

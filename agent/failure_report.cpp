@@ -229,6 +229,12 @@ failure_record make_failure_record(const worker_exit& e, const error_file_limits
   }
   failure_evidence evidence{r.exit_code, r.signal,  e.oom_killed, r.hang,
                             r.watchdog,  r.message, r.traceback,  r.log_tail};
+  if (!e.rank_dir.empty() && r.message.empty()) {
+    // The start-up hook's note of an uncaught exception (python_hook.h):
+    // the class and type without @record, whatever --redirects says.
+    auto uncaught = read_log_tail((fs::path(e.rank_dir) / "exception.txt").string(), 1, 1024);
+    if (!uncaught.empty()) evidence.message = uncaught.front();
+  }
   r.failure_class = class_name(classify(evidence));
   r.exception_type = exception_type(evidence);
   r.hint = failure_hint(r, e.interpreter, own_cgroup_dir());
@@ -268,11 +274,6 @@ void append_root_cause(std::string& out, const failure_record& root) {
   out += fmt::format("  class     : {}{}\n", root.failure_class,
                      root.exception_type.empty() ? std::string()
                                                  : " (" + printable(root.exception_type) + ")");
-  if (root.failure_class == "collective-timeout") {
-    out += "  culprit   : unknown: every failed rank timed out in a collective, so this one is "
-           "a victim; the rank that never entered it is not known (set --hang-timeout below the "
-           "collective's timeout to have dtrun's stacks name it)\n";
-  }
   if (!root.watchdog.empty()) {
     out += fmt::format("  watchdog  : killed by dtrun's file-timer watchdog: {}\n",
                        printable(root.watchdog));
@@ -356,6 +357,20 @@ std::string format_summary(const std::vector<failure_record>& failures, const su
   out += fmt::format("job failed: {} (run {}, round {}; {})\n", printable(ctx.program),
                      printable(ctx.run_id), root.round, printable(ctx.outcome));
   append_root_cause(out, root);
+  if (root.failure_class == "collective-timeout") {
+    // Every failure is a timeout (root_cause_index prefers any other):
+    // the one that exited first is a victim, not the cause. Ranks that
+    // were still running instead never timed out: the suspects.
+    out += "  culprit   : unknown: every failed rank timed out in a collective, so this one is "
+           "a victim";
+    if (!ctx.stopped_ranks.empty()) {
+      out += fmt::format("; rank(s) {} on {} were still running (they may never have entered "
+                         "it)",
+                         rank_ranges(ctx.stopped_ranks), printable(ctx.this_host));
+    }
+    out += "; set --hang-timeout below the collective's timeout to have dtrun's stacks name "
+           "the rank that never entered it\n";
+  }
   append_other_failures(out, failures, root_index, ctx);
   if (!ctx.stopped_ranks.empty()) {
     out += fmt::format("stopped by dtrun (not failures): rank(s) {} on {} (node rank {})\n",

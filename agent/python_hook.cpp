@@ -31,6 +31,9 @@ import sys as _sys
 
 _dtrun_fd = -1
 _dtrun_signal = 0
+# Where the uncaught exception's type and first line go, for dtrun's
+# failure class (not shown as an error file: that stays @record's).
+_dtrun_exception_file = _os.environ.pop("DTRUN_EXCEPTION_FILE", "")
 
 
 def _dtrun_in_forked_child():
@@ -125,6 +128,15 @@ def _dtrun_report_start_failure(kind, value, tb):
             fd = _os.open(path, _os.O_WRONLY | _os.O_CREAT | _os.O_EXCL | _os.O_CLOEXEC, 0o644)
             with _os.fdopen(fd, "w") as f:
                 json.dump(record, f)
+    except Exception:
+        pass
+    try:
+        if _dtrun_exception_file:
+            line = ("%s: %s" % (kind.__name__, value)).split("\n")[0][:512]
+            fd = _os.open(_dtrun_exception_file,
+                          _os.O_WRONLY | _os.O_CREAT | _os.O_TRUNC | _os.O_CLOEXEC, 0o644)
+            with _os.fdopen(fd, "w") as f:
+                f.write(line + "\n")
     except Exception:
         pass
     _dtrun_excepthook(kind, value, tb)

@@ -16,7 +16,11 @@
 // SyntaxError (the script never reached an @record entry point) is
 // written, in @record's format, to TORCHELASTIC_ERROR_FILE unless a file
 // is there, so the failure summary names it (and failure_hint.h says what
-// to do) even when the worker's output went only to the console.
+// to do) even when the worker's output went only to the console. Every
+// uncaught exception's "Type: first line" goes to DTRUN_EXCEPTION_FILE
+// (the worker's exception.txt), which the agent reads only to classify
+// the failure (failure_class.h): an `exception`, its type for
+// --no-restart-on, without @record and with the output on the console.
 //
 // The hook removes its variables from os.environ, so processes the worker
 // starts (spawned DataLoader workers, subprocesses) do not register on the

@@ -1,0 +1,259 @@
+"""Failure classes, --no-restart-on and the no-progress stop, with real
+workers (docs/agent.md, "Failure classes" and "Restart policy"): a raise
+without @record, os._exit, a SIGSEGV, a kernel OOM kill under a memory
+cgroup limit (its oom_kill count checked), a real gloo collective timeout
+(torch 1.13) and a hang, each classified in the failure summary, the
+event log's worker_failed and its incident."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.environ["DTRUN_SOURCE_DIR"], "tests", "pyhelpers"))
+import dtrun_helpers as dh  # noqa: E402
+from failure_summary import field, summary  # noqa: E402
+
+# Rank 1 fails as FAIL_MODE says; the other ranks wait to be stopped.
+WORKER = """
+import ctypes, os, signal, sys, time
+if os.environ["RANK"] != "1":
+    signal.pause()
+mode = os.environ["FAIL_MODE"]
+if mode == "raise":
+    raise TypeError("unsupported operand 42")
+if mode == "exit":
+    os._exit(3)
+if mode == "segv":
+    ctypes.string_at(0)
+if mode == "oom":
+    hog = []
+    while True:
+        hog.append(bytearray(16 << 20))
+if mode == "hang":
+    time.sleep(3600)
+"""
+
+# Both ranks meet in gloo; rank 1 never enters the all_reduce, so rank 0's
+# times out after 2 s (gloo's own watchdog).
+GLOO_TIMEOUT_WORKER = """
+import datetime, signal
+import torch, torch.distributed as dist
+dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=2))
+if dist.get_rank() == 1:
+    signal.pause()
+dist.all_reduce(torch.ones(1))
+"""
+
+
+def events_of(path: Path, name: str) -> list[dict]:
+    return [e for e in dh.read_json_lines(path) if e["event"] == name]
+
+
+def run_failing(tmp_path, mode: str, *flags: str, script: str = WORKER, timeout: float = 120,
+                prefix: list[str] | None = None):
+    worker = tmp_path / "worker.py"
+    worker.write_text(script)
+    events = tmp_path / "events.jsonl"
+    argv = [str(dh.DTRUN), "--standalone", "--nproc-per-node=2", "--max-restarts=0",
+            f"--event-log={events}", "--python", dh.PYTHON, *flags, str(worker)]
+    r = subprocess.run((prefix or []) + argv, env=dh.job_env(FAIL_MODE=mode), timeout=timeout,
+                       capture_output=True, text=True)
+    return r, events
+
+
+def check_class(r, events: Path, klass: str, rank: int | None = 1):
+    """rank None: whichever rank the root cause names."""
+    block = summary(r.stderr)
+    if rank is None:
+        rank = int(field(block, "rank").split(" ")[0])
+    assert field(block, "rank").startswith(f"{rank} "), block
+    assert field(block, "class").split(" ")[0] == klass, block
+    failed = [e for e in events_of(events, "worker_failed") if e["rank"] == rank]
+    assert failed and failed[0]["class"] == klass, failed
+    incidents = events_of(events, "incident")
+    assert len(incidents) == 1, incidents
+    assert incidents[0]["class"] == klass
+    assert incidents[0]["rank"] == rank
+    assert incidents[0]["resumed_at"] is None  # the job ended with it
+    return block, incidents[0]
+
+
+@pytest.mark.parametrize("mode,klass,code", [
+    ("raise", "exception", 1),
+    ("exit", "exit", 3),
+    ("segv", "signal", 128 + signal.SIGSEGV),
+])
+def test_a_worker_failure_is_classified(tmp_path, mode, klass, code):
+    r, events = run_failing(tmp_path, mode)
+    assert r.returncode == code, r.stderr
+    block, incident = check_class(r, events, klass)
+    if mode == "raise":
+        # No @record and the output on the console: the start-up hook's
+        # note still names the type.
+        assert field(block, "class") == "exception (TypeError)"
+        assert incident["exception_type"] == "TypeError"
+
+
+def test_a_gloo_collective_timeout_names_no_culprit_it_cannot_know(tmp_path):
+    r, events = run_failing(tmp_path, "", script=GLOO_TIMEOUT_WORKER)
+    assert r.returncode == 1, r.stderr
+    block, _ = check_class(r, events, "collective-timeout", rank=0)
+    assert field(block, "class") == "collective-timeout (RuntimeError)"
+    # Rank 0 is a victim; rank 1 never entered the collective and is the
+    # suspect dtrun can name, not the root cause it would have to guess.
+    culprit = field(block, "culprit")
+    assert culprit.startswith("unknown: every failed rank timed out in a collective"), culprit
+    assert "rank(s) 1 on" in culprit and "were still running" in culprit
+
+
+def test_a_hang_is_classified_as_hang(tmp_path):
+    r, events = run_failing(tmp_path, "hang", "--hang-timeout=2")
+    assert r.returncode == 128 + signal.SIGKILL, r.stderr
+    # Every rank is stuck somewhere of its own: dtrun kills them all.
+    _, incident = check_class(r, events, "hang", rank=None)
+    # Detection took the hang timeout: from the last progress to the kill.
+    assert incident["detect_s"] >= 2.0, incident
+
+
+def memory_cgroup_root() -> Path | None:
+    """The memory controller's folder where this test may make a child
+    cgroup (cgroup v1's memory mount, or v2 with the memory controller)."""
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        hier, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            base = Path("/sys/fs/cgroup/memory") / path.lstrip("/")
+            if (base / "memory.oom_control").exists():
+                return base
+        if hier == "0":
+            base = Path("/sys/fs/cgroup") / path.lstrip("/")
+            if "memory" in (base / "cgroup.controllers").read_text().split() if (
+                    base / "cgroup.controllers").exists() else False:
+                return base
+    return None
+
+
+def oom_kills(group: Path) -> int:
+    for name in ("memory.events", "memory.oom_control"):
+        f = group / name
+        if f.exists():
+            for line in f.read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    return int(value)
+    raise AssertionError(f"no oom_kill count in {group}")
+
+
+def test_a_kernel_oom_kill_is_proven_by_the_cgroup_count(tmp_path):
+    root = memory_cgroup_root()
+    if root is None or not os.access(root, os.W_OK):
+        pytest.skip("no writable memory cgroup here: cannot limit a job's memory")
+    group = root / f"dtrun-oom-{uuid.uuid4().hex[:8]}"
+    group.mkdir()
+    try:
+        limit = str(256 << 20)
+        if (group / "memory.max").exists():
+            (group / "memory.max").write_text(limit)
+        else:
+            (group / "memory.limit_in_bytes").write_text(limit)
+        before = oom_kills(group)
+        procs = group / "cgroup.procs"
+        # dtrun and its workers start inside the limited cgroup.
+        prefix = ["/bin/sh", "-c", f'echo $$ > {procs} && exec "$@"', "sh"]
+        r, events = run_failing(tmp_path, "oom", prefix=prefix)
+        assert oom_kills(group) > before, "the kernel counted no OOM kill"
+        assert r.returncode == 128 + signal.SIGKILL, r.stderr
+        block, _ = check_class(r, events, "oom-kill")
+        assert "OOM killer" in field(block, "hint")
+    finally:
+        for pid in (group / "cgroup.procs").read_text().split():
+            os.kill(int(pid), signal.SIGKILL)
+        group.rmdir()
+
+
+def test_no_restart_on_fails_the_job_at_once(tmp_path):
+    r, events = run_failing(tmp_path, "raise", "--max-restarts=3",
+                            "--no-restart-on=oom-kill,exception:TypeError")
+    assert r.returncode == 1, r.stderr
+    line = ("not restarted: --no-restart-on=exception:TypeError matched the failure of rank 1 "
+            "(exception TypeError, exited with code 1); 3 restart(s) left unused")
+    assert f"dtrun: {line}" in r.stderr
+    assert len(events_of(events, "rendezvous_completed")) == 1
+    assert line in summary(r.stderr)  # the summary's outcome
+
+
+def test_a_failure_the_rules_do_not_name_is_restarted(tmp_path):
+    r, events = run_failing(tmp_path, "exit", "--max-restarts=1",
+                            "--no-restart-on=exception:TypeError,exit:4,signal:SEGV")
+    assert r.returncode == 3, r.stderr
+    assert "not restarted" not in r.stderr
+    assert len(events_of(events, "rendezvous_completed")) == 2
+    # The first incident ended when the workers ran again; the second
+    # with the job.
+    incidents = events_of(events, "incident")
+    assert [i["class"] for i in incidents] == ["exit", "exit"]
+    assert incidents[0]["resumed_at"] is not None and incidents[0]["recover_s"] >= 0
+    assert incidents[1]["resumed_at"] is None
+
+
+# Rank 0 writes the step it reached, then fails there: the same step on
+# every round after the first.
+STALLED_WORKER = """
+import os, sys
+step_file = os.environ["STEP_FILE"]
+if os.environ["RANK"] == "0":
+    with open(step_file + ".tmp", "w") as f:
+        f.write("500\\n")
+    os.replace(step_file + ".tmp", step_file)
+    sys.exit(7)
+import signal
+signal.pause()
+"""
+
+
+def test_restarts_without_progress_stop_the_job(tmp_path):
+    step_file = tmp_path / "step"
+    worker = tmp_path / "worker.py"
+    worker.write_text(STALLED_WORKER)
+    events = tmp_path / "events.jsonl"
+    r = subprocess.run(
+        [str(dh.DTRUN), "--standalone", "--nproc-per-node=2", "--max-restarts=10",
+         f"--event-log={events}", f"--progress-file={step_file}",
+         "--max-no-progress-restarts=2", "--python", dh.PYTHON, str(worker)],
+        env=dh.job_env(STEP_FILE=str(step_file)), timeout=120, capture_output=True, text=True)
+    assert r.returncode == 7, r.stderr
+    # Round 0 reached step 500 (progress); rounds 1 and 2 did not move it.
+    line = (f"not restarted: no progress: the step in {step_file} stayed at 500 over 2 failed "
+            "round(s) in a row (--max-no-progress-restarts=2); 8 restart(s) left unused")
+    assert f"dtrun: {line}" in r.stderr, r.stderr
+    assert len(events_of(events, "rendezvous_completed")) == 3
+    assert [i["step"] for i in events_of(events, "incident")] == [500, 500, 500]
+
+
+def test_an_unreadable_progress_file_is_ignored_with_a_warning(tmp_path):
+    step_file = tmp_path / "step"
+    os.mkfifo(step_file)  # never read: it would block the agent
+    r, events = run_failing(tmp_path, "exit", "--max-restarts=1",
+                            f"--progress-file={step_file}", "--max-no-progress-restarts=1")
+    assert r.returncode == 3, r.stderr
+    assert f"warning: --progress-file {step_file}: it is not a regular file; ignored" in r.stderr
+    assert r.stderr.count("it is not a regular file") == 1  # said once
+    assert len(events_of(events, "rendezvous_completed")) == 2
+
+
+@pytest.mark.parametrize("value,error", [
+    ("oom", "--no-restart-on: 'oom' is not a failure class or a rule"),
+    ("exit:0", "--no-restart-on: 'exit:0' is not a failure class or a rule"),
+    ("node", "--no-restart-on: 'node' is not a failure class or a rule"),
+])
+def test_bad_no_restart_on_is_one_line_and_exit_2(tmp_path, value, error):
+    r = dh.run(["--standalone", f"--no-restart-on={value}", "--no-python", "true"])
+    assert r.returncode == 2
+    assert error in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
