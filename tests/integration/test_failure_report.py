@@ -109,6 +109,7 @@ def test_event_log_of_a_run_with_one_restart(tmp_path):
         "worker_exited", "worker_failed", "group_stopping", "worker_exited",
         "restart",
         "rendezvous_started", "rendezvous_completed", "worker_started", "worker_started",
+        "incident",
         "worker_exited", "worker_exited",
         "job_succeeded", "agent_exiting",
     ], names
@@ -134,6 +135,14 @@ def test_event_log_of_a_run_with_one_restart(tmp_path):
     assert by_name["restart"][0]["count"] == 1 and by_name["restart"][0]["max"] == 1
     assert all(e["exit_code"] == 0 and e["round"] == 1 for e in by_name["worker_exited"][2:])
     assert by_name["agent_exiting"][0]["exit_code"] == 0
+    # The incident: what ended round 0 and what it cost, once the workers
+    # ran again.
+    incident = by_name["incident"][0]
+    assert (incident["round"], incident["class"], incident["rank"]) == (0, "exit", 1)
+    assert incident["failed_at"] == by_name["worker_failed"][0]["exit_time"]
+    assert incident["resumed_at"] >= by_name["worker_started"][3]["time"][:23]
+    assert 0 <= incident["detect_s"] <= incident["recover_s"]
+    assert incident["restart"] == 1 and incident["step"] is None
 
 
 def test_event_log_to_stderr_and_a_failed_job(tmp_path):
@@ -141,8 +150,10 @@ def test_event_log_to_stderr_and_a_failed_job(tmp_path):
                 "/bin/sh", "-c", "exit 5"])
     assert r.returncode == 5
     events = [json.loads(line) for line in r.stderr.splitlines() if line.startswith("{")]
-    assert [e["event"] for e in events][-2:] == ["job_failed", "agent_exiting"]
-    root = events[-2]["root_cause"]
+    # The incident the job ended with closes as the agent exits.
+    assert [e["event"] for e in events][-3:] == ["job_failed", "incident", "agent_exiting"]
+    assert events[-2]["class"] == "exit" and events[-2]["resumed_at"] is None
+    root = events[-3]["root_cause"]
     assert root["rank"] == 0 and root["exit_code"] == 5 and root["signal"] is None
     assert events[-1]["exit_code"] == 5
 

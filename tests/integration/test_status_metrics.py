@@ -130,8 +130,19 @@ def test_metrics_endpoint(tmp_path):
         fifo.lines(2)
         status, ctype, body = get(base + "/metrics")
         assert status == 200 and ctype.startswith("text/plain")
+        assert "# TYPE dtrun_restarts_used gauge" in body
+        assert re.search(r"^dtrun_restarts_used\{[^}]*\} 0$", body, re.M), body
+        # Restarts by class: every class written, 0 before any incident.
         assert "# TYPE dtrun_restarts_total counter" in body
-        assert re.search(r"^dtrun_restarts_total\{[^}]*\} 0$", body, re.M), body
+        by_class = re.findall(r'^dtrun_restarts_total\{[^}]*class="([a-z-]+)"\} (\d+)$', body,
+                              re.M)
+        assert dict(by_class) == {c: "0" for c in (
+            "exception", "exit", "signal", "oom-kill", "collective-timeout", "hang", "watchdog",
+            "node", "health", "membership", "preemption")}, body
+        productive = re.search(r"^dtrun_productive_seconds_total\{[^}]*\} ([0-9.e+-]+)$",
+                               body, re.M)
+        lost = re.search(r"^dtrun_lost_seconds_total\{[^}]*\} ([0-9.e+-]+)$", body, re.M)
+        assert productive and lost and float(productive.group(1)) > 0, body
         rss = re.findall(r'^dtrun_worker_rss_bytes\{[^}]*rank="(\d)"[^}]*\} (\d+)', body, re.M)
         assert sorted(r for r, _ in rss) == ["0", "1"] and all(int(v) > 0 for _, v in rss)
         status, ctype, body = get(base + "/status")

@@ -26,6 +26,9 @@ job_status sample_job() {
   s.hangs_detected = 1;
   s.failures = 2;
   s.rounds = 3;
+  s.restarts_by_class = {{"exception", 2}, {"node", 1}};
+  s.productive_seconds = 90.5;
+  s.lost_seconds = 9.5;
   worker_status w;
   w.rank = 2;
   w.local_rank = 0;
@@ -73,6 +76,9 @@ TEST_CASE("job status round-trips through its JSON form") {
   CHECK(back->nnodes == 2);
   CHECK(back->started_at == original.started_at);
   CHECK(back->failures == 2);
+  CHECK(back->restarts_by_class == original.restarts_by_class);
+  CHECK(back->productive_seconds == std::optional<double>(90.5));
+  CHECK(back->lost_seconds == std::optional<double>(9.5));
   REQUIRE(back->workers.size() == 2);
   CHECK(back->workers[0].cpu_percent == std::optional<double>(99.5));
   CHECK(back->workers[0].gpu_memory_bytes == std::optional<std::uint64_t>(2048));
@@ -253,4 +259,22 @@ TEST_CASE("agents of one run id that claim the same node rank are not merged") {
   REQUIRE(runs.size() == 2);
   CHECK(runs[0].nodes.empty());
   CHECK(runs[1].agent_pid == 99);
+}
+
+TEST_CASE("restarts by class: only known classes are read, every class is exported") {
+  auto j = nlohmann::json::parse(to_json(sample_job()).dump());
+  j["restarts_by_class"]["evil\"label"] = 5;
+  j["restarts_by_class"]["exit"] = -1;
+  std::string error;
+  auto back = from_json(j, error);
+  REQUIRE(back);
+  CHECK(back->restarts_by_class == std::map<std::string, std::uint64_t>{{"exception", 2},
+                                                                        {"node", 1}});
+  auto text = to_prometheus(*back);
+  CHECK(text.find(R"(dtrun_restarts_total{run_id="job\"1\\\nx",node_rank="1",class="exception"} 2)") !=
+        std::string::npos);
+  CHECK(text.find(R"(class="oom-kill"} 0)") != std::string::npos);
+  CHECK(text.find("evil") == std::string::npos);
+  CHECK(text.find("dtrun_productive_seconds_total{") != std::string::npos);
+  CHECK(text.find("dtrun_lost_seconds_total{") != std::string::npos);
 }
