@@ -257,3 +257,40 @@ def test_bad_no_restart_on_is_one_line_and_exit_2(tmp_path, value, error):
     assert r.returncode == 2
     assert error in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_a_lost_node_is_the_survivors_node_incident(tmp_path):
+    """Two local nodes (--nnodes=1:2) whose workers do not talk to each
+    other: SIGKILL the second node's agent (its workers die with it), and
+    the survivor's incident is `node`, closed when its round-1 workers run."""
+    port = dh.free_port()
+    env = dh.job_env()
+    events = [tmp_path / "events0.jsonl", tmp_path / "events1.jsonl"]
+    # Round 0's workers wait to be stopped; round 1's finish at once.
+    worker = '[ "$TORCHELASTIC_RESTART_COUNT" = 0 ] || exit 0; exec sleep 1000'
+    procs = []
+    try:
+        for node, is_host in ((0, 1), (1, 0)):
+            procs.append(dh.start(
+                ["--nnodes=1:2", "--nproc-per-node=1", "--rdzv-backend=c10d",
+                 f"--rdzv-endpoint=127.0.0.1:{port}",
+                 f"--rdzv-conf={dh.FAST_RDZV},is_host={is_host}", f"--event-log={events[node]}",
+                 "--no-python", "/bin/sh", "-c", worker], env))
+        for p in procs:
+            dh.wait_for_stderr(p, "round 0: node", timeout=60)
+        os.kill(procs[1].pid, signal.SIGKILL)
+        procs[1].wait()
+        _, stderr = procs[0].communicate(timeout=60)
+        assert procs[0].returncode == 0, stderr
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        dh.kill_marked(env["DTRUN_TEST_MARK"])
+    incidents = events_of(events[0], "incident")
+    assert len(incidents) == 1, incidents
+    i = incidents[0]
+    assert (i["round"], i["class"], i["rank"]) == (0, "node", None), i
+    assert "was lost" in i["detail"] and i["detect_s"] is None
+    assert i["resumed_at"] is not None and i["recover_s"] > 0

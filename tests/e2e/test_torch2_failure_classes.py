@@ -1,0 +1,67 @@
+"""Failure classes under real torch 2.6 (tests/pyhelpers/torch2.py; the
+torch 1.13 twin is tests/integration/test_failure_classes.py): a gloo
+collective timeout is `collective-timeout` with no guessed culprit, an
+exception raised in a DDP worker is `exception` with its type, and
+--no-restart-on=exception:TypeError ends the job with restarts left."""
+
+import json
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.environ["DTRUN_SOURCE_DIR"], "tests", "pyhelpers"))
+import dtrun_helpers as dh  # noqa: E402
+import torch2  # noqa: E402
+from failure_summary import field, summary  # noqa: E402
+
+# Rank 1 never enters the all_reduce (TIMEOUT) or raises TypeError in the
+# middle of DDP training (RAISE); rank 0 trains.
+WORKER = """
+import datetime, os, signal
+import torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=3))
+model = DDP(torch.nn.Linear(4, 1))
+rank = dist.get_rank()
+if os.environ["MODE"] == "timeout":
+    if rank == 1:
+        signal.pause()
+    dist.all_reduce(torch.ones(1))
+else:
+    for step in range(3):
+        if rank == 1 and step == 2:
+            raise TypeError("unsupported operand at step 2")
+        model(torch.ones(8, 4)).sum().backward()
+"""
+
+
+def run(tmp_path, mode, *flags):
+    torch2.require()
+    worker = tmp_path / "worker.py"
+    worker.write_text(WORKER)
+    events = tmp_path / "events.jsonl"
+    r = torch2.dtrun(["--standalone", "--nproc-per-node=2", f"--event-log={events}", *flags,
+                      "--python", torch2.PYTHON, worker],
+                     binds=[tmp_path], env=dh.job_env(MODE=mode), timeout=180)
+    evs = [json.loads(line) for line in events.read_text().splitlines()]
+    return r, evs
+
+
+def test_a_gloo_timeout_is_a_collective_timeout_on_torch_2_6(tmp_path):
+    r, evs = run(tmp_path, "timeout", "--max-restarts=0")
+    assert r.returncode == 1, r.stderr
+    block = summary(r.stderr)
+    assert field(block, "rank").startswith("0 "), block
+    assert field(block, "class").startswith("collective-timeout"), block
+    assert field(block, "culprit").startswith("unknown: every failed rank timed out"), block
+    assert [e["class"] for e in evs if e["event"] == "incident"] == ["collective-timeout"]
+
+
+def test_no_restart_on_an_exception_type_on_torch_2_6(tmp_path):
+    r, evs = run(tmp_path, "raise", "--max-restarts=2", "--no-restart-on=exception:TypeError")
+    assert r.returncode == 1, r.stderr
+    assert ("not restarted: --no-restart-on=exception:TypeError matched the failure of rank 1 "
+            "(exception TypeError, exited with code 1); 2 restart(s) left unused") in r.stderr
+    assert field(summary(r.stderr), "class") == "exception (TypeError)"
+    assert len([e for e in evs if e["event"] == "rendezvous_completed"]) == 1
