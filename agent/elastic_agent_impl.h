@@ -169,6 +169,7 @@ class elastic_agent::impl {
   std::optional<std::string> no_progress_stop(int restarts_left);
   std::optional<std::int64_t> read_step();
   std::string failure_tag() const;
+  void say_flight_recorder_dumps();
 
   // elastic_agent_watch.cpp
   void start_watchdog();
@@ -220,6 +221,8 @@ class elastic_agent::impl {
   // The GPUs' memory before the first round, and the reclaim's waiter.
   gpu_memory_levels gpu_baseline_;
   std::optional<gpu_reclaim_waiter> reclaim_;
+  // The node has NVIDIA GPUs: the workers get torch's NCCL flight recorder.
+  bool nccl_traces_ = false;
   // Incidents and goodput: the open incident, the restarts by class, the
   // time this node's workers ran (productive) since the agent started.
   std::optional<incident> incident_;

@@ -4,6 +4,8 @@
 // the productive time (docs/agent.md, "Incidents and goodput"). And the
 // restart policy: whether a failure is worth a restart at all
 // (--no-restart-on, --progress-file with --max-no-progress-restarts).
+#include <filesystem>
+
 #include <fmt/format.h>
 
 #include "agent/elastic_agent_impl.h"
@@ -99,6 +101,23 @@ void elastic_agent::impl::close_incident(bool resumed) {
       // dtrun sees one number (docs/agent.md says how to read both).
       {"steps_lost", nullptr},
       {"restart", job_restarts_ ? ojson(*job_restarts_) : ojson(restarts_seen_)}});
+}
+
+// After a collective's timeout on a node with the flight recorder on:
+// where torch left each rank's last collectives (the rank that never
+// entered is the one whose trace stops short).
+void elastic_agent::impl::say_flight_recorder_dumps() {
+  if (!nccl_traces_ || !failure_ || failure_->klass != failure_class::collective_timeout) return;
+  auto dir = std::filesystem::path(run_dir_) / fmt::format("attempt_{}", round_info_.round);
+  std::error_code ec;
+  std::size_t dumps = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    if (entry.path().filename().string().rfind(nccl_trace_prefix, 0) == 0) ++dumps;
+  }
+  log_error(fmt::format("collective timeout: {} NCCL flight-recorder dump(s) in {} ({}<rank>; "
+                        "torch's `python -m torch.distributed.flight_recorder.fr_trace` reads "
+                        "them and names the rank that never entered)",
+                        dumps, printable(dir.string()), nccl_trace_prefix));
 }
 
 // "[exception:TypeError]": this node's failure's class, for the reason

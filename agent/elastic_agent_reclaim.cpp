@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "agent/elastic_agent_impl.h"
+#include "agent/gpu_health.h"
 #include "rendezvous/base/exit_codes.h"
 
 namespace dtrun::agent {
@@ -21,6 +22,9 @@ void elastic_agent::impl::start_gpu_watch() {
     log_debug(fmt::format("no GPU checks: {}", nvml_->why_unavailable()));
     return;
   }
+  // NCCL jobs: torch's flight recorder, so a collective's timeout leaves
+  // each rank's last collectives behind (docs/agent.md, "Failure classes").
+  nccl_traces_ = !nvml_gpus(*nvml_).empty();
   if (options_.gpu_reclaim_timeout.count() <= 0) return;  // not waited for: no baseline
   gpu_baseline_ = read_gpu_memory_levels(*nvml_, {});
   reclaim_.emplace(io_, *nvml_);

@@ -36,6 +36,7 @@ bool failure_counts_for_progress(failure_class c) {
 void elastic_agent::impl::group_stopped() {
   group_.cancel_stop();
   end_round();
+  say_flight_recorder_dumps();
   if (stop_signal_ != 0) {
     finish_after_job_stop(128 + stop_signal_);
     return;

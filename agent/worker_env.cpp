@@ -71,6 +71,12 @@ env_map round_worker_env(const worker_group_spec& /*spec*/, const rendezvous::re
   };
 }
 
+void add_nccl_trace_env(env_map& env, const std::string& attempt_dir) {
+  env.try_emplace("TORCH_NCCL_TRACE_BUFFER_SIZE", "2000");
+  env.try_emplace("TORCH_NCCL_DUMP_ON_TIMEOUT", "1");
+  env.try_emplace("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", attempt_dir + "/" + nccl_trace_prefix);
+}
+
 env_map current_environment() {
   env_map env;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {

@@ -294,3 +294,27 @@ def test_a_lost_node_is_the_survivors_node_incident(tmp_path):
     assert (i["round"], i["class"], i["rank"]) == (0, "node", None), i
     assert "was lost" in i["detail"] and i["detect_s"] is None
     assert i["resumed_at"] is not None and i["recover_s"] > 0
+
+
+FAKE_NVML = dh.BUILD_DIR / "tests" / "fake_nvml"
+PRINT_TRACE_ENV = ('for v in TORCH_NCCL_TRACE_BUFFER_SIZE TORCH_NCCL_DUMP_ON_TIMEOUT '
+                   'TORCH_NCCL_DEBUG_INFO_TEMP_FILE; do eval echo "$v=\\${$v-unset}"; done')
+
+
+def test_nccl_flight_recorder_is_on_where_there_are_gpus(tmp_path):
+    """With a GPU (the fake NVML of tests/fake_nvml), the workers get torch's
+    flight recorder, dumping into the attempt's folder; a value the user
+    set is kept. Without GPUs nothing is added (the env stays torchrun's)."""
+    args = ["--standalone", "--nproc-per-node=1", "--gpu-reclaim-timeout=0",
+            f"--log-dir={tmp_path / 'logs'}", "--no-python", "/bin/sh", "-c", PRINT_TRACE_ENV]
+    gpu = dh.run(args, env=dh.job_env(LD_LIBRARY_PATH=str(FAKE_NVML), FAKE_NVML_GPUS="1",
+                                      TORCH_NCCL_TRACE_BUFFER_SIZE="500"))
+    assert gpu.returncode == 0, gpu.stderr
+    lines = dict(line.split("=", 1) for line in gpu.stdout.split())
+    assert lines["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "500"
+    assert lines["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
+    assert re.fullmatch(rf"{tmp_path}/logs/.+/attempt_0/nccl_trace_rank_",
+                        lines["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"]), lines
+    cpu = dh.run(args)
+    assert cpu.returncode == 0, cpu.stderr
+    assert set(dict(line.split("=", 1) for line in cpu.stdout.split()).values()) == {"unset"}
