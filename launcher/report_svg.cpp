@@ -34,6 +34,12 @@ double tick_step(double total) {
   return 10 * magnitude;
 }
 
+// Three significant digits or so: 1.59, 12.3, 4521.
+std::string short_seconds(double s) {
+  if (s < 10) return fmt::format("{:.2f}", s);
+  return s < 100 ? fmt::format("{:.1f}", s) : fmt::format("{:.0f}", s);
+}
+
 }  // namespace
 
 std::string xml_escape(std::string_view text) {
@@ -78,9 +84,9 @@ std::string render_svg(const job_report& r) {
   const double height = legend_y + 24;
 
   std::string title =
-      fmt::format("dtrun run {}: goodput {:.1f}% ({:.1f} s productive of {:.1f} s), {}",
-                  r.run_id.empty() ? "?" : r.run_id, r.goodput * 100, r.productive_s, r.total_s,
-                  r.outcome.state);
+      fmt::format("dtrun run {}: goodput {:.1f}% ({} s productive of {} s), {}",
+                  r.run_id.empty() ? "?" : r.run_id, r.goodput * 100, short_seconds(r.productive_s),
+                  short_seconds(r.total_s), r.outcome.state);
   std::string svg = fmt::format(
       "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0:.0f}\" height=\"{1:.0f}\" "
@@ -170,12 +176,12 @@ std::string render_svg(const job_report& r) {
   svg += fmt::format("<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\" "
                      "stroke=\"{3}\" stroke-width=\"2\"/>\n"
                      "<text x=\"{4:.1f}\" y=\"{5:.1f}\">incident (its class)</text>\n",
-                     left + 300, ly - 11, ly + 2, incident_colour, left + 308, ly);
+                     left + 360, ly - 11, ly + 2, incident_colour, left + 368, ly);
   svg += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"20\" height=\"12\" fill=\"{}\" "
                      "fill-opacity=\"0.6\"/>\n"
                      "<text x=\"{:.1f}\" y=\"{:.1f}\">until every node's workers ran "
                      "again</text>\n",
-                     left + 440, ly - 10, recovery_colour, left + 466, ly);
+                     left + 520, ly - 10, recovery_colour, left + 546, ly);
   svg += "</svg>\n";
   return svg;
 }
