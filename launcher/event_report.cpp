@@ -127,17 +127,22 @@ std::vector<agent_record> assign_agents(std::vector<event>& events) {
   return agents;
 }
 
+// Agents whose agent_started is not in the log (a log cut at its head)
+// have no run id: they belong to the run when the log holds only one.
 std::string choose_run(const std::vector<agent_record>& agents, const std::string& wanted,
                        std::vector<std::string>& others) {
   std::vector<std::string> runs;  // in order of their first agent's start
   for (const auto& a : agents) {
-    if (std::find(runs.begin(), runs.end(), a.run_id) == runs.end()) runs.push_back(a.run_id);
+    if (!a.run_id.empty() && std::find(runs.begin(), runs.end(), a.run_id) == runs.end()) {
+      runs.push_back(a.run_id);
+    }
   }
+  if (runs.empty()) return "";
   std::string chosen = runs.back();
   if (!wanted.empty()) {
     if (std::find(runs.begin(), runs.end(), wanted) == runs.end()) {
       std::string known;
-      for (const auto& r : runs) known += (known.empty() ? "" : ", ") + (r.empty() ? "?" : r);
+      for (const auto& r : runs) known += (known.empty() ? "" : ", ") + r;
       throw report_error(fmt::format("no run '{}' in the event log; it holds: {}",
                                      printable(wanted), printable(known)));
     }
@@ -525,10 +530,14 @@ job_report build_report(const std::vector<report_input>& inputs, const std::stri
   auto agents = assign_agents(events);
   report.run_id = choose_run(agents, run_id, report.other_runs);
 
+  // The agents without a run id join the only run there is.
+  auto in_run = [&](const agent_record& a) {
+    return a.run_id == report.run_id || (a.run_id.empty() && report.other_runs.empty());
+  };
   std::vector<std::size_t> members;
   std::set<std::string> hosts, repeated;
   for (std::size_t a = 0; a < agents.size(); ++a) {
-    if (agents[a].run_id != report.run_id) continue;
+    if (!in_run(agents[a])) continue;
     members.push_back(a);
     if (!hosts.insert(agents[a].host).second) repeated.insert(agents[a].host);
   }
@@ -540,7 +549,7 @@ job_report build_report(const std::vector<report_input>& inputs, const std::stri
   }
   std::vector<const event*> run;
   for (const auto& e : events) {
-    if (agents[e.agent].run_id == report.run_id) run.push_back(&e);
+    if (in_run(agents[e.agent])) run.push_back(&e);
   }
   report.events = run.size();
   report.started_at = run.front()->time;

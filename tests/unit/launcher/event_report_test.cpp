@@ -373,6 +373,21 @@ TEST_CASE("report: a log holding two runs reports the last unless told") {
                     "no run 'job3' in the event log; it holds: job1, job2");
 }
 
+TEST_CASE("report: a log cut at its head still reads, its agents in the one run") {
+  auto [a, b] = two_nodes();
+  // h2's first lines (agent_started, its round 0) are lost.
+  std::string cut = b.text.substr(b.text.find("\n", b.text.find("worker_started")) + 1);
+  auto r = build_report({{"h1", a.text}, {"h2", cut}});
+  CHECK(r.run_id == "job1");
+  CHECK(r.other_runs.empty());
+  CHECK(r.nodes.size() == 2);
+  CHECK(r.incidents.size() == 1);
+  auto only_cut = build_report({{"h2", cut}});
+  CHECK(only_cut.run_id.empty());
+  CHECK(only_cut.nodes.size() == 1);
+  CHECK_THAT(render_report(only_cut), Contains("run ?: 1 node (h2)"));
+}
+
 TEST_CASE("report: two agents on one host are told apart by their pids") {
   node_log a{"vm", 10, 0, 1, ""}, b{"vm", 20, 1, 1, ""};
   a.started(0);
