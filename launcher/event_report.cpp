@@ -342,7 +342,11 @@ std::map<std::int64_t, round_events> gather_rounds(const std::vector<const event
       auto ranks = f.find("ranks");
       if (ranks != f.end() && ranks->is_array() && ranks->size() == 2 &&
           (*ranks)[0].is_number_integer() && (*ranks)[1].is_number_integer()) {
-        n.nproc = (*ranks)[1].get<int>() - (*ranks)[0].get<int>() + 1;
+        // Ranks are below 2^31: anything else (a corrupt line) counts 0
+        // workers, and cannot overflow the subtraction.
+        auto first = (*ranks)[0].get<std::int64_t>(), last = (*ranks)[1].get<std::int64_t>();
+        bool sane = first >= 0 && last >= first && last < (std::int64_t{1} << 31);
+        n.nproc = sane ? static_cast<int>(last - first + 1) : 0;
       } else {
         n.nproc = agents[e->agent].nproc_per_node;
       }

@@ -345,6 +345,32 @@ TEST_CASE("report: lines that are not events are skipped and counted") {
   CHECK(report_json(r)["skipped_lines"] == 4);
 }
 
+TEST_CASE("report: fields of the wrong type or out of range read as absent") {
+  std::string text = one_node_restart().text;
+  for (const char* odd : {
+           R"({"event":"rendezvous_completed","host":5,"agent_pid":"x","round":"0","ranks":"a"})",
+           R"({"event":"rendezvous_completed","host":"vm","agent_pid":41,"round":0,)"
+           R"("ranks":[-9223372036854775807,9223372036854775807]})",
+           R"({"event":"worker_failed","host":"vm","agent_pid":41,"round":1,"exit_time":7,)"
+           R"("rank":"one","message":["x"],"signal":3})",
+           R"({"event":"incident","host":"vm","agent_pid":41,"round":9,"class":7,)"
+           R"("failed_at":"soon","restart":"x","steps_lost":1.5})",
+           R"({"event":"restart","host":"vm","agent_pid":41,"count":"2","after_round":null})",
+           R"({"event":"node_health","host":"vm","agent_pid":41,"round":0,"healthy":"no"})",
+       }) {
+    auto j = ojson::parse(odd);
+    j["time"] = at(7);
+    text += j.dump() + "\n";
+  }
+  job_report r;
+  REQUIRE_NOTHROW(r = build_report({{"ev", text}}));
+  CHECK(r.restarts == 1);
+  CHECK(r.incidents.size() == 3);  // round 9's, and the failure logged in round 1
+  CHECK_NOTHROW(render_report(r));
+  CHECK_NOTHROW(render_svg(r));
+  CHECK_NOTHROW(report_json(r).dump());
+}
+
 TEST_CASE("report: a log with no event is one clear error") {
   CHECK_THROWS_WITH(build_report({{"ev.jsonl", "hello\nworld\n"}}),
                     "no dtrun event in ev.jsonl (2 lines are not a dtrun event); write one with "
