@@ -334,6 +334,7 @@ parse_result parse_command_line(const std::vector<std::string>& args) {
       "Commands, as the first word (each has --help):\n"
       "  dtrun status [--json] [--watch]   the running jobs of this user: nodes, workers\n"
       "  dtrun stacks [--agent PID]        every rank's Python stacks, without stopping it\n"
+      "  dtrun report LOG [--plot F.svg]   a job's timeline and goodput from its --event-log\n"
       "  dtrun help                        this help");
   app.get_formatter()->column_width(34);
   // A repeated flag: the last one wins, as with torchrun (argparse).

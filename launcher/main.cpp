@@ -27,6 +27,7 @@
 #include "rendezvous/base/number_parse.h"
 #include "launcher/program_lookup.h"
 #include "launcher/remote_command.h"
+#include "launcher/report_command.h"
 #include "launcher/rendezvous_config.h"
 #include "launcher/scheduler_env.h"
 #include "launcher/ssh_fanout.h"
@@ -167,13 +168,17 @@ int launch(const launcher::launch_config& config, const launcher::launch_options
 }  // namespace
 
 int main(int argc, char** argv) {
-  // `dtrun status` and `dtrun stacks` look at running jobs. Only as the
-  // first word: a script of that name runs as `dtrun ./status`.
+  // `dtrun status` and `dtrun stacks` look at running jobs, `dtrun report`
+  // at a finished one's event log. Only as the first word: a script of that
+  // name runs as `dtrun ./status`.
   if (argc > 1 && std::string_view(argv[1]) == "status") {
     return launcher::run_status_command(argc - 1, argv + 1);
   }
   if (argc > 1 && std::string_view(argv[1]) == "stacks") {
     return launcher::run_stacks_command(argc - 1, argv + 1);
+  }
+  if (argc > 1 && std::string_view(argv[1]) == "report") {
+    return launcher::run_report_command(argc - 1, argv + 1);
   }
   try {
     std::vector<std::string> args(argv + 1, argv + argc);

@@ -21,12 +21,13 @@ def docs_text() -> str:
 
 def example_commands() -> list[str]:
     """`dtrun ...` lines of the README's code blocks and the man page's
-    EXAMPLES (not the status/stacks commands, which need a running job)."""
+    EXAMPLES (not the status/stacks commands, which need a running job, nor
+    report, which reads a finished job's event log)."""
     found = []
     for block in re.findall(r"```\n(.*?)```", (SOURCE / "README.md").read_text(), re.S):
         for line in block.splitlines():
             line = line.split("  #")[0].strip()
-            if line.startswith("dtrun ") and not re.match(r"dtrun (status|stacks)\b", line):
+            if line.startswith("dtrun ") and not re.match(r"dtrun (status|stacks|report)\b", line):
                 found.append(line)
     man = (SOURCE / "packaging" / "man" / "dtrun.h2m").read_text()
     found += [m.replace("\\-", "-") for m in re.findall(r"^\.B (dtrun \\-.*)$", man, re.M)]
