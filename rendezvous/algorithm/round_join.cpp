@@ -154,8 +154,12 @@ void dynamic_rendezvous::impl::join(std::int64_t r) {
   from_arrival_ = round_ >= 0 ? arrival_ : 0;
   from_rank_ = round_ >= 0 && last_round_ == round_ ? group_rank_ : -1;
   round_ = r;
-  ops_->compare_set(keys_.newest_round(), std::to_string(r - 1), std::to_string(r),
-                    unheeded_("record the newest round"));
+  // From empty for round 0: a compare_set from "-1" on an absent key
+  // stores nothing (PyTorch's rule, store_semantics.cpp), and until
+  // 2026-11-26 `round` was never written at all, so every newcomer walked
+  // every past round from 0 and `dtrun status` always read round 0.
+  ops_->compare_set(keys_.newest_round(), r == 0 ? std::string() : std::to_string(r - 1),
+                    std::to_string(r), unheeded_("record the newest round"));
   ops_->add(keys_.joined(r), 1, [self = shared_from_this(), r, t = ticket()](store_result a) {
     if (!self->current(t)) return;  // a stale round's reply
     if (a.error) return self->fail(a.error);

@@ -175,4 +175,45 @@ TEST_CASE("after a worker failure the round closes when every member is back",
                     "arrived); closing with 3 node(s)") >= 1);
 }
 
+// The newest round (`round`) is recorded from round 0 on, so a node that
+// starts after a restart (a node that is only restarting) joins the newest
+// round at once, instead of walking every past round from round 0.
+TEST_CASE("a node started after a restart joins the newest round, not round 0",
+          "[dynamic_rendezvous][returning]") {
+  cluster c;
+  for (int i = 0; i < 3; ++i) add_patient(c, 2, 3);
+  std::vector<round_result> first(3), second(2), third(2);
+  round_result newcomer;
+  int first_done = 0, second_done = 0, third_done = 0;
+  auto third_round_done = [&] {
+    if (++third_done == 3) c.shutdown_all();
+  };
+  for (int i = 0; i < 3; ++i) {
+    join(*c.nodes[i], first[i], [&, i] {
+      if (i < 2) {
+        c.nodes[i]->watch_round([&, i](std::string) {
+          join(*c.nodes[i], second[i], [&, i] {
+            c.nodes[i]->watch_round([&, i](std::string) {
+              join(*c.nodes[i], third[i], third_round_done);
+            });
+            if (++second_done < 2) return;
+            // Round 1 runs with the two survivors; the lost node's machine
+            // starts a new agent.
+            join(add_patient(c, 2, 3), newcomer, third_round_done);
+          });
+        });
+      }
+      if (++first_done == 3) c.nodes[2]->shutdown();
+    });
+  }
+  c.io.run();
+  CHECK(c.log_count("round 1 is running with 2 of at most 3 nodes; asking to join") == 1);
+  CHECK(c.log_count("round 0 is") == 0);
+  for (const auto* r : {&third[0], &third[1], &newcomer}) {
+    REQUIRE_FALSE(r->error);
+    CHECK(r->info.round == 2);
+    CHECK(r->info.group_world_size == 3);
+  }
+}
+
 }  // namespace memory_cluster
