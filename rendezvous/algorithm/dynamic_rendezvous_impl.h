@@ -11,6 +11,8 @@
 //   round_leave.cpp         the exit barrier, stopping, leaving
 //   round_quarantine.cpp    a machine kept out: its record, the list,
 //                           waiting outside any round
+//   round_return.cpp        a restart round closes once every node that
+//                           can come is back (returning_nodes.h)
 //
 // Completion handlers do not throw; every value read from the store is
 // parsed with a guard.
@@ -30,6 +32,7 @@
 #include "rendezvous/algorithm/heartbeat_ring.h"
 #include "rendezvous/algorithm/rank_table.h"
 #include "rendezvous/algorithm/rendezvous_keys.h"
+#include "rendezvous/algorithm/returning_nodes.h"
 #include "rendezvous/base/generation_timer.h"
 
 namespace dtrun::rendezvous {
@@ -115,7 +118,8 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   void joined(std::int64_t r, int index);
   node_descriptor describe_self(int worker_store_port) const;
   void arm_last_call(std::int64_t r);
-  void close_round(std::int64_t r, int members);
+  // `why`, when given, is logged if this node's count closes the round.
+  void close_round(std::int64_t r, int members, std::string why = {});
   void publish_ranks(std::int64_t r, int members);
   int open_worker_store(std::int64_t r);
 
@@ -144,6 +148,12 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
                         const restart_completion& done);
   void mark_job_failed(const std::string& why);
   void mark_failures_read(std::int64_t r, std::function<void()> done);
+
+  // --- round_return.cpp -----------------------------------------------------
+  void count_returner(std::int64_t r, int index);
+  void fix_returning(std::int64_t r, int index, std::int64_t arrivals, const std::string& over);
+  void check_everyone_here(std::int64_t r);
+  void close_if_enough(std::int64_t r, const returning_nodes& expected);
 
   // --- round_quarantine.cpp -------------------------------------------------
   void outside_connected(std::function<void(std::exception_ptr)> then);
@@ -182,6 +192,11 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   std::int64_t round_ = -1;  // the round joined or being joined
   std::int64_t last_round_ = -1;  // the last round this node was ranked in
   int arrival_ = 0, group_rank_ = -1, members_ = 0;
+  // Where this node comes from when it joins a round: the round it last
+  // joined (-1: none), its arrival index there and its group rank there
+  // (-1: it waited as a spare). Set by join() from the round it leaves.
+  std::int64_t from_round_ = -1;
+  int from_arrival_ = 0, from_rank_ = -1;
   bool waiting_as_spare_ = false;  // arrived when the job was full (wait_for_next_round)
   std::string advertised_addr_;
   completion done_;  // the pending next_round() call

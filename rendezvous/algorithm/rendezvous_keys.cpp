@@ -40,6 +40,10 @@ std::string rendezvous_keys::assignment(std::int64_t r, int arrival) const {
   return round_key(r, fmt::format("assign/{}", arrival));
 }
 std::string rendezvous_keys::over(std::int64_t r) const { return round_key(r, "over"); }
+std::string rendezvous_keys::returning(std::int64_t r) const {
+  return round_key(r, "returning");
+}
+std::string rendezvous_keys::back(std::int64_t r) const { return round_key(r, "back"); }
 std::string rendezvous_keys::heartbeat(std::int64_t r, int arrival) const {
   return round_key(r, fmt::format("hb/{}", arrival));
 }

@@ -50,6 +50,10 @@ class rendezvous_keys {
   std::string closed(std::int64_t r) const;
   std::string assignment(std::int64_t r, int arrival) const;
   std::string over(std::int64_t r) const;
+  // Who can come to restart round r (returning_nodes.h), and how many of
+  // them are back (a counter).
+  std::string returning(std::int64_t r) const;
+  std::string back(std::int64_t r) const;
   std::string heartbeat(std::int64_t r, int arrival) const;
   std::string done(std::int64_t r) const;
   std::string left(std::int64_t r) const;

@@ -243,7 +243,7 @@ void dynamic_rendezvous::impl::start_round(std::int64_t r, const rank_assignment
   if (phase_ == round_phase::joining) phase_ = round_phase::running;
   deadline_timer_.cancel();
   ops_->set_will(keys_.will(round_, group_rank_), keys_.over(r),
-                 fmt::format("node {} ({}) was lost", group_rank_, advertised_addr_),
+                 node_lost_reason(group_rank_, advertised_addr_),
                  unheeded_("set this node's will"));
   watch_over(r);
   watch_successor(r, mine.successor_arrival);

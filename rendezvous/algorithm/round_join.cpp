@@ -153,9 +153,17 @@ void dynamic_rendezvous::impl::report_job_failed() {
 }
 
 void dynamic_rendezvous::impl::join(std::int64_t r) {
+  // The round we leave, for the count of who can come (round_return.cpp).
+  from_round_ = round_;
+  from_arrival_ = round_ >= 0 ? arrival_ : 0;
+  from_rank_ = round_ >= 0 && last_round_ == round_ ? group_rank_ : -1;
   round_ = r;
-  ops_->compare_set(keys_.newest_round(), std::to_string(r - 1), std::to_string(r),
-                    unheeded_("record the newest round"));
+  // From empty for round 0: a compare_set from "-1" on an absent key
+  // stores nothing (PyTorch's rule, store_semantics.cpp), and until
+  // 2026-11-26 `round` was never written at all, so every newcomer walked
+  // every past round from 0 and `dtrun status` always read round 0.
+  ops_->compare_set(keys_.newest_round(), r == 0 ? std::string() : std::to_string(r - 1),
+                    std::to_string(r), unheeded_("record the newest round"));
   ops_->add(keys_.joined(r), 1, [self = shared_from_this(), r, t = ticket()](store_result a) {
     if (!self->current(t)) return;  // a stale round's reply
     if (a.error) return self->fail(a.error);
@@ -190,8 +198,15 @@ void dynamic_rendezvous::impl::joined(std::int64_t r, int index) {
   }
   if (index == options_.max_nodes) {
     close_round(r, index);
-  } else if (index == options_.min_nodes) {
-    arm_last_call(r);
+  } else {
+    if (index == options_.min_nodes) arm_last_call(r);
+    // A restart round closes as soon as every node that can come is here
+    // (round_return.cpp); the last call bounds the wait for the others.
+    if (from_round_ == r - 1 && from_arrival_ >= 1) {
+      count_returner(r, index);
+    } else if (index == options_.min_nodes) {
+      check_everyone_here(r);
+    }
   }
   await_close(r);
 }
@@ -221,9 +236,14 @@ void dynamic_rendezvous::impl::arm_last_call(std::int64_t r) {
       if (n.error) return self->fail(n.error);
       // Whole units only (--node-unit): the rest wait as spares. Never
       // below min_nodes: it is a multiple, and this is its arrival's timer.
-      auto here = std::min<std::int64_t>(n.number, self->options_.max_nodes);
-      auto unit = std::max(1, self->options_.node_unit);
-      self->close_round(r, static_cast<int>(here - here % unit));
+      auto count = closing_count(n.number, self->options_.max_nodes, self->options_.node_unit);
+      self->close_round(r, count,
+                        fmt::format("round {}: the last call ({} s) is over; closing with {} "
+                                    "node(s)",
+                                    r,
+                                    std::chrono::duration<double>(
+                                        self->options_.last_call_timeout).count(),
+                                    count));
     });
   });
 }
@@ -232,13 +252,15 @@ void dynamic_rendezvous::impl::arm_last_call(std::int64_t r) {
 // last call's timer); compare_set on `closing` lets the first count win.
 // The winner then publishes the assignments and `closed` in one request
 // (publish_ranks), so a node that sees `closed` finds its assignment.
-void dynamic_rendezvous::impl::close_round(std::int64_t r, int members) {
+void dynamic_rendezvous::impl::close_round(std::int64_t r, int members, std::string why) {
   auto count = std::to_string(members);
   ops_->compare_set(keys_.closing(r), "", count,
-                    [self = shared_from_this(), r, members, count, t = ticket()](store_result c) {
+                    [self = shared_from_this(), r, members, count, why = std::move(why),
+                     t = ticket()](store_result c) {
     if (!self->current(t)) return;  // a stale round's reply
     if (c.error) return self->fail(c.error);
     if (c.value != count) return;  // someone else closed it, with another count
+    if (!why.empty()) self->log(why);
     self->publish_ranks(r, members);
   });
 }

@@ -96,8 +96,7 @@ void dynamic_rendezvous::impl::leave_job(std::string reason, std::function<void(
   end_here();
   ops_->withdraw_will(keys_.will(round_, group_rank_), unheeded_("withdraw this node's will"));
   if (!running) return done();
-  auto why = fmt::format("node {} (host {}) left the job: {}", group_rank_, os_->host_name(),
-                         reason);
+  auto why = node_left_reason(group_rank_, os_->host_name(), reason);
   end_round_first(round_, std::move(why), [done](store_result) { done(); });
 }
 

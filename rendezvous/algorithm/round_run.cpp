@@ -59,8 +59,7 @@ void dynamic_rendezvous::impl::watch_successor(std::int64_t r, int successor_arr
                  // From empty only: once every node finished, a successor
                  // that stopped beating because it left is not lost, and the
                  // release must not be overwritten.
-                 self->end_round_first(r,
-                                       fmt::format("node {} stopped sending heartbeats", lost));
+                 self->end_round_first(r, node_silent_reason(lost));
                });
 }
 
@@ -162,7 +161,11 @@ void dynamic_rendezvous::impl::end_failed_round(std::int64_t r, const std::strin
                                                 std::int64_t restarts,
                                                 const restart_completion& done) {
   auto over = keys_.over(r);
-  ops_->set(over, fmt::format("node {}: {}", group_rank_, reason), unheeded_("end the round"));
+  // From empty, as every reason but the job's failure: when a node's loss
+  // ended the round first (its workers' peers then fail too), that loss
+  // stays what every node reads, and the next round need not wait for it
+  // (round_return.cpp).
+  end_round_first(r, fmt::format("node {}: {}", group_rank_, reason));
   // A round trip before we answer: the caller may start the next round at
   // once, which closes this client, and the others must be told.
   ops_->check({over}, [done, restarts = static_cast<int>(restarts)](store_result) {

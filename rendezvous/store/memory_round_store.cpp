@@ -224,7 +224,13 @@ class memory_round_client final : public round_store,
         ++it;
         continue;
       }
-      write(it->second.target, it->second.value);
+      // The first reason wins, as on the TCPStore server
+      // (store_session::execute_wills): a will does not overwrite a
+      // target that already says something.
+      auto now = state_->values.find(it->second.target);
+      if (now == state_->values.end() || now->second.empty()) {
+        write(it->second.target, it->second.value);
+      }
       it = state_->wills.erase(it);
     }
   }

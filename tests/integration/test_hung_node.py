@@ -48,7 +48,7 @@ def test_a_stopped_node_is_found_by_its_ring_predecessor_and_left_behind():
         os.kill(joiner.pid, signal.SIGSTOP)
         line = dh.wait_for_stderr(host, "the group must restart")
         assert f"node {joiner_rank} stopped sending heartbeats" in line, line
-        # Round 1 closes with the host alone, after the last call.
+        # Round 1 closes with the host alone: the only node that can come.
         assert "node 0 of 1," in dh.wait_for_stderr(host, "rendezvous round 1 completed")
     finally:
         for p in (joiner, host):
