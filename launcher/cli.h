@@ -132,6 +132,10 @@ struct launch_options {
   // proposed as a torchrun flag, pytorch#195543); 0: not given.
   double exit_barrier_timeout = 0.0;
   std::string signals_to_handle = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
+  // Preemption (docs/agent.md, "Preemption"): the workers' checkpoint
+  // signal, and the agent's early notice; empty: not given.
+  std::string checkpoint_signal;
+  std::string preempt_notice;
   // Observability (docs/observability.md).
   double hang_timeout = 0.0;  // seconds without progress from any worker; 0: off
   bool no_stack_hook = false;  // no start-up hook in Python workers (no Python stacks)

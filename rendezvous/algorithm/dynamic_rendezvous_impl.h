@@ -11,6 +11,7 @@
 //   round_leave.cpp         the exit barrier, stopping, leaving
 //   round_quarantine.cpp    a machine kept out: its record, the list,
 //                           waiting outside any round
+//   round_checkpoint.cpp    a job-wide checkpoint: its request, its watch
 //
 // Completion handlers do not throw; every value read from the store is
 // parsed with a guard.
@@ -72,6 +73,8 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   void stop_job(std::string reason, std::function<void()> done);
   void stop_seen(std::function<void()> done);
   void leave_job(std::string reason, std::function<void()> done);
+  void request_checkpoint(std::string who, std::function<void(bool)> done);
+  void watch_checkpoint(std::function<void(std::string)> on_request);
   void read_machine(std::string machine_key, record_completion done);
   void quarantine(std::string machine_key, std::string record, std::string reason,
                   std::function<void()> done);
@@ -148,6 +151,9 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   // --- round_quarantine.cpp -------------------------------------------------
   void outside_connected(std::function<void(std::exception_ptr)> then);
 
+  // --- round_checkpoint.cpp -------------------------------------------------
+  void close_checkpoint_watch();
+
   // --- round_leave.cpp ------------------------------------------------------
   void await_stop_seen(std::function<void()> done);
   void wake_joiners(std::function<void()> done);
@@ -188,6 +194,9 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   std::function<void(std::string)> on_over_;  // the agent's watch of the round
   std::string pending_over_;  // why the round ended, before the agent watched
   std::function<void(std::exception_ptr)> finish_done_;  // the exit barrier's caller
+  // The watch of the round's checkpoint request (watch_checkpoint): clients
+  // of their own, since the watch lane already holds the WAIT on `over`.
+  round_store_clients checkpoint_watch_;
 
   friend class dynamic_rendezvous;
 };
