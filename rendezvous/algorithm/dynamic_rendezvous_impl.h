@@ -197,6 +197,7 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   // The watch of the round's checkpoint request (watch_checkpoint): clients
   // of their own, since the watch lane already holds the WAIT on `over`.
   round_store_clients checkpoint_watch_;
+  std::int64_t checkpoint_asked_round_ = -1;  // the round this node last asked in
 
   friend class dynamic_rendezvous;
 };

@@ -14,6 +14,10 @@ void dynamic_rendezvous::impl::request_checkpoint(std::string who,
                                                   std::function<void(bool)> done) {
   bool running = phase_ == round_phase::running || phase_ == round_phase::finishing;
   if (!ops_ || !running) return done(false);
+  // Asked here before in this round: the store would answer our own text,
+  // which reads as winning.
+  if (checkpoint_asked_round_ == round_) return done(false);
+  checkpoint_asked_round_ = round_;
   auto mine = fmt::format("node {} (host {}) {}", group_rank_, os_->host_name(), who);
   ops_->compare_set(keys_.checkpoint(round_), "", mine, [done, mine](store_result r) {
     done(!r.error && r.value == mine);

@@ -43,14 +43,17 @@ def main():
     ckpt_dir = os.path.join(a.out, "ckpt")
     os.makedirs(ckpt_dir, exist_ok=True)
 
+    # The signal's wake-up: the C handler writes to it whichever thread the
+    # signal lands on (gloo has threads of its own).
     wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
     flag = {"asked": False}
 
     def on_checkpoint_signal(signum, frame):
         flag["asked"] = True
         with open(os.path.join(a.out, f"signals-r{round_}-rank{rank}"), "a") as f:
             f.write(f"{signal.Signals(signum).name} pid {os.getpid()}\n")
-        os.write(wake_w, b"x")
 
     signal.signal(signal.SIGUSR1, on_checkpoint_signal)
 
