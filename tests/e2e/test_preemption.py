@@ -14,6 +14,7 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.environ["DTRUN_SOURCE_DIR"], "tests", "pyhelpers"))
 import dtrun_helpers as dh  # noqa: E402
+import etcd_cluster  # noqa: E402
 import netns_hosts  # noqa: E402
 
 REASON = netns_hosts.unavailable_reason()
@@ -26,16 +27,17 @@ NPROC = 2
 PORT = 29400
 PREEMPTED = 76
 FAST_RDZV = "join_timeout=60,last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=3"
+C10D = ["--rdzv-backend=c10d", f"--rdzv-endpoint={netns_hosts.Hosts.addr(1)}:{PORT}",
+        f"--rdzv-conf={FAST_RDZV}"]
 
 
 def env():
     return dh.job_env(GLOO_SOCKET_IFNAME="eth0")
 
 
-def args(nnodes, out, progress, flags=()):
-    return [str(dh.DTRUN), f"--nnodes={nnodes}", f"--nproc-per-node={NPROC}",
-            "--rdzv-backend=c10d", f"--rdzv-endpoint={netns_hosts.Hosts.addr(1)}:{PORT}",
-            "--rdzv-id=job1", f"--rdzv-conf={FAST_RDZV}", "--max-restarts=0",
+def args(nnodes, out, progress, flags=(), rdzv=C10D):
+    return [str(dh.DTRUN), f"--nnodes={nnodes}", f"--nproc-per-node={NPROC}", *rdzv,
+            "--rdzv-id=job1", "--max-restarts=0",
             "--checkpoint-signal=SIGUSR1", "--stop-timeout=60", *flags,
             "--python", dh.PYTHON, str(TRAIN), "--out", str(out), "--progress", str(progress)]
 
@@ -65,38 +67,57 @@ def saved_steps(out):
 
 def test_sigterm_to_one_node_checkpoints_every_worker_and_the_others_resume_without_it(tmp_path):
     with netns_hosts.Hosts(3) as hosts:
-        e = env()
-        fifo = dh.Fifo(tmp_path)
-        train = args("2:3", tmp_path, fifo.path)
-        procs = [hosts.start(i, train, e) for i in (1, 2, 3)]
-        for p in procs:
-            dh.wait_for_stderr(p, "of 3, starting", timeout=120)
-        fifo.lines(1, timeout=120)  # every rank trains: past the step the worker reported
-        procs[1].send_signal(signal.SIGTERM)  # h2: not the store's host
-        code2, err2 = finish(procs[1])
-        assert code2 == PREEMPTED, err2
-        assert "received SIGTERM: this node is preempted" in err2, err2
-        assert "sending SIGUSR1 to the workers" in err2, err2
-        assert f"left the job: preempted (exit {PREEMPTED}: requeue)" in err2, err2
-        # The others spend no restart (--max-restarts=0): a new round of
-        # two nodes resumes from the checkpoint and finishes.
-        for p in (procs[0], procs[2]):
-            code, err = finish(p)
-            assert code == 0, err
-            assert "left the job: preempted" in err, err
-            assert "a checkpoint was asked for by node" in err, err
-            assert "of 2, starting" in err, err
+        preempt_one_of_three(hosts, tmp_path, C10D)
+
+
+ETCD_REASON = etcd_cluster.unavailable_reason()
+
+
+@pytest.mark.skipif(ETCD_REASON is not None, reason=ETCD_REASON or "")
+def test_the_same_through_etcd(tmp_path):
+    conf = FAST_RDZV + ",lease_ttl=3,request_timeout=5"
+    with netns_hosts.Hosts(3) as hosts, etcd_cluster.EtcdCluster(hosts, tmp_path) as etcd:
+        preempt_one_of_three(hosts, tmp_path, ["--rdzv-backend=etcd-v3",
+                                               f"--rdzv-endpoint={etcd.endpoints}",
+                                               f"--rdzv-conf={conf}"])
+
+
+def preempt_one_of_three(hosts, tmp_path, rdzv):
+    """SIGTERM to h2 (not the c10d store's host) of three training nodes."""
+    out = tmp_path / "out"
+    out.mkdir()
+    e = env()
+    fifo = dh.Fifo(out)
+    train = args("2:3", out, fifo.path, rdzv=rdzv)
+    procs = [hosts.start(i, train, e) for i in (1, 2, 3)]
+    for p in procs:
+        dh.wait_for_stderr(p, "of 3, starting", timeout=120)
+    fifo.lines(1, timeout=120)  # every rank trains: past the step the worker reported
+    procs[1].send_signal(signal.SIGTERM)  # h2: not the store's host
+    code2, err2 = finish(procs[1])
+    assert code2 == PREEMPTED, err2
+    assert "received SIGTERM: this node is preempted" in err2, err2
+    assert "sending SIGUSR1 to the workers" in err2, err2
+    assert f"left the job: preempted (exit {PREEMPTED}: requeue)" in err2, err2
+    # The others spend no restart (--max-restarts=0): a new round of
+    # two nodes resumes from the checkpoint and finishes.
+    for p in (procs[0], procs[2]):
+        code, err = finish(p)
+        assert code == 0, err
+        assert "left the job: preempted" in err, err
+        assert "a checkpoint was asked for by node" in err, err
+        assert "of 2, starting" in err, err
     # Every worker of every node got the checkpoint signal, once.
-    got = signals_of_round(tmp_path, 0, 3 * NPROC)
+    got = signals_of_round(out, 0, 3 * NPROC)
     assert all(len(lines) == 1 for lines in got.values()), got
     # Every rank saved the same step: one step, on all six ranks.
-    steps = saved_steps(tmp_path)
+    steps = saved_steps(out)
     assert len(steps) == 1, steps
     (step, ranks), = steps.items()
     assert sorted(ranks) == list(range(3 * NPROC)), steps
     # The resumed round (two nodes) started from that step on every rank,
     # with identical replicas.
-    results = [dh.read_json_lines(tmp_path / f"result-rank{r}.json")[0]
+    results = [dh.read_json_lines(out / f"result-rank{r}.json")[0]
                for r in range(2 * NPROC)]
     for r in results:
         assert r["world_size"] == 2 * NPROC, results
