@@ -88,6 +88,12 @@ struct agent_options {
   // and SIGUSR2 are only forwarded (Slurm's preemption notice: the workers
   // checkpoint and decide); the others also stop the workers.
   std::vector<int> signals;
+  // Preemption (docs/agent.md, "Preemption"): the signal every worker of
+  // the job gets, once per round, when a node is told it goes away (0:
+  // off; SIGTERM then stops this node's workers as without it), and the
+  // early notice that asks for that checkpoint without stopping (0: none).
+  int checkpoint_signal = 0;
+  int preempt_notice = 0;
   // Base folder for per-attempt error and log files; empty: a temporary
   // folder, removed when the agent ends unless log files were written.
   std::string log_dir;

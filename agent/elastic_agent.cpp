@@ -67,7 +67,8 @@ elastic_agent::impl::impl(asio::io_context& io, agent_options options,
       inherited_(current_environment()),
       reporter_(options_.report, log_sink(options_.log), rendezvous),
       health_(health),
-      health_timer_(io) {}
+      health_timer_(io),
+      preempt_timer_(io) {}
 
 elastic_agent::impl::~impl() {
   std::error_code ignored;
@@ -296,6 +297,7 @@ void elastic_agent::impl::start_workers(const rendezvous::rendezvous_info& info)
   workers_running();
   if (monitor_ && info.group_world_size > 1) monitor_->start_publishing();
   watch_round_end();
+  watch_checkpoints();
   arm_health_check();
 }
 
@@ -437,7 +439,7 @@ void elastic_agent::impl::exit_barrier() {
     if (phase_ != phase::exiting) return;
     if (error) return;  // the round is over: watch_round's callback rejoins
     reporter_.job_succeeded();
-    finish(0);
+    finish(exit_code_after_success());
   });
 }
 

@@ -11,6 +11,7 @@
 //                              (event log, /metrics), and whether a
 //                              failure is worth a restart (--no-restart-on,
 //                              --progress-file)
+//   elastic_agent_preempt.cpp  a job-wide checkpoint; leaving when preempted
 // The policy only: the workers' processes are worker_group's, through a
 // process_runner (docs/design.md, "The agent: policy and parts").
 #pragma once
@@ -170,6 +171,14 @@ class elastic_agent::impl {
   std::optional<std::int64_t> read_step();
   std::string failure_tag() const;
   void say_flight_recorder_dumps();
+  // elastic_agent_preempt.cpp
+  bool preemption_signal(int sig);
+  void request_checkpoint(const std::string& why);
+  void watch_checkpoints();
+  void checkpoint_requested(const std::string& who);
+  void begin_preemption(int sig);
+  void leave_preempted();
+  int exit_code_after_success();
 
   // elastic_agent_watch.cpp
   void start_watchdog();
@@ -252,6 +261,12 @@ class elastic_agent::impl {
   std::optional<int> finish_pending_;
   bool stopped_elsewhere_ = false;  // another node's Ctrl-C stopped the job
   bool error_file_named_ = false;  // a failed worker left an error file
+  // Preemption (elastic_agent_preempt.cpp): the round whose checkpoint
+  // our workers were sent (once per round), and this node going away:
+  // its workers' time to save, then leaving with exit_preempted.
+  std::int64_t checkpoint_round_ = -1;
+  bool preempting_ = false;
+  generation_timer preempt_timer_;
 
   phase phase_ = phase::starting;
   std::optional<failure> failure_;

@@ -37,6 +37,10 @@ void elastic_agent::impl::group_stopped() {
   group_.cancel_stop();
   end_round();
   say_flight_recorder_dumps();
+  if (preempting_ && !job_stop_sent_) {  // SIGTERM with --checkpoint-signal
+    leave_preempted();
+    return;
+  }
   if (stop_signal_ != 0) {
     finish_after_job_stop(128 + stop_signal_);
     return;

@@ -50,6 +50,7 @@ void elastic_agent::impl::wait_for_signal() {
 }
 
 void elastic_agent::impl::on_signal(int sig) {
+  if (preemption_signal(sig)) return;  // elastic_agent_preempt.cpp
   if (sig == SIGUSR1 || sig == SIGUSR2) {  // a notice for the workers, not a stop
     log(fmt::format("received {}; forwarding it to the workers", signal_name(sig)));
     group_.signal_all(sig);

@@ -183,6 +183,12 @@ void run_reporter::node_left(std::string_view reason) {
   events_.emit("node_left", ojson{{"round", current_round()}, {"reason", std::string(reason)}});
 }
 
+void run_reporter::checkpoint_requested(std::string_view by, std::string_view signal) {
+  events_.emit("checkpoint_requested", ojson{{"round", current_round()},
+                                             {"by", std::string(by)},
+                                             {"signal", std::string(signal)}});
+}
+
 void run_reporter::promoted(std::int64_t round, int group_rank) {
   events_.emit("promoted", ojson{{"round", round}, {"group_rank", group_rank}});
 }

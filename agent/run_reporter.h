@@ -68,6 +68,10 @@ class run_reporter {
   void node_health(const health_verdict& verdict, std::string_view when);
   // This node left the job on its own (unhealthy): the others go on.
   void node_left(std::string_view reason);
+  // A job-wide checkpoint reached this node's workers (--checkpoint-signal):
+  // who asked and why ("node 1 (host h2) was preempted (SIGTERM)"), and
+  // the signal they were sent.
+  void checkpoint_requested(std::string_view by, std::string_view signal);
   // A spare took a free group rank.
   void promoted(std::int64_t round, int group_rank);
   // This machine is kept out of the job for a cooldown.

@@ -136,6 +136,10 @@ struct launch_options {
   std::string no_restart_on;          // failures that end the job at once
   std::string progress_file;          // the training's step, one whole number
   int max_no_progress_restarts = 3;   // with --progress-file; 0: never
+  // Preemption (docs/agent.md, "Preemption"): the workers' checkpoint
+  // signal, and the agent's early notice; empty: not given.
+  std::string checkpoint_signal;
+  std::string preempt_notice;
   // Observability (docs/observability.md).
   double hang_timeout = 0.0;  // seconds without progress from any worker; 0: off
   bool no_stack_hook = false;  // no start-up hook in Python workers (no Python stacks)

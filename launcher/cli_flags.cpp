@@ -136,6 +136,15 @@ void define_supervision_flags(CLI::App& app, launch_options& o) {
   add_option(app, "signals-to-handle", o.signals_to_handle,
              "Signals forwarded to the workers (SIGINT, SIGTERM, SIGHUP and SIGQUIT always are)")
       ->group(group_supervision);
+  add_option(app, "checkpoint-signal", o.checkpoint_signal,
+             "On SIGTERM (or --preempt-notice), send this signal (e.g. SIGUSR1) to every worker "
+             "of every node once, give this node's workers --stop-timeout to save and exit, "
+             "then leave with exit code 76 (preempted)")
+      ->group(group_supervision);
+  add_option(app, "preempt-notice", o.preempt_notice,
+             "A signal (e.g. SIGUSR1, Slurm's --signal=USR1@300) that asks the whole job for a "
+             "checkpoint without stopping (needs --checkpoint-signal)")
+      ->group(group_supervision);
   add_option(app, "monitor-interval", o.monitor_interval,
              "Accepted for torchrun compatibility; dtrun reacts to events, it does not poll")
       ->check(seconds_within("--monitor-interval", monitor_interval_limits))

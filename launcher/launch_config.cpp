@@ -325,6 +325,41 @@ void resolve_health(const launch_options& o, launch_config& c) {
   }
 }
 
+// --checkpoint-signal and --preempt-notice (docs/agent.md, "Preemption"):
+// signals a process can catch, each for its one job.
+void resolve_preemption(const launch_options& o, agent::agent_options& a) {
+  auto parse = [](const std::string& flag, const std::string& name) {
+    int sig = agent::parse_signal(name);
+    if (sig == 0) {
+      throw usage_error(fmt::format("{}: '{}' is not a signal; name one like SIGUSR1", flag, name));
+    }
+    if (sig == SIGKILL || sig == SIGSTOP || sig == SIGCHLD || sig == SIGCONT) {
+      throw usage_error(fmt::format("{}: {} cannot be caught or means something else; name a "
+                                    "signal like SIGUSR1",
+                                    flag, agent::signal_name(sig)));
+    }
+    if (sig == SIGTERM || sig == SIGINT) {
+      throw usage_error(fmt::format("{}: {} already stops the workers; name a signal of its "
+                                    "own, like SIGUSR1",
+                                    flag, agent::signal_name(sig)));
+    }
+    return sig;
+  };
+  if (!o.checkpoint_signal.empty()) {
+    a.checkpoint_signal = parse("--checkpoint-signal", o.checkpoint_signal);
+  }
+  if (o.preempt_notice.empty()) return;
+  if (a.checkpoint_signal == 0) {
+    throw usage_error("--preempt-notice needs --checkpoint-signal, the signal the workers get "
+                      "(e.g. --preempt-notice=SIGUSR1 --checkpoint-signal=SIGUSR1)");
+  }
+  a.preempt_notice = parse("--preempt-notice", o.preempt_notice);
+  // The agent must catch it (it is the agent's, not forwarded as such).
+  if (std::find(a.signals.begin(), a.signals.end(), a.preempt_notice) == a.signals.end()) {
+    a.signals.push_back(a.preempt_notice);
+  }
+}
+
 // How the agent supervises the workers and reports: the worker group,
 // restarts, timeouts, the stack hook, metrics, signals, verbosity.
 void resolve_supervision(const launch_options& o, const scheduler_env& sched, launch_config& c) {
@@ -368,6 +403,7 @@ void resolve_supervision(const launch_options& o, const scheduler_env& sched, la
     }
   }
   a.spec.signals_to_handle = o.signals_to_handle;
+  resolve_preemption(o, a);
   a.log_dir = o.log_dir;
   if (o.quiet && o.verbose) {
     throw usage_error("--quiet and --verbose contradict each other; pass one of them");

@@ -126,6 +126,12 @@ nlohmann::json to_json(const launch_config& c, const env_map& env) {
       {"max_no_progress_restarts", c.agent.max_no_progress_restarts},
       {"stop_timeout_s", static_cast<double>(c.agent.stop_timeout.count()) / 1000.0},
       {"signals_to_handle", signals},
+      {"checkpoint_signal", c.agent.checkpoint_signal != 0
+                                ? nlohmann::json(agent::signal_name(c.agent.checkpoint_signal))
+                                : nlohmann::json(nullptr)},
+      {"preempt_notice", c.agent.preempt_notice != 0
+                             ? nlohmann::json(agent::signal_name(c.agent.preempt_notice))
+                             : nlohmann::json(nullptr)},
       {"hang_timeout_s", static_cast<double>(c.agent.hang_timeout.count()) / 1000.0},
       {"node_health_check", node_health_json(c.agent.health)},
       {"gpu_reclaim_timeout_s", static_cast<double>(c.agent.gpu_reclaim_timeout.count()) / 1000.0},

@@ -74,6 +74,12 @@ int launch_over_ssh(const launcher::launch_options& options, const env_map& env)
   fanout.stop_timeout = seconds_to_duration(options.stop_timeout, "--stop-timeout",
                                                       {true, max_duration_s});
   fanout.signals = launcher::parse_signals(options.signals_to_handle);
+  // --preempt-notice SIGUSR1/SIGUSR2: caught here too and passed on to
+  // every host's agent, as a notice (not a stop) is.
+  if (int notice = agent::parse_signal(options.preempt_notice);
+      notice == SIGUSR1 || notice == SIGUSR2) {
+    fanout.signals.push_back(notice);
+  }
   fanout.remote_dtrun = settings.remote_dtrun;
   fanout.quiet = options.quiet;
   fanout.max_connecting = static_cast<std::size_t>(options.ssh_fanout);

@@ -96,6 +96,7 @@ void dynamic_rendezvous::impl::shutdown() {
   phase_ = round_phase::shut_down;
   if (ops_) ops_->close();
   if (waits_) waits_->close();
+  close_checkpoint_watch();
   host_->stop();
 }
 
@@ -132,6 +133,14 @@ void dynamic_rendezvous::stop_seen(std::function<void()> done) {
 
 void dynamic_rendezvous::leave_job(std::string reason, std::function<void()> done) {
   impl_->leave_job(std::move(reason), std::move(done));
+}
+
+void dynamic_rendezvous::request_checkpoint(std::string who, std::function<void(bool)> done) {
+  impl_->request_checkpoint(std::move(who), std::move(done));
+}
+
+void dynamic_rendezvous::watch_checkpoint(std::function<void(std::string)> on_request) {
+  impl_->watch_checkpoint(std::move(on_request));
 }
 
 void dynamic_rendezvous::read_machine(std::string machine_key, record_completion done) {

@@ -135,6 +135,8 @@ class dynamic_rendezvous final : public rendezvous_handler {
   void stop_job(std::string reason, std::function<void()> done) override;
   void stop_seen(std::function<void()> done) override;
   void leave_job(std::string reason, std::function<void()> done) override;
+  void request_checkpoint(std::string who, std::function<void(bool)> done) override;
+  void watch_checkpoint(std::function<void(std::string)> on_request) override;
   void read_machine(std::string machine_key, record_completion done) override;
   void quarantine(std::string machine_key, std::string record, std::string reason,
                   std::function<void()> done) override;

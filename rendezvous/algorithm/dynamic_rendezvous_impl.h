@@ -13,6 +13,7 @@
 //                           waiting outside any round
 //   round_return.cpp        a restart round closes once every node that
 //                           can come is back (returning_nodes.h)
+//   round_checkpoint.cpp    a job-wide checkpoint: its request, its watch
 //
 // Completion handlers do not throw; every value read from the store is
 // parsed with a guard.
@@ -75,6 +76,8 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   void stop_job(std::string reason, std::function<void()> done);
   void stop_seen(std::function<void()> done);
   void leave_job(std::string reason, std::function<void()> done);
+  void request_checkpoint(std::string who, std::function<void(bool)> done);
+  void watch_checkpoint(std::function<void(std::string)> on_request);
   void read_machine(std::string machine_key, record_completion done);
   void quarantine(std::string machine_key, std::string record, std::string reason,
                   std::function<void()> done);
@@ -158,6 +161,9 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   // --- round_quarantine.cpp -------------------------------------------------
   void outside_connected(std::function<void(std::exception_ptr)> then);
 
+  // --- round_checkpoint.cpp -------------------------------------------------
+  void close_checkpoint_watch();
+
   // --- round_leave.cpp ------------------------------------------------------
   void await_stop_seen(std::function<void()> done);
   void wake_joiners(std::function<void()> done);
@@ -203,6 +209,10 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   std::function<void(std::string)> on_over_;  // the agent's watch of the round
   std::string pending_over_;  // why the round ended, before the agent watched
   std::function<void(std::exception_ptr)> finish_done_;  // the exit barrier's caller
+  // The watch of the round's checkpoint request (watch_checkpoint): clients
+  // of their own, since the watch lane already holds the WAIT on `over`.
+  round_store_clients checkpoint_watch_;
+  std::int64_t checkpoint_asked_round_ = -1;  // the round this node last asked in
 
   friend class dynamic_rendezvous;
 };

@@ -137,6 +137,21 @@ class rendezvous_handler {
   // nothing to tell, `done` at once.
   virtual void leave_job(std::string reason, std::function<void()> done) = 0;
 
+  // A job-wide checkpoint (--checkpoint-signal; docs/agent.md,
+  // "Preemption"): asks every node of the current round to have its
+  // workers save one. One request per round: the first, stored by
+  // compare_set, wins; later ones change nothing, so a notice that every
+  // node got at once is one request. `done(first)` once stored or found
+  // there (first: this request was the round's first; false on a store
+  // error too). Outside a running round: done(false) at once.
+  virtual void request_checkpoint(std::string who, std::function<void(bool first)> done) = 0;
+
+  // Calls `on_request(who)` once, on the loop, when the current round's
+  // checkpoint is requested by any node, this one included. Until the
+  // round ends; each round needs its own watch. Single node: when this
+  // node requests it.
+  virtual void watch_checkpoint(std::function<void(std::string who)> on_request) = 0;
+
   // Quarantine (--quarantine-after; docs/agent.md, "Quarantine"): a
   // machine that keeps failing is kept out of the job for a cooldown. Its
   // record (JSON text, a few hundred bytes) lives in the job's store under

@@ -57,6 +57,9 @@ std::string rendezvous_keys::round_restarts(std::int64_t r) const {
   return round_key(r, "restarts");
 }
 std::string rendezvous_keys::progress(std::int64_t r) const { return round_key(r, "progress"); }
+std::string rendezvous_keys::checkpoint(std::int64_t r) const {
+  return round_key(r, "checkpoint");
+}
 
 std::string rendezvous_keys::failures_key(std::int64_t r, const std::string& rest) const {
   return fmt::format("{}failures/{}/{}", prefix_, r, rest);

@@ -61,6 +61,8 @@ class rendezvous_keys {
   std::string failure_reports(std::int64_t r) const;
   std::string round_restarts(std::int64_t r) const;  // r/<r>/restarts
   std::string progress(std::int64_t r) const;
+  // The round's job-wide checkpoint request (--checkpoint-signal): who.
+  std::string checkpoint(std::int64_t r) const;
 
   // --- the failure board: dtrun/<run_id>/failures/<r>/... -----------------
   std::string failure_count(std::int64_t r) const;

@@ -86,6 +86,23 @@ void standalone_rendezvous::stop_seen(std::function<void()> done) { done(); }
 
 void standalone_rendezvous::leave_job(std::string, std::function<void()> done) { done(); }
 
+// The only node: its request is the round's when it is the first, and its
+// own watch hears it (posted, as a store's reply would come).
+void standalone_rendezvous::request_checkpoint(std::string who,
+                                               std::function<void(bool)> done) {
+  auto round = next_round_ - 1;
+  if (round < 0 || checkpoint_round_ == round) return done(false);
+  checkpoint_round_ = round;
+  if (auto watch = std::exchange(on_checkpoint_, nullptr)) {
+    boost::asio::post(io_, [watch, who] { watch(who); });
+  }
+  done(true);
+}
+
+void standalone_rendezvous::watch_checkpoint(std::function<void(std::string)> on_request) {
+  on_checkpoint_ = std::move(on_request);
+}
+
 // A single node has no one to keep it out: its quarantine is only its own
 // wait (the agent's), which a timer makes.
 void standalone_rendezvous::read_machine(std::string, record_completion done) {

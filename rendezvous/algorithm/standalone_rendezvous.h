@@ -56,6 +56,8 @@ class standalone_rendezvous final : public rendezvous_handler {
   void stop_job(std::string reason, std::function<void()> done) override;
   void stop_seen(std::function<void()> done) override;
   void leave_job(std::string reason, std::function<void()> done) override;
+  void request_checkpoint(std::string who, std::function<void(bool)> done) override;
+  void watch_checkpoint(std::function<void(std::string)> on_request) override;
   void read_machine(std::string machine_key, record_completion done) override;
   void quarantine(std::string machine_key, std::string record, std::string reason,
                   std::function<void()> done) override;
@@ -81,6 +83,10 @@ class standalone_rendezvous final : public rendezvous_handler {
   int local_restarts_ = 0;
   std::map<std::int64_t, std::vector<std::string>> local_failures_;
   std::vector<std::string> quarantined_;  // this node's quarantine records
+  // --checkpoint-signal: the round's watch, and the round last asked for
+  // a checkpoint (one per round, as on several nodes).
+  std::function<void(std::string)> on_checkpoint_;
+  std::int64_t checkpoint_round_ = -1;
 };
 
 }  // namespace dtrun::rendezvous

@@ -68,6 +68,10 @@ class fake_process_runner : public process_runner {
   // Instead of starting anything, spawn() fails with this.
   std::optional<spawn_result> spawn_error;
 
+  // Called for each signal sent to a worker (after it is recorded), before
+  // the worker dies of it: a worker that reacts (saves, then exits).
+  std::function<void(pid_t, int)> on_signal;
+
   // Called for each spawned worker (after it is recorded).
   std::function<void(pid_t, const spawn_request&)> on_spawn;
 
@@ -99,6 +103,7 @@ class fake_process_runner : public process_runner {
  private:
   void deliver(pid_t pid, int sig, bool alone) {
     signals.push_back({pid, sig, alone});
+    if (on_signal) on_signal(pid, sig);
     if (!is_running(pid)) return;
     bool harmless = sig == SIGCONT || sig == SIGUSR1 || sig == SIGUSR2;
     if (harmless || (sig != SIGKILL && survives.count(sig) > 0)) return;

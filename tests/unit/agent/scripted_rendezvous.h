@@ -117,6 +117,24 @@ class scripted_rendezvous : public rendezvous::rendezvous_handler {
     departures.push_back(std::move(reason));
     boost::asio::post(io_, std::move(done));
   }
+  // Job-wide checkpoints: the requests made here, and the round's watch;
+  // the first request of a round is the round's, as in the store.
+  std::vector<std::string> checkpoint_requests;
+  void request_checkpoint(std::string who, std::function<void(bool)> done) override {
+    checkpoint_requests.push_back(who);
+    bool first = checkpoint_round_ != rounds_started;
+    checkpoint_round_ = rounds_started;
+    if (first) request_checkpoint_elsewhere(who);
+    boost::asio::post(io_, [done, first] { done(first); });
+  }
+  void watch_checkpoint(std::function<void(std::string)> on_request) override {
+    on_checkpoint_ = std::move(on_request);
+  }
+  // Another node asks for the round's checkpoint (or this one did).
+  void request_checkpoint_elsewhere(const std::string& who) {
+    auto watch = std::exchange(on_checkpoint_, nullptr);
+    if (watch) boost::asio::post(io_, [watch, who] { watch(who); });
+  }
   void finish(std::function<void(std::exception_ptr)> done) override {
     boost::asio::post(io_, [done] { done(nullptr); });
   }
@@ -151,6 +169,8 @@ class scripted_rendezvous : public rendezvous::rendezvous_handler {
   std::function<void(std::string)> on_over_;
   std::map<std::int64_t, std::vector<std::string>> published_;
   std::int64_t progress_ = 0;
+  std::function<void(std::string)> on_checkpoint_;
+  std::int64_t checkpoint_round_ = -1;
 };
 
 }  // namespace dtrun::agent::testing
