@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "agent/failure_class.h"
 #include "rendezvous/base/printable.h"
 
 namespace dtrun::launcher {
@@ -186,11 +187,10 @@ bool is_stop_reason(const std::string& reason) {
 }
 
 // The class a reason from the rendezvous names (another node's).
+// The agent's own reading of a round's end (failure_class.h): the tag a
+// failed round's reason carries, a lost node, a node that left or joined.
 std::string class_of_reason(const std::string& reason) {
-  if (reason.find("waiting to join") != std::string::npos) return "membership";
-  if (reason.find("stopped sending heartbeats") != std::string::npos) return "node";
-  if (reason.find("exited with code") != std::string::npos) return "exit";
-  return "unknown";
+  return std::string(agent::class_name(agent::class_of_round_end(reason)));
 }
 
 std::string describe_failure(const json& f) {
