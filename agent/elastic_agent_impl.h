@@ -88,6 +88,7 @@ class elastic_agent::impl {
     failure_class klass = failure_class::exit;
     std::string exception_type;
     std::optional<int> rank;  // the culprit's global rank, when one is known
+    bool here = true;         // the culprit ran on this node
     std::string detail;
     std::chrono::system_clock::time_point failed_at;
     std::chrono::system_clock::time_point detected_at;
@@ -161,7 +162,8 @@ class elastic_agent::impl {
   // elastic_agent_incidents.cpp
   void open_incident(failure_class klass, std::string exception_type, std::optional<int> rank,
                      std::string detail,
-                     std::optional<std::chrono::system_clock::time_point> failed_at);
+                     std::optional<std::chrono::system_clock::time_point> failed_at,
+                     bool here = true);
   void round_end_incident(const std::string& reason);
   void workers_running();
   void workers_stopped();

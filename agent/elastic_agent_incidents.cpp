@@ -42,13 +42,15 @@ std::optional<int> rank_in(const std::string& reason) {
 // other workers stopped, a second failure) belongs to it.
 void elastic_agent::impl::open_incident(failure_class klass, std::string exception_type,
                                         std::optional<int> rank, std::string detail,
-                                        std::optional<clock::time_point> failed_at) {
+                                        std::optional<clock::time_point> failed_at,
+                                        bool here) {
   if (incident_) return;
   incident i;
   i.round = round_info_.round;
   i.klass = klass;
   i.exception_type = std::move(exception_type);
   i.rank = rank;
+  i.here = here;
   i.detail = std::move(detail);
   i.detected_at = clock::now();
   i.failed_at = failed_at.value_or(i.detected_at);
@@ -61,7 +63,7 @@ void elastic_agent::impl::open_incident(failure_class klass, std::string excepti
 void elastic_agent::impl::round_end_incident(const std::string& reason) {
   std::string type;
   failure_class klass = class_of_round_end(reason, &type);
-  open_incident(klass, std::move(type), rank_in(reason), reason, std::nullopt);
+  open_incident(klass, std::move(type), rank_in(reason), reason, std::nullopt, false);
 }
 
 void elastic_agent::impl::workers_running() {
@@ -89,6 +91,7 @@ void elastic_agent::impl::close_incident(bool resumed) {
       {"class", name},
       {"exception_type", i.exception_type.empty() ? ojson(nullptr) : ojson(i.exception_type)},
       {"rank", i.rank ? ojson(*i.rank) : ojson(nullptr)},
+      {"culprit_host", i.here ? ojson(reporter_.host()) : ojson(nullptr)},
       {"detail", i.detail},
       {"failed_at", iso8601_utc_ms(i.failed_at)},
       {"detected_at", iso8601_utc_ms(i.detected_at)},

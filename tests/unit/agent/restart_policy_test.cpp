@@ -12,7 +12,7 @@
 
 using namespace dtrun::agent;
 
-TEST_CASE("--no-restart-on takes classes, exception types, exit codes and signals",
+TEST_CASE("the no-restart-on rules take classes, exception types, exit codes and signals",
           "[restart_policy]") {
   auto rules = parse_no_restart_on(" exception:TypeError, oom-kill ,exit:93,signal:SEGV");
   REQUIRE(rules.size() == 4);
@@ -40,7 +40,7 @@ TEST_CASE("--no-restart-on takes classes, exception types, exit codes and signal
   CHECK(parse_no_restart_on(" ").empty());
 }
 
-TEST_CASE("--no-restart-on refuses what it cannot match", "[restart_policy]") {
+TEST_CASE("the no-restart-on rules refuse what it cannot match", "[restart_policy]") {
   for (const char* bad : {"oom", "node", "membership", "exit:0", "exit:256", "exit:x",
                           "exception:", "exception:3x", "exception:a-b", "signal:NOPE", "a,,b",
                           "exit:93,", "hang:1"}) {
