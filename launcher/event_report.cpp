@@ -186,7 +186,6 @@ bool is_stop_reason(const std::string& reason) {
   return reason.rfind("received ", 0) == 0 || reason.rfind("stopped on ", 0) == 0;
 }
 
-// The class a reason from the rendezvous names (another node's).
 // The agent's own reading of a round's end (failure_class.h): the tag a
 // failed round's reason carries, a lost node, a node that left or joined.
 std::string class_of_reason(const std::string& reason) {
@@ -204,7 +203,10 @@ std::string describe_failure(const json& f) {
 }
 
 // The incident that ended a round, from the raw events (no `incident`).
-std::optional<report_incident> derive_incident(std::int64_t round, const round_events& r) {
+using node_labels = std::map<std::size_t, std::string>;  // by agent
+
+std::optional<report_incident> derive_incident(std::int64_t round, const round_events& r,
+                                               const node_labels& labels) {
   const event* root = nullptr;
   double root_failed = 0;
   for (const auto* f : r.failures) {
@@ -239,6 +241,7 @@ std::optional<report_incident> derive_incident(std::int64_t round, const round_e
                                                     : "exit";
     if (auto rank = integer(f, "rank")) i.rank = static_cast<int>(*rank);
     i.culprit_host = text(f, "host").empty() ? root->host : text(f, "host");
+    if (*i.culprit_host == root->host) i.culprit_node = labels.at(root->agent);
     i.detail = describe_failure(f);
   } else {
     i.failed_at = detected;
@@ -249,6 +252,7 @@ std::optional<report_incident> derive_incident(std::int64_t round, const round_e
     } else if (first_ender->name == "node_left" || first_ender->name == "node_health") {
       i.incident_class = "health";
       i.culprit_host = first_ender->host;
+      i.culprit_node = labels.at(first_ender->agent);
     }
     i.detail = reason.empty() ? first_ender->name : one_line(reason);
   }
@@ -275,25 +279,47 @@ void keep_max(std::optional<T>& slot, std::optional<T> v) {
 }
 
 // The incident from the agents' own `incident` events (one per node).
-report_incident logged_incident(std::int64_t round, const std::vector<const event*>& events) {
-  const event* chosen = events.front();
+// The node that saw the failure itself knows when it happened (its
+// detect_s is set; the others learnt of it later): its event speaks for
+// the incident, and its host is the culprit's when it names a rank.
+report_incident logged_incident(std::int64_t round, const std::vector<const event*>& events,
+                                const node_labels& labels) {
+  const event* chosen = nullptr;
+  std::optional<double> chosen_failed;
   for (const auto* e : events) {
     auto culprit = text(e->fields, "culprit_host");
     if (!culprit.empty() && culprit == e->host) {
       chosen = e;
       break;
     }
+    auto failed = time_field(e->fields, "failed_at");
+    if (number(e->fields, "detect_s") && failed && (!chosen_failed || *failed < *chosen_failed)) {
+      chosen = e;
+      chosen_failed = failed;
+    }
   }
+  bool saw_it = chosen != nullptr;
+  if (chosen == nullptr) chosen = events.front();
   report_incident i;
   i.round = round;
   i.logged = true;
   const json& c = chosen->fields;
   if (auto cls = text(c, "class"); !cls.empty()) i.incident_class = cls;
   if (auto rank = integer(c, "rank")) i.rank = static_cast<int>(*rank);
-  if (auto culprit = text(c, "culprit_host"); !culprit.empty()) i.culprit_host = culprit;
+  if (auto culprit = text(c, "culprit_host"); !culprit.empty()) {
+    i.culprit_host = culprit;
+  } else if (saw_it && i.rank && !c.contains("culprit_host")) {
+    i.culprit_host = chosen->host;
+  }
+  if (i.culprit_host && *i.culprit_host == chosen->host && (saw_it || c.contains("culprit_host"))) {
+    i.culprit_node = labels.at(chosen->agent);
+  }
   i.detail = one_line(text(c, "detail"));
+  i.exception_type = text(c, "exception_type");
+  i.step = integer(c, "step");
   std::optional<double> failed, detected, resumed, detect, recover;
   bool all_ended = true;
+  bool detect_field = false;
   for (const auto* e : events) {
     const json& f = e->fields;
     keep_min(failed, time_field(f, "failed_at"));
@@ -301,6 +327,7 @@ report_incident logged_incident(std::int64_t round, const std::vector<const even
     auto back = time_field(f, "resumed_at");
     if (back) all_ended = false;
     keep_max(resumed, back);
+    detect_field = detect_field || f.contains("detect_s");
     keep_min(detect, number(f, "detect_s"));
     keep_max(recover, number(f, "recover_s"));
     keep_max(i.steps_lost, integer(f, "steps_lost"));
@@ -310,12 +337,19 @@ report_incident logged_incident(std::int64_t round, const std::vector<const even
   i.failed_at = failed.value_or(detected.value_or(chosen->time));
   i.detected_at = detected;
   if (!all_ended) i.resumed_at = resumed;
-  i.detect_s = detect ? detect
-                      : detected ? std::optional<double>(std::max(0.0, *detected - i.failed_at))
-                                 : std::nullopt;
-  i.recover_s = recover ? recover
-                        : i.resumed_at ? std::optional<double>(*i.resumed_at - i.failed_at)
-                                       : std::nullopt;
+  // detect_s null everywhere: no node knows when it happened (a node lost).
+  if (detect || detect_field) {
+    i.detect_s = detect;
+  } else if (detected) {
+    i.detect_s = std::max(0.0, *detected - i.failed_at);
+  }
+  // The job's recovery: the earliest failure until the last node ran again
+  // (each node's recover_s counts from when it learnt of it).
+  if (i.resumed_at && failed) {
+    i.recover_s = std::max(0.0, *i.resumed_at - *failed);
+  } else {
+    i.recover_s = recover;
+  }
   return i;
 }
 
@@ -545,7 +579,7 @@ job_report build_report(const std::vector<report_input>& inputs, const std::stri
     members.push_back(a);
     if (!hosts.insert(agents[a].host).second) repeated.insert(agents[a].host);
   }
-  std::map<std::size_t, std::string> label;
+  node_labels label;
   for (auto a : members) {
     const auto& ag = agents[a];
     label[a] = repeated.count(ag.host) > 0 ? fmt::format("{}/{}", ag.host, ag.pid) : ag.host;
@@ -588,7 +622,8 @@ job_report build_report(const std::vector<report_input>& inputs, const std::stri
     }
     if (!all_running) rr.running_at.reset();
     std::optional<report_incident> incident =
-        !r.incidents.empty() ? logged_incident(number, r.incidents) : derive_incident(number, r);
+        !r.incidents.empty() ? logged_incident(number, r.incidents, label)
+                             : derive_incident(number, r, label);
     if (incident) {
       rr.ended_at = incident->failed_at;
       rr.ended_by = "incident";

@@ -71,7 +71,10 @@ struct report_incident {
   std::string incident_class = "unknown";
   std::optional<int> rank;  // the culprit rank
   std::optional<std::string> culprit_host;
+  std::optional<std::string> culprit_node;  // its report_node::label (host/pid on a shared host)
   std::string detail;
+  std::string exception_type;       // an exception's type, when the agent logged it
+  std::optional<std::int64_t> step;  // the --progress-file step when it happened
   double failed_at = 0;
   std::optional<double> detected_at;
   std::optional<double> resumed_at;  // every node's workers ran again; none: the job ended

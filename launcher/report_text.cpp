@@ -31,7 +31,8 @@ std::string plural(std::size_t n, const char* one, const char* many) {
 
 std::string culprit(const report_incident& i) {
   std::string out = i.rank ? fmt::format("rank {}", *i.rank) : std::string();
-  if (i.culprit_host) out += (out.empty() ? "" : " on ") + printable(*i.culprit_host);
+  const auto& where = i.culprit_node ? i.culprit_node : i.culprit_host;
+  if (where) out += (out.empty() ? "" : " on ") + printable(*where);
   return out.empty() ? "-" : out;
 }
 
@@ -155,7 +156,11 @@ ojson report_json(const job_report& r) {
                          {"class", i.incident_class},
                          {"rank", i.rank ? ojson(*i.rank) : ojson(nullptr)},
                          {"culprit_host", i.culprit_host ? ojson(*i.culprit_host) : ojson(nullptr)},
+                         {"culprit_node", i.culprit_node ? ojson(*i.culprit_node) : ojson(nullptr)},
+                         {"exception_type", i.exception_type.empty() ? ojson(nullptr)
+                                                                     : ojson(i.exception_type)},
                          {"detail", i.detail},
+                         {"step", i.step ? ojson(*i.step) : ojson(nullptr)},
                          {"failed_at", iso(i.failed_at)},
                          {"failed_s", rounded_ms(i.failed_at - r.started_at)},
                          {"detected_at", optional_time(i.detected_at)},

@@ -298,6 +298,64 @@ TEST_CASE("report: incident events, when the agents wrote them, are taken as the
   CHECK_THAT(render_report(r), Contains("oom-kill"));
 }
 
+TEST_CASE("report: incident events as the agent writes them: only the culprit's node knows "
+          "when it failed") {
+  auto [a, b] = two_nodes();
+  ojson common{{"round", 0}, {"class", "exception"}, {"exception_type", "RuntimeError"},
+               {"rank", 3}, {"detail", "worker rank 3 exited with code 1"}, {"step", 120},
+               {"steps_lost", nullptr}, {"restart", 1}};
+  ojson on_a = common, on_b = common;  // h1 learnt of it through the store at 4.2
+  on_a.update({{"failed_at", at(4.2)}, {"detected_at", at(4.2)}, {"resumed_at", at(5.2)},
+               {"detect_s", nullptr}, {"recover_s", 1.0}});
+  on_b.update({{"failed_at", at(4.0)}, {"detected_at", at(4.001)}, {"resumed_at", at(5.7)},
+               {"detect_s", 0.001}, {"recover_s", 1.7}});
+  a.add(5.2, "incident", on_a);
+  b.add(5.7, "incident", on_b);
+  auto r = build_report({{"h1", a.text}, {"h2", b.text}});
+  REQUIRE(r.incidents.size() == 1);
+  const auto& i = r.incidents[0];
+  CHECK(i.incident_class == "exception");
+  CHECK(i.exception_type == "RuntimeError");
+  CHECK(i.culprit_host == "h2");
+  CHECK(i.culprit_node == "h2");
+  CHECK(i.rank == 3);
+  CHECK(i.step == 120);
+  CHECK(i.failed_at == Approx(base + 4.0));
+  CHECK(*i.detect_s == Approx(0.001));
+  CHECK(*i.recover_s == Approx(1.7));  // 4.0 until h2 ran again at 5.7
+  auto j = report_json(r)["incidents"][0];
+  CHECK(j["exception_type"] == "RuntimeError");
+  CHECK(j["step"] == 120);
+
+  // A node lost: no node knows when; nothing is made up.
+  node_log n = {"h1", 10, 0, 1, ""};
+  n.started(0);
+  n.round(1, 0, 2);
+  n.round(5, 1, 1);
+  n.add(5.1, "incident", {{"round", 0}, {"class", "node"}, {"rank", nullptr},
+                          {"detail", "node 1 stopped sending heartbeats"},
+                          {"failed_at", at(4)}, {"detected_at", at(4)}, {"resumed_at", at(5.1)},
+                          {"detect_s", nullptr}, {"recover_s", 1.1}});
+  auto lost = build_report({{"h1", n.text}});
+  REQUIRE(lost.incidents.size() == 1);
+  CHECK_FALSE(lost.incidents[0].detect_s);
+  CHECK_FALSE(lost.incidents[0].culprit_host);
+  CHECK(*lost.incidents[0].recover_s == Approx(1.1));
+}
+
+TEST_CASE("report: without incident events, a newer agent's class tag in a reason is read") {
+  node_log n = {"h1", 10, 0, 1, ""};
+  n.started(0);
+  n.round(1, 0, 2);
+  n.add(4, "membership_change",
+        {{"round", 0},
+         {"reason", "node 1: worker rank 1 exited with code 1 [exception:KeyError]"}});
+  n.round(5, 1, 2);
+  auto r = build_report({{"h1", n.text}});
+  REQUIRE(r.incidents.size() == 1);
+  CHECK(r.incidents[0].incident_class == "exception");
+}
+
 TEST_CASE("report: a job that ended with an incident event's null resumed_at") {
   node_log n = {"vm", 41, 0, 1, ""};
   n.started(0);
@@ -420,11 +478,16 @@ TEST_CASE("report: two agents on one host are told apart by their pids") {
   b.started(0);
   a.round(1, 0, 2);
   b.round(1, 0, 2);
+  b.failed(3, 0, 1);
   auto r = build_report({{"ev", a.text + b.text}});
   REQUIRE(r.nodes.size() == 2);
   CHECK(r.nodes[0].label == "vm/10");
   CHECK(r.nodes[1].label == "vm/20");
   CHECK(r.rounds[0].nodes == 2);
+  REQUIRE(r.incidents.size() == 1);
+  CHECK(r.incidents[0].culprit_host == "vm");
+  CHECK(r.incidents[0].culprit_node == "vm/20");
+  CHECK_THAT(render_report(r), Contains("rank 1 on vm/20"));
 }
 
 TEST_CASE("report: the SVG is well-formed XML naming rounds, incidents and the goodput") {
