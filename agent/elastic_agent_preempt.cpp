@@ -36,9 +36,8 @@ bool elastic_agent::impl::preemption_signal(int sig) {
 // One request per round, the first wins (rendezvous_handler::
 // request_checkpoint); every node's watch then signals its workers. Ours
 // are signalled here too when this request was the first, without waiting
-// for the watch's word, and on SIGTERM whatever the store said: they are
-// the ones that must save before the node goes (checkpoint_requested sends
-// it once per round either way).
+// for the watch's word (on SIGTERM, begin_preemption does not even wait
+// for the store); checkpoint_requested sends it once per round either way.
 void elastic_agent::impl::request_checkpoint(const std::string& why) {
   if (phase_ != phase::running) {
     log(fmt::format("no workers are running; no checkpoint asked for ({})", why));
@@ -47,8 +46,8 @@ void elastic_agent::impl::request_checkpoint(const std::string& why) {
   auto round = round_info_.round;
   rendezvous_.request_checkpoint(why, [this, round, why](bool first) {
     if (phase_ == phase::done || round != round_info_.round) return;
-    if (first || preempting_) return checkpoint_requested(fmt::format("this node: {}", why));
-    if (checkpoint_round_ == round) {
+    if (first) return checkpoint_requested(fmt::format("this node: {}", why));
+    if (checkpoint_round_ == round && !preempting_) {
       log(fmt::format("round {}: the workers were already asked for a checkpoint in this "
                       "round; not asking again",
                       round));
@@ -87,11 +86,15 @@ void elastic_agent::impl::begin_preemption(int sig) {
   log(fmt::format("received {}: this node is preempted; asking every node for a checkpoint "
                   "and giving the workers here {} s to save and exit",
                   signal_name(sig), static_cast<double>(grace.count()) / 1000.0));
-  request_checkpoint(fmt::format("was preempted ({})", signal_name(sig)));
+  auto why = fmt::format("was preempted ({})", signal_name(sig));
+  request_checkpoint(why);
   preempting_ = true;
   phase_ = phase::stopping;
   if (progress_) progress_->stop();
   reporter_.group_stopping(fmt::format("preempted ({})", signal_name(sig)));
+  // Ours at once, not after the store's answer: a store that is slow or
+  // gone must not eat into the time they have to save.
+  checkpoint_requested(fmt::format("this node: {}", why));
   preempt_timer_.arm_after(grace, [this, grace] {
     if (phase_ != phase::stopping || group_.waited_for() == 0) return;
     log(fmt::format("workers still running {} s after the checkpoint signal; sending SIGKILL",

@@ -23,6 +23,7 @@ import os
 import select
 import signal
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -53,7 +54,7 @@ def main():
     def on_checkpoint_signal(signum, frame):
         flag["asked"] = True
         with open(os.path.join(a.out, f"signals-r{round_}-rank{rank}"), "a") as f:
-            f.write(f"{signal.Signals(signum).name} pid {os.getpid()}\n")
+            f.write(f"{signal.Signals(signum).name} pid {os.getpid()} at {time.time():.6f}\n")
 
     signal.signal(signal.SIGUSR1, on_checkpoint_signal)
 

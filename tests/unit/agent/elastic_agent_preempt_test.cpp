@@ -102,6 +102,20 @@ TEST_CASE("SIGTERM with --checkpoint-signal: the job checkpoints, the workers sa
   CHECK(t.logged("this node is preempted"));
 }
 
+TEST_CASE("on SIGTERM this node's workers get the checkpoint signal even when the store never "
+          "answers",
+          "[policy][preempt]") {
+  preempt_test t(2);
+  t.rdzv.checkpoint_store_lost = true;
+  t.workers_save_on_checkpoint_signal();
+  t.when_running([] { std::raise(SIGTERM); });
+  CHECK(t.run() == exit_preempted);
+  for (const auto& w : t.runner.spawned) {
+    CHECK(t.runner.signals_to(w.pid) == std::vector<int>{SIGUSR1});
+  }
+  CHECK(t.rdzv.departures == std::vector<std::string>{"preempted"});
+}
+
 TEST_CASE("workers that do not exit after the checkpoint signal are killed after --stop-timeout",
           "[policy][preempt]") {
   preempt_test t(1);

@@ -120,8 +120,10 @@ class scripted_rendezvous : public rendezvous::rendezvous_handler {
   // Job-wide checkpoints: the requests made here, and the round's watch;
   // the first request of a round is the round's, as in the store.
   std::vector<std::string> checkpoint_requests;
+  bool checkpoint_store_lost = false;  // requests are never answered nor seen
   void request_checkpoint(std::string who, std::function<void(bool)> done) override {
     checkpoint_requests.push_back(who);
+    if (checkpoint_store_lost) return;
     bool first = checkpoint_round_ != rounds_started;
     checkpoint_round_ = rounds_started;
     if (first) request_checkpoint_elsewhere(who);
