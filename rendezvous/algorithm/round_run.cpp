@@ -204,6 +204,13 @@ void dynamic_rendezvous::impl::round_failures(std::int64_t r, failures_completio
                       [self = shared_from_this(), r, done](std::vector<std::string> records,
                                                            std::size_t total) {
                         if (total == 0) return done({}, 0);
+                        // Only the failed round's members count themselves
+                        // in (the host waits for as many): a spare, ranked
+                        // in no round (members_ 0), set all_read at once
+                        // and let the host leave before a member that was
+                        // rejoining had read why (it then retried an
+                        // absent store until join_timeout).
+                        if (self->last_round_ != r) return done(std::move(records), total);
                         self->mark_failures_read(
                             r, [done, records = std::move(records), total]() mutable {
                               done(std::move(records), total);

@@ -142,8 +142,10 @@ class round_store {
 
   // A last will: when this client's agent dies (its connection closes, or
   // its etcd lease expires) while the will stands, `target` is set to
-  // `value`. `will` names the will; set_will again or withdraw_will
-  // replaces or withdraws it. Leaving on purpose withdraws it first.
+  // `value`: on the TCPStore server and in memory only while `target` is
+  // empty (the first reason wins), on etcd by a plain put. `will` names the
+  // will; set_will again or withdraw_will replaces or withdraws it.
+  // Leaving on purpose withdraws it first.
   virtual void set_will(std::string will, std::string target, std::string value,
                         store_callback done) = 0;
   virtual void withdraw_will(std::string will, store_callback done) = 0;
