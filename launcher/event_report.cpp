@@ -133,15 +133,14 @@ std::vector<agent_record> assign_agents(std::vector<event>& events) {
 std::string choose_run(const std::vector<agent_record>& agents, const std::string& wanted,
                        std::vector<std::string>& others) {
   std::vector<std::string> runs;  // in order of their first agent's start
+  std::set<std::string> seen;
   for (const auto& a : agents) {
-    if (!a.run_id.empty() && std::find(runs.begin(), runs.end(), a.run_id) == runs.end()) {
-      runs.push_back(a.run_id);
-    }
+    if (!a.run_id.empty() && seen.insert(a.run_id).second) runs.push_back(a.run_id);
   }
   if (runs.empty()) return "";
   std::string chosen = runs.back();
   if (!wanted.empty()) {
-    if (std::find(runs.begin(), runs.end(), wanted) == runs.end()) {
+    if (seen.count(wanted) == 0) {
       std::string known;
       for (const auto& r : runs) known += (known.empty() ? "" : ", ") + r;
       throw report_error(fmt::format("no run '{}' in the event log; it holds: {}",
@@ -416,15 +415,17 @@ std::map<std::int64_t, round_events> gather_rounds(const std::vector<const event
   return rounds;
 }
 
-void add_lost(job_report& report, const std::string& cause, double seconds) {
+// `where`: each cause's place in report.lost_s (a class is any text a log
+// says: a million of them must not be a million squared steps).
+void add_lost(job_report& report, std::map<std::string, std::size_t>& where,
+              const std::string& cause, double seconds) {
   if (seconds <= 0) return;
-  for (auto& [name, s] : report.lost_s) {
-    if (name == cause) {
-      s += seconds;
-      return;
-    }
+  auto [it, fresh] = where.emplace(cause, report.lost_s.size());
+  if (fresh) {
+    report.lost_s.emplace_back(cause, seconds);
+  } else {
+    report.lost_s[it->second].second += seconds;
   }
-  report.lost_s.emplace_back(cause, seconds);
 }
 
 // Productive time, and where the rest went: the gap before a round is put
@@ -432,17 +433,19 @@ void add_lost(job_report& report, const std::string& cause, double seconds) {
 void account_time(job_report& report) {
   double cursor = report.started_at;
   std::string cause = "start-up";
+  std::map<std::string, std::size_t> where;
   auto advance_to = [&](double t) {
     if (t > cursor) {
-      add_lost(report, cause, t - cursor);
+      add_lost(report, where, cause, t - cursor);
       cursor = t;
     }
   };
+  // By round: a log of a million rounds must not take a million squared.
+  std::map<std::int64_t, const report_incident*> incident_of;
+  for (const auto& i : report.incidents) incident_of[i.round] = &i;
   for (const auto& r : report.rounds) {
-    const report_incident* incident = nullptr;
-    for (const auto& i : report.incidents) {
-      if (i.round == r.round) incident = &i;
-    }
+    auto found = incident_of.find(r.round);
+    const report_incident* incident = found == incident_of.end() ? nullptr : found->second;
     double end = std::min(r.ended_at, report.ended_at);
     if (r.running_at) {
       advance_to(std::min(*r.running_at, report.ended_at));
@@ -654,15 +657,13 @@ job_report build_report(const std::vector<report_input>& inputs, const std::stri
 
   // Recovery: until every node's workers of the next round ran.
   for (auto& i : report.incidents) {
-    if (i.logged) continue;
-    bool job_ended = rounds[i.round].job_failed;
-    for (const auto& r : report.rounds) {
-      if (job_ended || r.round <= i.round) continue;
-      if (r.running_at) {
-        i.resumed_at = r.running_at;
-        i.recover_s = *r.running_at - i.failed_at;
-      }
-      break;
+    if (i.logged || rounds[i.round].job_failed) continue;
+    // The next round (rounds are in order): found by bisection.
+    auto next = std::upper_bound(report.rounds.begin(), report.rounds.end(), i.round,
+                                 [](std::int64_t n, const report_round& r) { return n < r.round; });
+    if (next != report.rounds.end() && next->running_at) {
+      i.resumed_at = next->running_at;
+      i.recover_s = *next->running_at - i.failed_at;
     }
   }
   account_time(report);
