@@ -53,6 +53,12 @@ std::optional<double> number(const json& j, const char* key) {
   return it->get<double>();
 }
 
+// A duration a log says: a negative one is a corrupt line's, not a time.
+std::optional<double> duration(const json& j, const char* key) {
+  auto v = number(j, key);
+  return v && *v >= 0 ? v : std::nullopt;
+}
+
 std::string text(const json& j, const char* key) {
   auto it = j.find(key);
   return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
@@ -258,7 +264,7 @@ std::optional<report_incident> derive_incident(std::int64_t round, const round_e
   if (hang != nullptr) {
     // Detected once nothing moved for idle_s: the hang began then.
     i.incident_class = "hang";
-    double idle = number(hang->fields, "idle_s").value_or(0);
+    double idle = duration(hang->fields, "idle_s").value_or(0);
     i.failed_at = std::min(i.failed_at, hang->time - idle);
     i.detected_at = std::min(*i.detected_at, hang->time);
     i.detail = fmt::format("no progress from any worker for {:.1f} s", idle);
@@ -327,8 +333,8 @@ report_incident logged_incident(std::int64_t round, const std::vector<const even
     if (back) all_ended = false;
     keep_max(resumed, back);
     detect_field = detect_field || f.contains("detect_s");
-    keep_min(detect, number(f, "detect_s"));
-    keep_max(recover, number(f, "recover_s"));
+    keep_min(detect, duration(f, "detect_s"));
+    keep_max(recover, duration(f, "recover_s"));
     keep_max(i.steps_lost, integer(f, "steps_lost"));
     auto restart = integer(f, "restart");
     keep_max(i.restart, restart ? std::optional<int>(static_cast<int>(*restart)) : std::nullopt);

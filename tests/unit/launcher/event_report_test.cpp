@@ -515,3 +515,15 @@ TEST_CASE("report: the SVG is well-formed XML naming rounds, incidents and the g
   CHECK_THAT(svg, Contains(">r2</text>"));
   CHECK(xml_escape("a\"b'\x01") == "a&quot;b&apos; ");
 }
+
+TEST_CASE("report: a negative detect_s or recover_s in a corrupt log is not shown") {
+  auto [a, b] = two_nodes();
+  a.add(5.2, "incident", {{"round", 0}, {"class", "exit"}, {"failed_at", at(3.9)},
+                          {"detected_at", at(4.2)}, {"detect_s", -1}, {"recover_s", -2.5}});
+  auto r = build_report({{"h1", a.text}, {"h2", b.text}});
+  REQUIRE(r.incidents.size() == 1);
+  const auto& i = r.incidents[0];
+  CHECK(!i.detect_s);  // null in the JSON, as when no node knew
+  CHECK(!i.recover_s);
+  CHECK(report_json(r)["incidents"][0]["detect_s"].is_null());
+}
