@@ -45,7 +45,15 @@ std::string short_seconds(double s) {
 
 std::string xml_escape(std::string_view text) {
   std::string out;
-  for (char c : text) {
+  for (std::size_t k = 0; k < text.size(); ++k) {
+    char c = text[k];
+    // Nor U+FFFE and U+FFFF (UTF-8 EF BF BE/BF): U+FFFD instead.
+    if (c == '\xEF' && text.substr(k + 1, 1) == "\xBF" && k + 2 < text.size() &&
+        (text[k + 2] == '\xBE' || text[k + 2] == '\xBF')) {
+      out += "\xEF\xBF\xBD";
+      k += 2;
+      continue;
+    }
     switch (c) {
       case '&': out += "&amp;"; break;
       case '<': out += "&lt;"; break;

@@ -514,6 +514,10 @@ TEST_CASE("report: the SVG is well-formed XML naming rounds, incidents and the g
   CHECK_THAT(svg, Contains("seconds since the first agent started"));
   CHECK_THAT(svg, Contains(">r2</text>"));
   CHECK(xml_escape("a\"b'\x01") == "a&quot;b&apos; ");
+  // U+FFFE and U+FFFF are no XML characters (a host so named in a log made
+  // the SVG unreadable); U+FFFD and the other characters stay as they are.
+  CHECK(xml_escape("h\xEF\xBF\xBF\xEF\xBF\xBEx\xEF\xBF\xBD\xEF\xBF") ==
+        "h\xEF\xBF\xBD\xEF\xBF\xBDx\xEF\xBF\xBD\xEF\xBF");
 }
 
 TEST_CASE("report: a negative detect_s or recover_s in a corrupt log is not shown") {
