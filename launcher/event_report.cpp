@@ -265,7 +265,10 @@ std::optional<report_incident> derive_incident(std::int64_t round, const round_e
     // Detected once nothing moved for idle_s: the hang began then.
     i.incident_class = "hang";
     double idle = duration(hang->fields, "idle_s").value_or(0);
-    i.failed_at = std::min(i.failed_at, hang->time - idle);
+    // Not before the round began (a corrupt idle_s put it in 1970).
+    double began = hang->time;
+    for (const auto& [agent, n] : r.nodes) began = std::min(began, n.joined_at);
+    i.failed_at = std::min(i.failed_at, std::max(hang->time - idle, began));
     i.detected_at = std::min(*i.detected_at, hang->time);
     i.detail = fmt::format("no progress from any worker for {:.1f} s", idle);
   }

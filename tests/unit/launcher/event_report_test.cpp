@@ -531,3 +531,17 @@ TEST_CASE("report: a negative detect_s or recover_s in a corrupt log is not show
   CHECK(!i.recover_s);
   CHECK(report_json(r)["incidents"][0]["detect_s"].is_null());
 }
+
+TEST_CASE("report: a hang's idle_s longer than its round began no earlier than the round") {
+  node_log n = {"vm", 41, 0, 2, ""};
+  n.started(0);
+  n.round(4, 0, 2);  // joined at 4, running at 4.2
+  n.add(20, "hang_detected", {{"round", 0}, {"idle_s", 1e300}});
+  n.failed(20.1, 0, 0, nullptr, "SIGKILL");
+  n.add(20.2, "agent_exiting", {{"exit_code", 1}});
+  auto r = build_report({{"ev.jsonl", n.text}});
+  REQUIRE(r.incidents.size() == 1);
+  CHECK(r.incidents[0].failed_at == Approx(base + 4));
+  CHECK(*r.incidents[0].detect_s == Approx(16));
+  CHECK(r.total_s == Approx(20.2));
+}
