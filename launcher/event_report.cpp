@@ -573,11 +573,14 @@ job_report build_report(const std::vector<report_input>& inputs, const std::stri
                           report.skipped_lines == 1 ? "line is" : "lines are")
             : std::string()));
   }
+  // Agents in the order each wrote its lines: a clock stepped back must
+  // not make an agent's later lines come before its agent_started (one
+  // node told as two).
+  auto agents = assign_agents(events);
   // Several files (one per node): one timeline. Equal times keep the order
   // they were written in.
   std::stable_sort(events.begin(), events.end(),
                    [](const event& a, const event& b) { return a.time < b.time; });
-  auto agents = assign_agents(events);
   report.run_id = choose_run(agents, run_id, report.other_runs);
 
   // The agents without a run id join the only run there is.

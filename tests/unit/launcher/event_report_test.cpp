@@ -545,3 +545,18 @@ TEST_CASE("report: a hang's idle_s longer than its round began no earlier than t
   CHECK(*r.incidents[0].detect_s == Approx(16));
   CHECK(r.total_s == Approx(20.2));
 }
+
+TEST_CASE("report: a clock stepped back after the start is still one node") {
+  node_log n = {"vm", 41, 0, 1, ""};
+  n.started(100);
+  n.round(101, 0, 1);
+  // The clock stepped back 100 s: the rest of the log is timed before the start.
+  n.exits_ok(3, 0);
+  n.add(3, "job_succeeded", {{"round", 0}});
+  n.add(3.5, "agent_exiting", {{"exit_code", 0}});
+  auto r = build_report({{"ev.jsonl", n.text}});
+  REQUIRE(r.nodes.size() == 1);
+  CHECK(r.nodes[0].label == "vm");
+  CHECK(r.end_logged);
+  CHECK(r.outcome.state == "succeeded");
+}
