@@ -88,6 +88,7 @@ void elastic_agent::impl::begin_preemption(int sig) {
                   "and giving the workers here {} s to save and exit",
                   signal_name(sig), static_cast<double>(grace.count()) / 1000.0));
   request_checkpoint(fmt::format("was preempted ({})", signal_name(sig)));
+  workers_stopped();  // saving and stopping is lost time, as any stop
   preempting_ = true;
   phase_ = phase::stopping;
   if (progress_) progress_->stop();

@@ -190,6 +190,28 @@ def test_a_stop_is_not_productive_time(tmp_path):
     fifo.close()
 
 
+def test_a_preemption_stop_is_not_productive_time(tmp_path):
+    """SIGTERM with --checkpoint-signal: the workers save (here: ignore it
+    all) during --stop-timeout, time the productive seconds do not count."""
+    env = dh.job_env(DTRUN_CONTROL_DIR=str(tmp_path / "control"))
+    fifo = dh.Fifo(tmp_path)
+    script = f'trap "" TERM USR1; echo ready > {fifo.path}; exec sleep 600'
+    proc = dh.start(["--standalone", "--nproc-per-node=1", "--metrics-port=0",
+                     "--checkpoint-signal=SIGUSR1", "--stop-timeout=600", "--no-python",
+                     "/bin/sh", "-c", script], env)
+    with dh.cleaned_up(proc, env["DTRUN_TEST_MARK"]):
+        line = dh.wait_for_stderr(proc, "metrics: http://")
+        base = re.search(r"(http://127\.0\.0\.1:\d+)/metrics", line).group(1)
+        fifo.lines(1)
+        proc.send_signal(signal.SIGTERM)
+        dh.wait_for_stderr(proc, "this node is preempted")
+        first = metric(get(base + "/metrics")[2], "dtrun_productive_seconds_total")
+        assert json.loads(get(base + "/status")[2])["phase"] == "stopping"
+        second = metric(get(base + "/metrics")[2], "dtrun_productive_seconds_total")
+        assert second == first
+    fifo.close()
+
+
 def test_a_metrics_port_in_use_is_one_line_and_no_worker_starts(tmp_path):
     holder = socket.socket()
     holder.bind(("127.0.0.1", 0))
