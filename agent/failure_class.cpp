@@ -145,9 +145,6 @@ failure_class class_of_round_end(std::string_view reason, std::string* exception
       }
     }
   }
-  if (contains(reason, " was lost") || contains(reason, "stopped sending heartbeats")) {
-    return failure_class::node;
-  }
   if (auto left = reason.find("left the job: "); left != std::string_view::npos) {
     // Why it left, after the host's name: a host or a health check's
     // words may say "preempt" too ("gke-...-preemptible-pool-...").
@@ -155,6 +152,10 @@ failure_class class_of_round_end(std::string_view reason, std::string* exception
     return why.starts_with("preempted") ? failure_class::preemption : failure_class::health;
   }
   if (contains(reason, "left the job")) return failure_class::health;
+  // After a node that left: its health check's last line may say "lost".
+  if (contains(reason, " was lost") || contains(reason, "stopped sending heartbeats")) {
+    return failure_class::node;
+  }
   if (contains(reason, "waiting to join")) return failure_class::membership;
   // A failure reported by a dtrun without tags, or a node's other end.
   return contains(reason, "worker rank") ? failure_class::exit : failure_class::membership;
