@@ -392,6 +392,9 @@ void elastic_agent::impl::on_worker_exit(const worker& w, const exit_status& sta
 // The two-phase stop (worker_group::stop): `sig` now, SIGKILL when the
 // grace period ends.
 void elastic_agent::impl::begin_stop(int sig) {
+  // A stop is lost time (docs/agent.md, "Incidents and goodput"): the
+  // workers' productive time ends here, not when the last one is reaped.
+  workers_stopped();
   phase_ = phase::stopping;
   if (progress_) progress_->stop();
   group_.stop(sig, options_.stop_timeout);

@@ -88,6 +88,7 @@ void elastic_agent::impl::begin_preemption(int sig) {
                   signal_name(sig), static_cast<double>(grace.count()) / 1000.0));
   auto why = fmt::format("was preempted ({})", signal_name(sig));
   request_checkpoint(why);
+  workers_stopped();  // saving and stopping is lost time, as any stop
   preempting_ = true;
   phase_ = phase::stopping;
   if (progress_) progress_->stop();

@@ -145,11 +145,16 @@ failure_class class_of_round_end(std::string_view reason, std::string* exception
       }
     }
   }
+  if (auto left = reason.find("left the job: "); left != std::string_view::npos) {
+    // Why it left, after the host's name: a host or a health check's
+    // words may say "preempt" too ("gke-...-preemptible-pool-...").
+    auto why = reason.substr(left + std::string_view("left the job: ").size());
+    return why.starts_with("preempted") ? failure_class::preemption : failure_class::health;
+  }
+  if (contains(reason, "left the job")) return failure_class::health;
+  // After a node that left: its health check's last line may say "lost".
   if (contains(reason, " was lost") || contains(reason, "stopped sending heartbeats")) {
     return failure_class::node;
-  }
-  if (contains(reason, "left the job")) {
-    return contains(reason, "preempt") ? failure_class::preemption : failure_class::health;
   }
   if (contains(reason, "waiting to join")) return failure_class::membership;
   // A failure reported by a dtrun without tags, or a node's other end.

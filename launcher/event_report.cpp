@@ -53,6 +53,12 @@ std::optional<double> number(const json& j, const char* key) {
   return it->get<double>();
 }
 
+// A duration a log says: a negative one is a corrupt line's, not a time.
+std::optional<double> duration(const json& j, const char* key) {
+  auto v = number(j, key);
+  return v && *v >= 0 ? v : std::nullopt;
+}
+
 std::string text(const json& j, const char* key) {
   auto it = j.find(key);
   return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
@@ -133,15 +139,14 @@ std::vector<agent_record> assign_agents(std::vector<event>& events) {
 std::string choose_run(const std::vector<agent_record>& agents, const std::string& wanted,
                        std::vector<std::string>& others) {
   std::vector<std::string> runs;  // in order of their first agent's start
+  std::set<std::string> seen;
   for (const auto& a : agents) {
-    if (!a.run_id.empty() && std::find(runs.begin(), runs.end(), a.run_id) == runs.end()) {
-      runs.push_back(a.run_id);
-    }
+    if (!a.run_id.empty() && seen.insert(a.run_id).second) runs.push_back(a.run_id);
   }
   if (runs.empty()) return "";
   std::string chosen = runs.back();
   if (!wanted.empty()) {
-    if (std::find(runs.begin(), runs.end(), wanted) == runs.end()) {
+    if (seen.count(wanted) == 0) {
       std::string known;
       for (const auto& r : runs) known += (known.empty() ? "" : ", ") + r;
       throw report_error(fmt::format("no run '{}' in the event log; it holds: {}",
@@ -259,8 +264,11 @@ std::optional<report_incident> derive_incident(std::int64_t round, const round_e
   if (hang != nullptr) {
     // Detected once nothing moved for idle_s: the hang began then.
     i.incident_class = "hang";
-    double idle = number(hang->fields, "idle_s").value_or(0);
-    i.failed_at = std::min(i.failed_at, hang->time - idle);
+    double idle = duration(hang->fields, "idle_s").value_or(0);
+    // Not before the round began (a corrupt idle_s put it in 1970).
+    double began = hang->time;
+    for (const auto& [agent, n] : r.nodes) began = std::min(began, n.joined_at);
+    i.failed_at = std::min(i.failed_at, std::max(hang->time - idle, began));
     i.detected_at = std::min(*i.detected_at, hang->time);
     i.detail = fmt::format("no progress from any worker for {:.1f} s", idle);
   }
@@ -328,8 +336,8 @@ report_incident logged_incident(std::int64_t round, const std::vector<const even
     if (back) all_ended = false;
     keep_max(resumed, back);
     detect_field = detect_field || f.contains("detect_s");
-    keep_min(detect, number(f, "detect_s"));
-    keep_max(recover, number(f, "recover_s"));
+    keep_min(detect, duration(f, "detect_s"));
+    keep_max(recover, duration(f, "recover_s"));
     keep_max(i.steps_lost, integer(f, "steps_lost"));
     auto restart = integer(f, "restart");
     keep_max(i.restart, restart ? std::optional<int>(static_cast<int>(*restart)) : std::nullopt);
@@ -416,15 +424,17 @@ std::map<std::int64_t, round_events> gather_rounds(const std::vector<const event
   return rounds;
 }
 
-void add_lost(job_report& report, const std::string& cause, double seconds) {
+// `where`: each cause's place in report.lost_s (a class is any text a log
+// says: a million of them must not be a million squared steps).
+void add_lost(job_report& report, std::map<std::string, std::size_t>& where,
+              const std::string& cause, double seconds) {
   if (seconds <= 0) return;
-  for (auto& [name, s] : report.lost_s) {
-    if (name == cause) {
-      s += seconds;
-      return;
-    }
+  auto [it, fresh] = where.emplace(cause, report.lost_s.size());
+  if (fresh) {
+    report.lost_s.emplace_back(cause, seconds);
+  } else {
+    report.lost_s[it->second].second += seconds;
   }
-  report.lost_s.emplace_back(cause, seconds);
 }
 
 // Productive time, and where the rest went: the gap before a round is put
@@ -432,17 +442,19 @@ void add_lost(job_report& report, const std::string& cause, double seconds) {
 void account_time(job_report& report) {
   double cursor = report.started_at;
   std::string cause = "start-up";
+  std::map<std::string, std::size_t> where;
   auto advance_to = [&](double t) {
     if (t > cursor) {
-      add_lost(report, cause, t - cursor);
+      add_lost(report, where, cause, t - cursor);
       cursor = t;
     }
   };
+  // By round: a log of a million rounds must not take a million squared.
+  std::map<std::int64_t, const report_incident*> incident_of;
+  for (const auto& i : report.incidents) incident_of[i.round] = &i;
   for (const auto& r : report.rounds) {
-    const report_incident* incident = nullptr;
-    for (const auto& i : report.incidents) {
-      if (i.round == r.round) incident = &i;
-    }
+    auto found = incident_of.find(r.round);
+    const report_incident* incident = found == incident_of.end() ? nullptr : found->second;
     double end = std::min(r.ended_at, report.ended_at);
     if (r.running_at) {
       advance_to(std::min(*r.running_at, report.ended_at));
@@ -561,11 +573,14 @@ job_report build_report(const std::vector<report_input>& inputs, const std::stri
                           report.skipped_lines == 1 ? "line is" : "lines are")
             : std::string()));
   }
+  // Agents in the order each wrote its lines: a clock stepped back must
+  // not make an agent's later lines come before its agent_started (one
+  // node told as two).
+  auto agents = assign_agents(events);
   // Several files (one per node): one timeline. Equal times keep the order
   // they were written in.
   std::stable_sort(events.begin(), events.end(),
                    [](const event& a, const event& b) { return a.time < b.time; });
-  auto agents = assign_agents(events);
   report.run_id = choose_run(agents, run_id, report.other_runs);
 
   // The agents without a run id join the only run there is.
@@ -654,15 +669,13 @@ job_report build_report(const std::vector<report_input>& inputs, const std::stri
 
   // Recovery: until every node's workers of the next round ran.
   for (auto& i : report.incidents) {
-    if (i.logged) continue;
-    bool job_ended = rounds[i.round].job_failed;
-    for (const auto& r : report.rounds) {
-      if (job_ended || r.round <= i.round) continue;
-      if (r.running_at) {
-        i.resumed_at = r.running_at;
-        i.recover_s = *r.running_at - i.failed_at;
-      }
-      break;
+    if (i.logged || rounds[i.round].job_failed) continue;
+    // The next round (rounds are in order): found by bisection.
+    auto next = std::upper_bound(report.rounds.begin(), report.rounds.end(), i.round,
+                                 [](std::int64_t n, const report_round& r) { return n < r.round; });
+    if (next != report.rounds.end() && next->running_at) {
+      i.resumed_at = next->running_at;
+      i.recover_s = *next->running_at - i.failed_at;
     }
   }
   account_time(report);

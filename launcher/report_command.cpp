@@ -29,12 +29,36 @@ int fail(int code, const std::string& message) {
   return code;
 }
 
+// An event log holds a job's lifecycle, not its steps: a file larger than
+// this is something else (/dev/zero, a disk image), and reading it whole
+// would take the memory instead of saying so.
+constexpr std::size_t max_input_bytes = std::size_t{1} << 30;
+
+// The whole stream, or nullopt once it is longer than max_input_bytes.
+std::optional<std::string> read_bounded(std::istream& in) {
+  std::string text;
+  std::string chunk(1 << 20, '\0');
+  while (in) {
+    in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+    auto got = static_cast<std::size_t>(in.gcount());
+    if (text.size() + got > max_input_bytes) return std::nullopt;
+    text.append(chunk, 0, got);
+  }
+  return text;
+}
+
+std::optional<std::string> too_big(const std::string& path) {
+  fail(exit_bad_input, fmt::format("'{}' is more than {} GiB: not an event log; give the file "
+                                   "written by --event-log",
+                                   printable(path), max_input_bytes >> 30));
+  return std::nullopt;
+}
+
 // The whole file ("-": stdin); nullopt after saying why it cannot be read.
 std::optional<std::string> read_input(const std::string& path) {
   if (path == "-") {
-    std::ostringstream text;
-    text << std::cin.rdbuf();
-    return text.str();
+    auto text = read_bounded(std::cin);
+    return text ? text : too_big(path);
   }
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
@@ -48,14 +72,14 @@ std::optional<std::string> read_input(const std::string& path) {
                                      printable(path), std::strerror(errno)));
     return std::nullopt;
   }
-  std::ostringstream text;
-  text << in.rdbuf();
+  auto text = read_bounded(in);
+  if (!text) return too_big(path);
   if (in.bad()) {
     fail(exit_bad_input,
          fmt::format("cannot read '{}': {}", printable(path), std::strerror(errno)));
     return std::nullopt;
   }
-  return text.str();
+  return text;
 }
 
 bool write_file(const std::string& path, const std::string& text) {

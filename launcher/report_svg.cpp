@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <map>
 
 #include <fmt/format.h>
 
@@ -44,7 +45,15 @@ std::string short_seconds(double s) {
 
 std::string xml_escape(std::string_view text) {
   std::string out;
-  for (char c : text) {
+  for (std::size_t k = 0; k < text.size(); ++k) {
+    char c = text[k];
+    // Nor U+FFFE and U+FFFF (UTF-8 EF BF BE/BF): U+FFFD instead.
+    if (c == '\xEF' && text.substr(k + 1, 1) == "\xBF" && k + 2 < text.size() &&
+        (text[k + 2] == '\xBE' || text[k + 2] == '\xBF')) {
+      out += "\xEF\xBF\xBD";
+      k += 2;
+      continue;
+    }
     switch (c) {
       case '&': out += "&amp;"; break;
       case '<': out += "&lt;"; break;
@@ -72,9 +81,11 @@ std::string render_svg(const job_report& r) {
   std::vector<std::string> lanes;
   for (const auto& n : r.nodes) lanes.push_back(n.label);
   if (lanes.empty()) lanes.push_back("job");
+  std::map<std::string, std::size_t> lane_index;  // the first lane of a label
+  for (std::size_t k = lanes.size(); k-- > 0;) lane_index[lanes[k]] = k;
   auto lane_y = [&](const std::string& label) {
-    auto it = std::find(lanes.begin(), lanes.end(), label);
-    auto index = static_cast<double>(it == lanes.end() ? 0 : it - lanes.begin());
+    auto it = lane_index.find(label);
+    auto index = static_cast<double>(it == lane_index.end() ? 0 : it->second);
     return lanes_top + index * (lane_height + lane_gap);
   };
   const double lanes_bottom =

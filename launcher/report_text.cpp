@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <map>
 
 #include <fmt/format.h>
 
@@ -87,11 +88,12 @@ std::string render_report(const job_report& r) {
 
   out += "\nrounds (times in seconds since the first agent started):\n";
   text_table rounds({"round", "running", "until", "for", "world", "nodes", "ended by"});
+  std::multimap<std::int64_t, const report_incident*> incidents_of;  // by round
+  for (const auto& i : r.incidents) incidents_of.emplace(i.round, &i);
   for (const auto& round : r.rounds) {
     std::string ended = round.ended_by;
-    for (const auto& i : r.incidents) {
-      if (i.round == round.round) ended += ": " + i.incident_class;
-    }
+    auto [from, to] = incidents_of.equal_range(round.round);
+    for (auto it = from; it != to; ++it) ended += ": " + it->second->incident_class;
     rounds.add({std::to_string(round.round),
                 round.running_at ? since(r, *round.running_at) : "never in full",
                 since(r, round.ended_at), fmt::format("{:.3f}", round.running_s()),
@@ -172,7 +174,10 @@ ojson report_json(const job_report& r) {
                          {"source", i.logged ? "incident events" : "derived"}});
   }
   ojson lost = ojson::object();
-  for (const auto& [cause, s] : r.lost_s) lost[cause] = rounded_ms(s);
+  // Causes are unique in lost_s: appended without ordered_json's linear
+  // look-up of each key (a log can name a million classes).
+  auto& by_cause = lost.get_ref<ojson::object_t&>();
+  for (const auto& [cause, s] : r.lost_s) by_cause.emplace_back(cause, rounded_ms(s));
   return {{"schema", "dtrun.report/1"},
           {"run_id", r.run_id},
           {"files", r.files},

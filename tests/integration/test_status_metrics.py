@@ -161,6 +161,57 @@ def test_metrics_endpoint(tmp_path):
         dh.kill_marked(env["DTRUN_TEST_MARK"])
 
 
+def metric(body, name):
+    found = re.search(rf"^{name}\{{[^}}]*\}} ([0-9.e+-]+)$", body, re.M)
+    assert found, body
+    return float(found.group(1))
+
+
+def test_a_stop_is_not_productive_time(tmp_path):
+    """Rank 0 fails; rank 1 ignores SIGTERM, so the stop lasts
+    --stop-timeout: the productive seconds stand still meanwhile."""
+    env = dh.job_env(DTRUN_CONTROL_DIR=str(tmp_path / "control"))
+    fifo = dh.Fifo(tmp_path)
+    go = tmp_path / "go"
+    os.mkfifo(go)  # rank 1 writes once its SIGTERM is ignored; rank 0 then fails
+    script = (f'if [ "$LOCAL_RANK" = 1 ]; then trap "" TERM; echo ready > {fifo.path}; '
+              f'echo go > {go}; exec sleep 600; else read x < {go}; exit 1; fi')
+    proc = dh.start(["--standalone", "--nproc-per-node=2", "--metrics-port=0",
+                     "--stop-timeout=600", "--no-python", "/bin/sh", "-c", script], env)
+    with dh.cleaned_up(proc, env["DTRUN_TEST_MARK"]):
+        line = dh.wait_for_stderr(proc, "metrics: http://")
+        base = re.search(r"(http://127\.0\.0\.1:\d+)/metrics", line).group(1)
+        fifo.lines(1)
+        dh.wait_for_stderr(proc, "stopping the other workers")
+        first = metric(get(base + "/metrics")[2], "dtrun_productive_seconds_total")
+        assert json.loads(get(base + "/status")[2])["phase"] == "stopping"
+        second = metric(get(base + "/metrics")[2], "dtrun_productive_seconds_total")
+        assert second == first
+    fifo.close()
+
+
+def test_a_preemption_stop_is_not_productive_time(tmp_path):
+    """SIGTERM with --checkpoint-signal: the workers save (here: ignore it
+    all) during --stop-timeout, time the productive seconds do not count."""
+    env = dh.job_env(DTRUN_CONTROL_DIR=str(tmp_path / "control"))
+    fifo = dh.Fifo(tmp_path)
+    script = f'trap "" TERM USR1; echo ready > {fifo.path}; exec sleep 600'
+    proc = dh.start(["--standalone", "--nproc-per-node=1", "--metrics-port=0",
+                     "--checkpoint-signal=SIGUSR1", "--stop-timeout=600", "--no-python",
+                     "/bin/sh", "-c", script], env)
+    with dh.cleaned_up(proc, env["DTRUN_TEST_MARK"]):
+        line = dh.wait_for_stderr(proc, "metrics: http://")
+        base = re.search(r"(http://127\.0\.0\.1:\d+)/metrics", line).group(1)
+        fifo.lines(1)
+        proc.send_signal(signal.SIGTERM)
+        dh.wait_for_stderr(proc, "this node is preempted")
+        first = metric(get(base + "/metrics")[2], "dtrun_productive_seconds_total")
+        assert json.loads(get(base + "/status")[2])["phase"] == "stopping"
+        second = metric(get(base + "/metrics")[2], "dtrun_productive_seconds_total")
+        assert second == first
+    fifo.close()
+
+
 def test_a_metrics_port_in_use_is_one_line_and_no_worker_starts(tmp_path):
     holder = socket.socket()
     holder.bind(("127.0.0.1", 0))

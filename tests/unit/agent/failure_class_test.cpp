@@ -112,6 +112,13 @@ TEST_CASE("a round's end tells the other nodes its class", "[failure_class]") {
         failure_class::health);
   CHECK(class_of_round_end("node 1 (host h2) left the job: preempted (SIGTERM)") ==
         failure_class::preemption);
+  // The host's name or the check's words are not why it left.
+  CHECK(class_of_round_end("node 1 (host gke-a-preemptible-pool-1) left the job: node health "
+                           "check failed: `check_preempt.sh` exited with code 1") ==
+        failure_class::health);
+  CHECK(class_of_round_end("node 1 (host h2) left the job: node health check failed: `gpu-check` "
+                           "exited with code 1 (last line: \"GPU 0 was lost\")") ==
+        failure_class::health);
   CHECK(class_of_round_end("a node is waiting to join") == failure_class::membership);
   // A dtrun without tags: a worker failed, nothing more known.
   CHECK(class_of_round_end("node 1: worker rank 3 exited with code 1") == failure_class::exit);

@@ -514,4 +514,49 @@ TEST_CASE("report: the SVG is well-formed XML naming rounds, incidents and the g
   CHECK_THAT(svg, Contains("seconds since the first agent started"));
   CHECK_THAT(svg, Contains(">r2</text>"));
   CHECK(xml_escape("a\"b'\x01") == "a&quot;b&apos; ");
+  // U+FFFE and U+FFFF are no XML characters (a host so named in a log made
+  // the SVG unreadable); U+FFFD and the other characters stay as they are.
+  CHECK(xml_escape("h\xEF\xBF\xBF\xEF\xBF\xBEx\xEF\xBF\xBD\xEF\xBF") ==
+        "h\xEF\xBF\xBD\xEF\xBF\xBDx\xEF\xBF\xBD\xEF\xBF");
+}
+
+TEST_CASE("report: a negative detect_s or recover_s in a corrupt log is not shown") {
+  auto [a, b] = two_nodes();
+  a.add(5.2, "incident", {{"round", 0}, {"class", "exit"}, {"failed_at", at(3.9)},
+                          {"detected_at", at(4.2)}, {"detect_s", -1}, {"recover_s", -2.5}});
+  auto r = build_report({{"h1", a.text}, {"h2", b.text}});
+  REQUIRE(r.incidents.size() == 1);
+  const auto& i = r.incidents[0];
+  CHECK(!i.detect_s);  // null in the JSON, as when no node knew
+  CHECK(!i.recover_s);
+  CHECK(report_json(r)["incidents"][0]["detect_s"].is_null());
+}
+
+TEST_CASE("report: a hang's idle_s longer than its round began no earlier than the round") {
+  node_log n = {"vm", 41, 0, 2, ""};
+  n.started(0);
+  n.round(4, 0, 2);  // joined at 4, running at 4.2
+  n.add(20, "hang_detected", {{"round", 0}, {"idle_s", 1e300}});
+  n.failed(20.1, 0, 0, nullptr, "SIGKILL");
+  n.add(20.2, "agent_exiting", {{"exit_code", 1}});
+  auto r = build_report({{"ev.jsonl", n.text}});
+  REQUIRE(r.incidents.size() == 1);
+  CHECK(r.incidents[0].failed_at == Approx(base + 4));
+  CHECK(*r.incidents[0].detect_s == Approx(16));
+  CHECK(r.total_s == Approx(20.2));
+}
+
+TEST_CASE("report: a clock stepped back after the start is still one node") {
+  node_log n = {"vm", 41, 0, 1, ""};
+  n.started(100);
+  n.round(101, 0, 1);
+  // The clock stepped back 100 s: the rest of the log is timed before the start.
+  n.exits_ok(3, 0);
+  n.add(3, "job_succeeded", {{"round", 0}});
+  n.add(3.5, "agent_exiting", {{"exit_code", 0}});
+  auto r = build_report({{"ev.jsonl", n.text}});
+  REQUIRE(r.nodes.size() == 1);
+  CHECK(r.nodes[0].label == "vm");
+  CHECK(r.end_logged);
+  CHECK(r.outcome.state == "succeeded");
 }
