@@ -5,31 +5,6 @@
 #include "agent/elastic_agent_impl.h"
 
 namespace dtrun::agent {
-namespace {
-
-// A round ended by a worker's failure, wherever it ran: the rounds
-// --max-no-progress-restarts counts (a lost node or a newcomer is not the
-// training failing at the same step again).
-bool failure_counts_for_progress(failure_class c) {
-  switch (c) {
-    case failure_class::node:
-    case failure_class::health:
-    case failure_class::membership:
-    case failure_class::preemption:
-      return false;
-    case failure_class::exception:
-    case failure_class::exit:
-    case failure_class::signal:
-    case failure_class::oom_kill:
-    case failure_class::collective_timeout:
-    case failure_class::hang:
-    case failure_class::watchdog:
-      return true;
-  }
-  return true;
-}
-
-}  // namespace
 
 // Every worker of the round has been reaped, or given up on
 // (kills_overdue).
@@ -56,8 +31,9 @@ void elastic_agent::impl::group_stopped() {
   if (!failure_ && round_over_) {
     // Membership changed (or another node failed): not our restart. A
     // failure elsewhere still counts for --max-no-progress-restarts here,
-    // where the progress file may be (a shared folder, or rank 0's node).
-    if (incident_ && failure_counts_for_progress(incident_->klass)) {
+    // where the progress file may be (a shared folder, or rank 0's node);
+    // a lost node or a newcomer is not the training failing again.
+    if (incident_ && is_worker_failure(incident_->klass)) {
       if (auto stop = no_progress_stop(options_.spec.max_restarts - restarts_seen_)) {
         log_error(*stop);
         rendezvous_.fail_job(*stop, [this, stop = *stop] {

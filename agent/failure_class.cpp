@@ -61,6 +61,25 @@ std::string type_of_line(std::string_view line) {
 
 }  // namespace
 
+bool is_worker_failure(failure_class c) {
+  switch (c) {
+    case failure_class::exception:
+    case failure_class::exit:
+    case failure_class::signal:
+    case failure_class::oom_kill:
+    case failure_class::collective_timeout:
+    case failure_class::hang:
+    case failure_class::watchdog:
+      return true;
+    case failure_class::node:
+    case failure_class::health:
+    case failure_class::membership:
+    case failure_class::preemption:
+      return false;
+  }
+  return false;
+}
+
 std::string_view class_name(failure_class c) {
   for (const auto& [value, name] : names) {
     if (value == c) return name;

@@ -31,6 +31,11 @@ enum class failure_class {
   preemption,          // a node left the job to be preempted
 };
 
+// A class a worker's failure can have (exception ... watchdog); the
+// others (node, health, membership, preemption) end a round without the
+// training failing.
+bool is_worker_failure(failure_class c);
+
 // "oom-kill", "collective-timeout", ...: the names users write.
 std::string_view class_name(failure_class c);
 std::optional<failure_class> parse_class(std::string_view name);

@@ -20,27 +20,6 @@ namespace {
 
 constexpr std::size_t max_progress_bytes = 64;
 
-// Classes a worker's failure can have: the others (node, health,
-// membership, preemption) are not a failure of the training.
-bool worker_class(failure_class c) {
-  switch (c) {
-    case failure_class::exception:
-    case failure_class::exit:
-    case failure_class::signal:
-    case failure_class::oom_kill:
-    case failure_class::collective_timeout:
-    case failure_class::hang:
-    case failure_class::watchdog:
-      return true;
-    case failure_class::node:
-    case failure_class::health:
-    case failure_class::membership:
-    case failure_class::preemption:
-      return false;
-  }
-  return false;
-}
-
 [[noreturn]] void refuse(const std::string& entry) {
   throw usage_error(fmt::format(
       "--no-restart-on: '{}' is not a failure class or a rule; use exception, exit, signal, "
@@ -66,7 +45,7 @@ no_restart_rule parse_rule(const std::string& entry) {
   std::string head = entry.substr(0, colon);
   if (colon == std::string::npos) {
     auto c = parse_class(head);
-    if (!c || !worker_class(*c)) refuse(entry);
+    if (!c || !is_worker_failure(*c)) refuse(entry);
     rule.klass = c;
     return rule;
   }

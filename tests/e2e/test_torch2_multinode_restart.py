@@ -50,11 +50,7 @@ def test_two_nodes_restart_the_group_after_a_crash_on_torch_2_6(tmp_path):
             pytest.fail("the two-node torch 2.6 job did not finish within 300 s (a restarted "
                         "group stuck on the last round's store?)")
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-        dh.kill_marked(env["DTRUN_TEST_MARK"])
+        dh.kill_all(procs, env["DTRUN_TEST_MARK"])
     for p, err in zip(procs, outs):
         assert p.returncode == 0, err
         assert "restarting the workers (restart 1 of 1)" in err or "the group must restart" in err

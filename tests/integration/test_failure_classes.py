@@ -284,11 +284,7 @@ def test_a_lost_node_is_the_survivors_node_incident(tmp_path):
         _, stderr = procs[0].communicate(timeout=60)
         assert procs[0].returncode == 0, stderr
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-        dh.kill_marked(env["DTRUN_TEST_MARK"])
+        dh.kill_all(procs, env["DTRUN_TEST_MARK"])
     incidents = events_of(events[0], "incident")
     assert len(incidents) == 1, incidents
     i = incidents[0]

@@ -81,8 +81,4 @@ def test_the_survivors_round_closes_when_every_node_that_can_come_is_there():
                    for line in everyone_here), everyone_here
         assert not [line for line in lines if "the last call" in line and "is over" in line], lines
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-        dh.kill_marked(env["DTRUN_TEST_MARK"])
+        dh.kill_all(procs, env["DTRUN_TEST_MARK"])

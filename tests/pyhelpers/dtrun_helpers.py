@@ -114,12 +114,18 @@ def run_two_local_nodes(flags: list[str], program: list[str], timeout: float = 1
                 env=env, stderr=subprocess.PIPE, text=True))
         errs = [p.communicate(timeout=timeout)[1] for p in procs]
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-        kill_marked(env["DTRUN_TEST_MARK"])
+        kill_all(procs, env["DTRUN_TEST_MARK"])
     return [node_run(p.pid, p.returncode, err, port) for p, err in zip(procs, errs)]
+
+
+def kill_all(procs: list[subprocess.Popen], mark: str) -> None:
+    """After a test with several agents, passed or failed: kills the ones
+    still running, reaps them, then every process of the job (`mark`)."""
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    kill_marked(mark)
 
 
 def default_signals() -> None:
