@@ -115,6 +115,9 @@ struct agent_options {
   quarantine_options quarantine;
   // --no-restart-on: failures that end the job at once (restart_policy.h).
   std::vector<no_restart_rule> no_restart_on;
+  // --preload: the modules Python workers' warm interpreter imports
+  // (preload_runner.h); empty: workers start by exec.
+  std::vector<std::string> preload;
   // --progress-file and --max-no-progress-restarts (0: never).
   std::string progress_file;
   int max_no_progress_restarts = 3;

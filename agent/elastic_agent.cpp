@@ -17,6 +17,7 @@
 #include "agent/node_health_checks.h"
 #include "agent/oom_count.h"
 #include "agent/posix_process_runner.h"
+#include "agent/preload_runner.h"
 #include "agent/python_hook.h"
 #include "agent/run_folder.h"
 #include "agent/worker_process.h"
@@ -117,6 +118,7 @@ int elastic_agent::impl::run() {
     }
   }
   stacks_.emplace(io_, stack_options_, run_dir_, hook_dir_);
+  warm_up();
   start_watchdog();
   start_hang_detection();
   start_monitor();
@@ -192,8 +194,25 @@ void elastic_agent::impl::start_round() {
       finish(1);
       return;
     }
-    start_workers(info);
+    // With --preload, once the warm interpreter has imported (it began
+    // when the agent started, so mostly it has).
+    runner_.when_warm([this, info] {
+      if (phase_ != phase::rendezvous) return;  // a signal ended the run meanwhile
+      start_workers(info);
+    });
   });
+}
+
+// --preload's warm interpreter, started as the workers will be: the
+// program, its flags and script, the environment every local worker
+// shares (python_hook.h: the hook's folder first on PYTHONPATH).
+void elastic_agent::impl::warm_up() {
+  if (options_.preload.empty() || hook_dir_.empty()) return;
+  spawn_request like{options_.program, options_.args, inherited_};
+  add_python_hook_path(like.env, hook_dir_);
+  for (auto& [k, v] : static_worker_env(options_.spec, 0, inherited_)) like.env[k] = v;
+  runner_.warm_up(like, (fs::path(run_dir_) / "preload.log").string(),
+                  [this](const std::string& line) { log(line); });
 }
 
 // One worker's start: its folder (error file cleared), its environment
@@ -209,6 +228,7 @@ spawn_request elastic_agent::impl::worker_request(const rendezvous::rendezvous_i
   fs::remove(error_file, stale);
 
   spawn_request request{options_.program, options_.args, inherited_};
+  request.python_worker = !options_.preload.empty();
   if (!hook_dir_.empty()) {
     std::string stacks_log = (fs::path(rank_dir) / "python_stacks.log").string();
     add_python_hook_env(request.env, hook_dir_, stacks_log);
@@ -284,6 +304,7 @@ void elastic_agent::impl::start_workers(const rendezvous::rendezvous_info& info)
     spawn_result spawned = group_.spawn(local_rank, rank, request, error_file);
     output_->spawned(local_rank);
     if (!spawned.ok()) {
+      runner_.round_spawned();
       log_error(spawned.error);
       reporter_.group_stopping(spawned.error);
       failure_ = failure{local_rank, rank, -1, {spawned.exit_code, 0}, {}, true};
@@ -294,6 +315,7 @@ void elastic_agent::impl::start_workers(const rendezvous::rendezvous_info& info)
     }
     reporter_.worker_started(local_rank, rank, spawned.pid);
   }
+  runner_.round_spawned();
   workers_running();
   if (monitor_ && info.group_world_size > 1) monitor_->start_publishing();
   watch_round_end();
@@ -498,9 +520,21 @@ void elastic_agent::impl::keep_named_files(int code) {
                   printable(run_dir_), why));
 }
 
+namespace {
+
+// Workers by exec, or forked from a warm interpreter (--preload).
+std::unique_ptr<process_runner> real_runner(asio::io_context& io, const agent_options& options) {
+  auto plain = std::make_unique<posix_process_runner>(io);
+  if (options.preload.empty()) return plain;
+  return std::make_unique<preload_runner>(io, std::move(plain), options.preload,
+                                          options.worker_args.script_args_at);
+}
+
+}  // namespace
+
 elastic_agent::elastic_agent(asio::io_context& io, agent_options options,
                              rendezvous::rendezvous_handler& rendezvous)
-    : own_runner_(std::make_unique<posix_process_runner>(io)),
+    : own_runner_(real_runner(io, options)),
       impl_(std::make_unique<impl>(io, std::move(options), rendezvous, *own_runner_,
                                    stack_capture_options{}, nullptr)) {}
 

@@ -108,6 +108,7 @@ class elastic_agent::impl {
 
   // elastic_agent.cpp
   nlohmann::ordered_json config_summary() const;
+  void warm_up();
   summary_context failure_context(std::string outcome) const;
   void start_round();
   spawn_request worker_request(const rendezvous::rendezvous_info& info, int local_rank,

@@ -10,6 +10,7 @@
 #include <sys/types.h>
 
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "agent/worker_process.h"
@@ -54,6 +55,20 @@ class process_runner {
   // SIGKILL to every child this process adopted (as subreaper) except
   // `keep` and the runner's own helpers.
   virtual void kill_adopted(std::vector<pid_t> keep) = 0;
+
+  // --preload (preload_runner.h); a runner without it does nothing here.
+  // Starts the warm interpreter that Python workers like `like` are then
+  // forked from (its own output to `output_file`; `say` gets its one-line
+  // warnings).
+  virtual void warm_up(const spawn_request& /*like*/, const std::string& /*output_file*/,
+                       std::function<void(const std::string&)> /*say*/) {}
+  // `then`, once a warm interpreter is ready or cannot be (at once when
+  // none is being started).
+  virtual void when_warm(std::function<void()> then) { then(); }
+  // Every worker of a round was spawned (or the round gave up starting
+  // them): workers forked from the warm interpreter go on once it hands
+  // over to its successor.
+  virtual void round_spawned() {}
 };
 
 }  // namespace dtrun::agent

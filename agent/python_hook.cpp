@@ -216,7 +216,7 @@ void write_python_hook(const std::string& dir) {
     throw std::runtime_error("cannot write the Python hook " + printable(path) + ": " +
                              std::strerror(errno));
   }
-  std::string text = hook_source;
+  std::string text = std::string(hook_source) + python_preload_source();
   const char* p = text.data();
   std::size_t left = text.size();
   bool ok = true;
@@ -243,13 +243,17 @@ void write_python_hook(const std::string& dir) {
 
 int stack_dump_signal() { return SIGRTMIN + 3; }
 
-void add_python_hook_env(env_map& env, const std::string& hook_dir, const std::string& stack_file) {
+void add_python_hook_path(env_map& env, const std::string& hook_dir) {
   auto existing = env.find("PYTHONPATH");
   if (existing == env.end() || existing->second.empty()) {
     env["PYTHONPATH"] = hook_dir;
   } else {
     existing->second = hook_dir + ":" + existing->second;
   }
+}
+
+void add_python_hook_env(env_map& env, const std::string& hook_dir, const std::string& stack_file) {
+  add_python_hook_path(env, hook_dir);
   env["DTRUN_STACK_FILE"] = stack_file;
   env["DTRUN_STACK_SIGNAL"] = std::to_string(stack_dump_signal());
   env["DTRUN_STACK_TRACER"] = std::to_string(::getpid());

@@ -39,8 +39,14 @@ namespace dtrun::agent {
 // The Python source of the hook (a sitecustomize.py).
 const char* python_hook_source();
 
+// The warm interpreter of --preload (preload_runner.h), appended to the
+// hook's sitecustomize.py: in an interpreter started with DTRUN_PRELOAD it
+// imports those modules and forks the workers; elsewhere it does nothing.
+const char* python_preload_source();
+
 // Creates `dir` (and its parents, mode 0755) and writes
-// `dir`/sitecustomize.py (mode 0644), replacing one there. Throws
+// `dir`/sitecustomize.py (mode 0644: the hook, then the warm interpreter),
+// replacing one there. Throws
 // std::runtime_error naming the path on failure.
 void write_python_hook(const std::string& dir);
 
@@ -61,5 +67,9 @@ int stack_dump_signal();
 // prctl(PR_SET_PTRACER) where Yama's ptrace_scope is 1, so the agent's
 // eu-stack child may attach to its sibling). Call in the agent.
 void add_python_hook_env(env_map& env, const std::string& hook_dir, const std::string& stack_file);
+
+// Only `hook_dir` first on PYTHONPATH: the hook loads but registers for no
+// stacks (the warm interpreter's environment).
+void add_python_hook_path(env_map& env, const std::string& hook_dir);
 
 }  // namespace dtrun::agent

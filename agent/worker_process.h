@@ -36,6 +36,9 @@ struct spawn_request {
   // The CPUs the worker is bound to before it execs (--numa-binding);
   // empty: the agent's own affinity, inherited.
   std::vector<int> cpus;
+  // A Python worker that --preload may fork from the warm interpreter
+  // (preload_runner.h); false: always started by exec.
+  bool python_worker = false;
 };
 
 struct spawn_result {

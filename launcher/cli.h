@@ -143,6 +143,9 @@ struct launch_options {
   // Observability (docs/observability.md).
   double hang_timeout = 0.0;  // seconds without progress from any worker; 0: off
   bool no_stack_hook = false;  // no start-up hook in Python workers (no Python stacks)
+  // --preload: modules a warm interpreter imports once; Python workers are
+  // forked from it (docs/agent.md, "Preload"). Empty: off.
+  std::string preload;
   int metrics_port = -1;       // --metrics-port; -1: no metrics server
   std::string metrics_host = "127.0.0.1";
   // Node health (docs/agent.md, "Node health"): each value "builtin" (the

@@ -154,6 +154,11 @@ void define_supervision_flags(CLI::App& app, launch_options& o) {
              "after which dtrun captures every rank's stacks and fails the group (0: off)")
       ->check(seconds_within("--hang-timeout", hang_timeout_limits))
       ->group(group_supervision);
+  add_option(app, "preload", o.preload,
+             "Python modules a warm interpreter imports once per node, e.g. "
+             "torch,torch.distributed; workers are forked from it, so a restart does not "
+             "import them again (comma-separated)")
+      ->group(group_supervision);
   add_flag(app, "no-stack-hook", o.no_stack_hook,
            "Do not load dtrun's start-up hook in Python workers (then no Python stacks)")
       ->group(group_supervision);

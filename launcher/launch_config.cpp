@@ -6,6 +6,8 @@
 #include <cctype>
 #include <filesystem>
 #include <random>
+#include <regex>
+#include <sstream>
 #include <thread>
 
 #include <fmt/format.h>
@@ -452,6 +454,39 @@ void resolve_worker_program(const launch_options& o, const env_map& env, launch_
   c.agent.args.insert(c.agent.args.end(), o.script_args.begin(), o.script_args.end());
 }
 
+// --preload's modules: dotted Python names. It forks Python workers from
+// an interpreter dtrun's start-up hook runs, so it needs both.
+std::vector<std::string> parse_preload(const launch_options& o) {
+  std::vector<std::string> modules;
+  if (o.preload.empty()) return modules;
+  if (o.no_python) {
+    throw usage_error("--preload forks Python workers; it cannot be used with --no-python");
+  }
+  if (o.no_stack_hook) {
+    throw usage_error("--preload needs dtrun's start-up hook in the workers; drop "
+                      "--no-stack-hook");
+  }
+  static const std::regex dotted_name(R"([A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*)");
+  std::stringstream list(o.preload);
+  const char* empty_name =
+      "--preload: an empty module name; give modules such as torch,torch.distributed "
+      "(comma-separated)";
+  for (std::string name; std::getline(list, name, ',');) {
+    if (name.empty()) throw usage_error(empty_name);
+    if (!std::regex_match(name, dotted_name)) {
+      throw usage_error(fmt::format(
+          "--preload: '{}' is not a Python module name; give modules such as "
+          "torch,torch.distributed,numpy (comma-separated, no spaces)",
+          name));
+    }
+    if (std::find(modules.begin(), modules.end(), name) == modules.end()) {
+      modules.push_back(name);
+    }
+  }
+  if (modules.empty() || o.preload.back() == ',') throw usage_error(empty_name);
+  return modules;
+}
+
 }  // namespace
 
 launch_config resolve_launch_config(const launch_options& options, const env_map& env,
@@ -466,6 +501,7 @@ launch_config resolve_launch_config(const launch_options& options, const env_map
   resolve_rendezvous(o, sched, c);
   resolve_supervision(o, sched, c);
   resolve_worker_program(o, env, c);
+  c.agent.preload = parse_preload(o);
   if (!o.flags_after_script.empty()) {
     c.warnings.push_back(fmt::format(
         "{} after the script go{} to the script, not to dtrun (as with torchrun); put dtrun's "

@@ -143,6 +143,7 @@ nlohmann::json to_json(const launch_config& c, const env_map& env) {
                                           {"file", c.agent.quarantine.file}}
                          : nlohmann::json()},
       {"stack_hook", c.agent.stack_hook},
+      {"preload", c.agent.preload},
       {"metrics", c.agent.metrics_port < 0 ? nlohmann::json()
                                      : nlohmann::json(fmt::format("{}:{}", c.agent.metrics_host,
                                                                   c.agent.metrics_port))},

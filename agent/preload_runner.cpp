@@ -1,0 +1,284 @@
+#include "agent/preload_runner.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "agent/exit_status.h"
+#include "agent/fd_closer.h"
+#include "agent/warm_request.h"
+
+namespace asio = boost::asio;
+
+namespace dtrun::agent {
+namespace {
+
+// A fork takes milliseconds; this only bounds a warm interpreter that
+// stopped answering (the request then falls back to a plain start).
+constexpr int reply_timeout_ms = 60'000;
+
+// Waits for `events` on `fd`, up to the deadline; false on timeout.
+bool wait_for(int fd, short events, std::chrono::steady_clock::time_point deadline) {
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return false;
+    pollfd p{fd, events, 0};
+    int n = ::poll(&p, 1, static_cast<int>(left.count()));
+    if (n > 0) return true;
+    if (n < 0 && errno != EINTR) return false;
+  }
+}
+
+// One message with `fds` attached (SCM_RIGHTS); the message is whole or
+// not sent (SOCK_SEQPACKET). Returns 0 or an errno.
+int send_with_fds(int socket, const std::string& message, const std::vector<int>& fds,
+                  std::chrono::steady_clock::time_point deadline) {
+  std::vector<char> control(CMSG_SPACE(sizeof(int) * fds.size()));
+  iovec iov{const_cast<char*>(message.data()), message.size()};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control.data();
+  msg.msg_controllen = control.size();
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+  std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
+  for (;;) {
+    if (::sendmsg(socket, &msg, MSG_NOSIGNAL | MSG_DONTWAIT) >= 0) return 0;
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN || !wait_for(socket, POLLOUT, deadline)) return errno == EAGAIN ? ETIMEDOUT : errno;
+  }
+}
+
+// One reply; empty when the other end closed or did not answer in time.
+std::string receive(int socket, std::chrono::steady_clock::time_point deadline) {
+  char buffer[4096];
+  for (;;) {
+    ssize_t n = ::recv(socket, buffer, sizeof buffer, MSG_DONTWAIT);
+    if (n >= 0) return std::string(buffer, static_cast<std::size_t>(n));
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN || !wait_for(socket, POLLIN, deadline)) return {};
+  }
+}
+
+std::string current_folder() {
+  std::vector<char> buffer(4096);
+  while (::getcwd(buffer.data(), buffer.size()) == nullptr) {
+    if (errno != ERANGE) return ".";
+    buffer.resize(buffer.size() * 2);
+  }
+  return buffer.data();
+}
+
+}  // namespace
+
+preload_runner::preload_runner(asio::io_context& io, std::unique_ptr<process_runner> plain,
+                               std::vector<std::string> modules, std::size_t script_args_at)
+    : io_(io),
+      plain_(std::move(plain)),
+      modules_(std::move(modules)),
+      script_args_at_(script_args_at) {}
+
+preload_runner::~preload_runner() {
+  channel_.reset();
+  if (warm_pid_ > 0) ::kill(warm_pid_, SIGKILL);
+}
+
+void preload_runner::start(exit_handler on_exit) {
+  plain_->start([this, on_exit = std::move(on_exit)](pid_t pid, int wait_status) {
+    if (pid == warm_pid_ ||
+        std::find(retiring_.begin(), retiring_.end(), pid) != retiring_.end()) {
+      return warm_exited(pid, wait_status);
+    }
+    on_exit(pid, wait_status);
+  });
+}
+
+void preload_runner::kill_adopted(std::vector<pid_t> keep) {
+  if (warm_pid_ > 0) keep.push_back(warm_pid_);
+  keep.insert(keep.end(), retiring_.begin(), retiring_.end());
+  plain_->kill_adopted(std::move(keep));
+}
+
+void preload_runner::warm_up(const spawn_request& like, const std::string& output_file,
+                             std::function<void(const std::string&)> say) {
+  like_ = like;
+  output_file_ = output_file;
+  say_ = std::move(say);
+  start_fresh();
+}
+
+// A new warm interpreter, by exec: it imports the modules again.
+void preload_runner::start_fresh() {
+  int ends[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ends) != 0) {
+    return turn_off(fmt::format("cannot make its socket: {}", std::strerror(errno)));
+  }
+  fd_closer theirs(ends[1]);
+  channel_.emplace(io_, ends[0]);
+  int output = ::open(output_file_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  fd_closer output_closer(output);
+  spawn_request request = like_;
+  std::string names;
+  for (const auto& m : modules_) names += (names.empty() ? "" : ",") + m;
+  request.env["DTRUN_PRELOAD"] = names;
+  request.stdin_fd = ends[1];
+  request.stdout_fd = output >= 0 ? output : -1;
+  request.stderr_fd = output >= 0 ? output : -1;
+  request.python_worker = false;
+  spawn_result started = plain_->spawn(request);
+  if (!started.ok()) return turn_off(started.error);
+  warm_pid_ = started.pid;
+  warmth_ = warmth::starting;
+  read_ready();
+}
+
+// "ready" once the modules are imported (a successor: at once), or
+// "error <why>"; nothing else is read asynchronously.
+void preload_runner::read_ready() {
+  channel_->async_wait(asio::posix::stream_descriptor::wait_read,
+                       [this](const boost::system::error_code& ec) {
+                         if (ec || warmth_ != warmth::starting) return;
+                         char buffer[4096];
+                         ssize_t n = ::recv(channel_->native_handle(), buffer, sizeof buffer,
+                                            MSG_DONTWAIT);
+                         if (n < 0 && (errno == EAGAIN || errno == EINTR)) return read_ready();
+                         // Its end closed without a word: it died, and its
+                         // exit says how (warm_exited).
+                         if (n <= 0) return;
+                         std::string reply(buffer, static_cast<std::size_t>(n));
+                         if (reply == "ready") return became_ready();
+                         turn_off(reply.rfind("error ", 0) == 0 ? reply.substr(6)
+                                                                : "it said " + reply);
+                       });
+}
+
+void preload_runner::became_ready() {
+  warmth_ = warmth::ready;
+  deaths_before_ready_ = 0;
+  for (auto& then : std::exchange(waiting_, {})) then();
+}
+
+void preload_runner::when_warm(std::function<void()> then) {
+  if (warmth_ == warmth::starting) {
+    waiting_.push_back(std::move(then));
+  } else {
+    then();
+  }
+}
+
+void preload_runner::warm_exited(pid_t pid, int wait_status) {
+  auto retired = std::find(retiring_.begin(), retiring_.end(), pid);
+  if (retired != retiring_.end()) {
+    retiring_.erase(retired);
+    return;
+  }
+  warm_pid_ = -1;
+  channel_.reset();
+  if (warmth_ == warmth::off) return;
+  bool before_ready = warmth_ == warmth::starting;
+  std::string how = describe(decode_wait_status(wait_status));
+  if (before_ready && ++deaths_before_ready_ >= 2) {
+    return turn_off(fmt::format("the warm interpreter {} twice before it was ready (its output: {})",
+                                how, output_file_));
+  }
+  if (say_) {
+    say_(fmt::format("warning: --preload: the warm interpreter {} (its output: {}); starting "
+                     "another, workers start plainly until it is ready",
+                     how, output_file_));
+  }
+  warmth_ = warmth::off;
+  start_fresh();
+}
+
+void preload_runner::turn_off(const std::string& why) {
+  if (warm_pid_ > 0) {
+    ::kill(warm_pid_, SIGKILL);
+    retiring_.push_back(warm_pid_);
+    warm_pid_ = -1;
+  }
+  channel_.reset();
+  warmth_ = warmth::off;
+  if (say_) say_(fmt::format("warning: {}; workers start without --preload", why));
+  for (auto& then : std::exchange(waiting_, {})) then();
+}
+
+void preload_runner::say_once(const std::string& line) {
+  if (say_ && said_.insert(line).second) say_(line);
+}
+
+std::optional<pid_t> preload_runner::request(const std::string& message,
+                                             const std::vector<int>& fds, std::string& error) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(reply_timeout_ms);
+  int socket = channel_->native_handle();
+  if (int e = send_with_fds(socket, message, fds, deadline); e != 0) {
+    error = fmt::format("cannot ask the warm interpreter for a worker: {}", std::strerror(e));
+    return std::nullopt;
+  }
+  std::string reply = receive(socket, deadline);
+  if (auto pid = pid_reply(reply)) return pid;
+  error = reply.rfind("error ", 0) == 0 ? reply.substr(6)
+          : reply.empty()               ? std::string("the warm interpreter did not answer")
+                                        : "the warm interpreter said " + reply;
+  return std::nullopt;
+}
+
+spawn_result preload_runner::spawn(const spawn_request& worker) {
+  if (!worker.python_worker || warmth_ != warmth::ready) return plain_->spawn(worker);
+  if (auto why = preload_mismatch(like_, worker, script_args_at_)) {
+    say_once(fmt::format("warning: --preload: {} differs from the warm interpreter's; such "
+                         "workers start without --preload",
+                         *why));
+    return plain_->spawn(worker);
+  }
+  std::string message = spawn_message(worker, script_args_at_, current_folder());
+  std::vector<int> fds = {worker.stdin_fd >= 0 ? worker.stdin_fd : 0,
+                          worker.stdout_fd >= 0 ? worker.stdout_fd : 1,
+                          worker.stderr_fd >= 0 ? worker.stderr_fd : 2};
+  std::string error;
+  if (auto pid = request(message, fds, error)) {
+    forked_this_round_ = true;
+    spawn_result forked;
+    forked.pid = *pid;
+    return forked;
+  }
+  turn_off(fmt::format("--preload: {}", error));
+  return plain_->spawn(worker);
+}
+
+// The warm interpreter forks its successor and exits: the round's workers
+// become the agent's and go on; the successor is the next round's.
+void preload_runner::round_spawned() {
+  if (!std::exchange(forked_this_round_, false) || warmth_ != warmth::ready) return;
+  int ends[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ends) != 0) {
+    return turn_off(fmt::format("--preload: cannot make a socket: {}", std::strerror(errno)));
+  }
+  fd_closer theirs(ends[1]);
+  std::string error;
+  auto successor = request("next", {ends[1]}, error);
+  if (!successor) {
+    ::close(ends[0]);
+    return turn_off(fmt::format("--preload: {}", error));
+  }
+  retiring_.push_back(warm_pid_);
+  warm_pid_ = *successor;
+  channel_.emplace(io_, ends[0]);
+  warmth_ = warmth::starting;
+  read_ready();
+}
+
+}  // namespace dtrun::agent

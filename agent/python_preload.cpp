@@ -1,0 +1,267 @@
+#include "agent/python_hook.h"
+
+namespace dtrun::agent {
+namespace {
+
+// Appended to the hook (python_hook.cpp), whose functions it calls to do a
+// plain start's hook work in each forked worker. Like the hook, it keeps
+// to what Python has imported at start-up, plus _socket, ctypes, signal,
+// io and importlib.
+constexpr const char* preload_source = R"PY(
+# --preload: this interpreter is dtrun's warm interpreter (DTRUN_PRELOAD
+# names the modules). Started exactly as a worker would be (the same
+# program, flags, script and environment), it imports the modules, then
+# forks each worker on the agent's request and hands over to a forked
+# successor; each forked child becomes the worker and returns from here,
+# so Python's own start-up goes on to run the script (or -m module) as a
+# plain start would (docs/agent.md, "Preload").
+#
+# The agent talks on fd 0, a SOCK_SEQPACKET socket. Requests:
+#   spawn\0<cwd>\0<n cpus>\0<cpu>...\0<n args>\0<arg>...\0<NAME=value>...
+#     with the worker's stdin, stdout and stderr attached (SCM_RIGHTS);
+#     the args are the script's own (sys.argv[1:]). Reply: "pid <n>".
+#   next   with the successor's socket attached. Reply "pid <n>", then
+#     this interpreter exits, so its children become the agent's.
+# Replies otherwise: "ready" once the modules are imported, or
+# "error <one line>" and exit.
+
+
+def _dtrun_preload_fail(sock, line):
+    try:
+        sock.send(("error " + line.replace("\n", " ")).encode("utf-8", "replace")[:4000])
+    except Exception:
+        pass
+    _os._exit(3)
+
+
+def _dtrun_threads():
+    return len(_os.listdir("/proc/self/task"))
+
+
+def _dtrun_cuda_initialized():
+    torch = _sys.modules.get("torch")
+    try:
+        return bool(torch is not None and torch.cuda.is_initialized())
+    except Exception:
+        return False
+
+
+def _dtrun_import_all(sock, modules):
+    # Imported as the script would import them: its folder first on
+    # sys.path (Python adds it only after sitecustomize, where we are).
+    main = _sys.argv[0] if _sys.argv else ""
+    if main == "-m":
+        first = _os.getcwd()
+    else:
+        first = _os.path.dirname(_os.path.realpath(main)) if main else ""
+    added = bool(first) and not getattr(_sys.flags, "safe_path", False)
+    if added:
+        _sys.path.insert(0, first)
+    try:
+        import importlib
+        for name in modules:
+            try:
+                importlib.import_module(name)
+            except BaseException as e:
+                _dtrun_preload_fail(sock, "--preload: importing %s failed: %s: %s" % (
+                    name, type(e).__name__, str(e).split("\n")[0][:300]))
+            threads = _dtrun_threads()
+            if threads > 1:
+                _dtrun_preload_fail(sock, (
+                    "--preload: importing %s left %d threads running in the warm interpreter, "
+                    "which cannot be forked safely; drop %s from --preload (or make it start no "
+                    "threads, e.g. OMP_NUM_THREADS/OPENBLAS_NUM_THREADS=1)") % (
+                        name, threads, name))
+            if _dtrun_cuda_initialized():
+                _dtrun_preload_fail(sock, (
+                    "--preload: importing %s initialised CUDA in the warm interpreter, which a "
+                    "forked worker cannot use; drop %s from --preload") % (name, name))
+    finally:
+        if added and _sys.path and _sys.path[0] == first:
+            del _sys.path[0]
+
+
+def _dtrun_received_fds(ancillary):
+    import _socket
+    fds = []
+    for level, kind, data in ancillary:
+        if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
+            usable = len(data) - len(data) % 4
+            fds += [int.from_bytes(data[i:i + 4], _sys.byteorder) for i in range(0, usable, 4)]
+    return fds
+
+
+def _dtrun_stdio(fd, write, name, encoding, errors, buffered):
+    # As Python's start-up makes sys.stdin/stdout/stderr (create_stdio):
+    # the worker's descriptors may be a terminal where ours were a file.
+    import io
+    buffering = 0 if (write and not buffered) else -1
+    buf = io.open(fd, "wb" if write else "rb", buffering, closefd=False)
+    raw = buf.raw if buffering else buf
+    try:
+        raw.name = name
+    except Exception:
+        pass
+    stream = io.TextIOWrapper(buf, encoding, errors, "\n",
+                              buffered and (raw.isatty() or fd == 2), not buffered)
+    stream.mode = "w" if write else "r"
+    return stream
+
+
+def _dtrun_wait_for_agent(libc, signal, zygote, agent):
+    # Our parent, the warm interpreter, exits once the round is started;
+    # the agent (its subreaper) then becomes our parent, and only then can
+    # the parent-death signal be the agent's. Our parent's death signal
+    # says when: the kernel sends it after re-parenting.
+    told = signal.SIGRTMIN + 4
+    libc.prctl(1, told, 0, 0, 0)  # PR_SET_PDEATHSIG
+    while _os.getppid() == zygote:
+        signal.sigwait({told})
+    libc.prctl(1, signal.SIGKILL, 0, 0, 0)
+    while signal.sigtimedwait({told}, 0) is not None:
+        pass
+    if _os.getppid() != agent:
+        _os._exit(1)  # the agent died meanwhile
+
+
+def _dtrun_become_worker(fields, fds, state):
+    import signal
+    _os.setsid()
+    cwd = fields[1]
+    count = int(fields[2])
+    cpus = [int(c) for c in fields[3:3 + count]]
+    at = 3 + count
+    count = int(fields[at])
+    script_args = [_os.fsdecode(a) for a in fields[at + 1:at + 1 + count]]
+    env = fields[at + 1 + count:]
+    _os.environb.clear()
+    for entry in env:
+        key, _, value = entry.partition(b"=")
+        _os.environb[key] = value
+    _os.chdir(cwd)
+    if cpus:
+        _os.sched_setaffinity(0, cpus)
+    for target, fd in zip((0, 1, 2), fds):
+        _os.dup2(fd, target)
+    for fd in set(fds):
+        if fd > 2:
+            _os.close(fd)
+    old = (_sys.stdin, _sys.stdout, _sys.stderr)
+    buffered = state["buffered"]
+    new = [_dtrun_stdio(i, i > 0, "<%s>" % n, getattr(o, "encoding", None),
+                        getattr(o, "errors", None), buffered)
+           for i, (n, o) in enumerate(zip(("stdin", "stdout", "stderr"), old))]
+    _sys.stdin = _sys.__stdin__ = new[0]
+    _sys.stdout = _sys.__stdout__ = new[1]
+    _sys.stderr = _sys.__stderr__ = new[2]
+    # The worker's arguments after the script (or module), which may differ
+    # from the warm interpreter's ({rank} templates).
+    prefix = len(getattr(_sys, "orig_argv", [])) - len(_sys.argv)
+    _sys.argv[1:] = script_args
+    if hasattr(_sys, "orig_argv") and prefix >= 0:
+        _sys.orig_argv[prefix + 1:] = script_args
+    for sig, handler in state["handlers"].items():
+        try:
+            if handler is not None and signal.getsignal(sig) is not handler:
+                signal.signal(sig, handler)
+        except (OSError, ValueError, TypeError):
+            pass
+    # A plain start draws fresh random state; numpy's global one was drawn
+    # in the warm interpreter (Python's random reseeds itself on fork).
+    numpy = _sys.modules.get("numpy")
+    if numpy is not None:
+        try:
+            numpy.random.seed()
+        except Exception:
+            pass
+    # The hook's per-worker part, now that the environment is the worker's.
+    global _dtrun_exception_file
+    _dtrun_exception_file = _os.environ.pop("DTRUN_EXCEPTION_FILE", "")
+    _dtrun_restore_pythonpath(state["here"])
+    _dtrun_register()
+    _dtrun_wait_for_agent(state["libc"], signal, state["zygote"], state["agent"])
+    signal.pthread_sigmask(signal.SIG_SETMASK, state["mask"])
+
+
+def _dtrun_serve(modules):
+    import _socket
+    import ctypes
+    import signal
+    sock = _socket.socket(fileno=0)
+    state = {
+        "here": _os.path.dirname(_os.path.abspath(__file__)),
+        "libc": ctypes.CDLL(None, use_errno=True),
+        "agent": _os.getppid(),
+        "mask": signal.pthread_sigmask(signal.SIG_BLOCK, []),
+        # -u (or PYTHONUNBUFFERED), as Python's start-up applied it.
+        "buffered": not getattr(_sys.stdout, "write_through", False),
+        # As Python's start-up left them, before the modules ran.
+        "handlers": {s: signal.getsignal(s) for s in signal.valid_signals()
+                     if s not in (signal.SIGKILL, signal.SIGSTOP)},
+    }
+    _dtrun_import_all(sock, modules)
+    sock.send(b"ready")
+    while True:
+        try:
+            data, ancillary, flags, _ = sock.recvmsg(1 << 22, _socket.CMSG_SPACE(3 * 4))
+        except InterruptedError:
+            continue
+        except OSError as e:
+            _dtrun_preload_fail(sock, "--preload: the agent's request failed: %s" % e)
+        fds = _dtrun_received_fds(ancillary)
+        if not data:
+            _os._exit(0)  # the agent is gone or done with us
+        fields = data.split(b"\0")
+        kind = fields[0]
+        if kind not in (b"spawn", b"next") or len(fds) != (3 if kind == b"spawn" else 1):
+            _dtrun_preload_fail(sock, "--preload: a malformed request from the agent")
+        for stream in (_sys.stdout, _sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        # Blocked across the fork: the child sets up with no handler of
+        # ours running, and a signal sent meanwhile waits for the worker.
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+        pid = _os.fork()
+        if pid == 0:
+            state["zygote"] = _os.getppid()
+            try:
+                if kind == b"spawn":
+                    sock.detach()
+                    _dtrun_become_worker(fields, fds, state)
+                    return  # Python's start-up goes on: the script runs
+                # The successor: the same warm interpreter on a new socket.
+                _os.dup2(fds[0], 0)
+                _os.close(fds[0])
+                sock.detach()
+                sock = _socket.socket(fileno=0)
+                _os.setsid()
+                _dtrun_wait_for_agent(state["libc"], signal, state["zygote"], state["agent"])
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+                sock.send(b"ready")
+                continue
+            except BaseException as e:
+                try:
+                    _os.write(2, ("dtrun: a preloaded worker could not start: %s: %s\n" % (
+                        type(e).__name__, e)).encode("utf-8", "replace"))
+                finally:
+                    _os._exit(1)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        for fd in fds:
+            _os.close(fd)
+        sock.send(b"pid %d" % pid)
+        if kind == b"next":
+            _os._exit(0)
+
+
+_dtrun_preload_modules = _os.environ.pop("DTRUN_PRELOAD", "")
+if _dtrun_preload_modules:
+    _dtrun_serve([m for m in _dtrun_preload_modules.split(",") if m])
+)PY";
+
+}  // namespace
+
+const char* python_preload_source() { return preload_source; }
+
+}  // namespace dtrun::agent
