@@ -212,7 +212,8 @@ void elastic_agent::impl::warm_up() {
   add_python_hook_path(like.env, hook_dir_);
   for (auto& [k, v] : static_worker_env(options_.spec, 0, inherited_)) like.env[k] = v;
   runner_.warm_up(like, (fs::path(run_dir_) / "preload.log").string(),
-                  [this](const std::string& line) { log(line); });
+                  [this](const std::string& line) { log(line); },
+                  [this](const std::string& line) { log_debug(line); });
 }
 
 // One worker's start: its folder (error file cleared), its environment

@@ -114,10 +114,12 @@ void preload_runner::kill_adopted(std::vector<pid_t> keep) {
 }
 
 void preload_runner::warm_up(const spawn_request& like, const std::string& output_file,
-                             std::function<void(const std::string&)> say) {
+                             std::function<void(const std::string&)> warn,
+                             std::function<void(const std::string&)> debug) {
   like_ = like;
   output_file_ = output_file;
-  say_ = std::move(say);
+  say_ = std::move(warn);
+  debug_ = std::move(debug);
   start_fresh();
 }
 
@@ -143,6 +145,7 @@ void preload_runner::start_fresh() {
   if (!started.ok()) return turn_off(started.error);
   warm_pid_ = started.pid;
   warmth_ = warmth::starting;
+  started_at_ = std::chrono::steady_clock::now();
   read_ready();
 }
 
@@ -168,12 +171,18 @@ void preload_runner::read_ready() {
 
 void preload_runner::became_ready() {
   warmth_ = warmth::ready;
+  if (debug_) {
+    std::chrono::duration<double> took = std::chrono::steady_clock::now() - started_at_;
+    debug_(fmt::format("--preload: warm interpreter {} ready in {:.3f} s", warm_pid_,
+                       took.count()));
+  }
   deaths_before_ready_ = 0;
   for (auto& then : std::exchange(waiting_, {})) then();
 }
 
 void preload_runner::when_warm(std::function<void()> then) {
   if (warmth_ == warmth::starting) {
+    if (debug_) debug_("--preload: the workers wait for the warm interpreter to be ready");
     waiting_.push_back(std::move(then));
   } else {
     then();
@@ -196,8 +205,8 @@ void preload_runner::warm_exited(pid_t pid, int wait_status) {
                                 how, output_file_));
   }
   if (say_) {
-    say_(fmt::format("warning: --preload: the warm interpreter {} (its output: {}); starting "
-                     "another, workers start plainly until it is ready",
+    say_(fmt::format("warning: --preload: the warm interpreter {}; starting another (its "
+                     "output: {})",
                      how, output_file_));
   }
   warmth_ = warmth::off;
@@ -278,6 +287,7 @@ void preload_runner::round_spawned() {
   warm_pid_ = *successor;
   channel_.emplace(io_, ends[0]);
   warmth_ = warmth::starting;
+  started_at_ = std::chrono::steady_clock::now();
   read_ready();
 }
 

@@ -28,6 +28,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstddef>
 #include <functional>
 #include <memory>
@@ -66,7 +67,8 @@ class preload_runner : public process_runner {
   void kill_adopted(std::vector<pid_t> keep) override;
 
   void warm_up(const spawn_request& like, const std::string& output_file,
-               std::function<void(const std::string&)> say) override;
+               std::function<void(const std::string&)> warn,
+               std::function<void(const std::string&)> debug) override;
   void when_warm(std::function<void()> then) override;
   void round_spawned() override;
 
@@ -89,6 +91,9 @@ class preload_runner : public process_runner {
   spawn_request like_;
   std::string output_file_;
   std::function<void(const std::string&)> say_;
+  std::function<void(const std::string&)> debug_;
+  // When the warm interpreter being waited for was started or forked.
+  std::chrono::steady_clock::time_point started_at_;
   std::set<std::string> said_;
 
   warmth warmth_ = warmth::off;

@@ -58,10 +58,11 @@ class process_runner {
 
   // --preload (preload_runner.h); a runner without it does nothing here.
   // Starts the warm interpreter that Python workers like `like` are then
-  // forked from (its own output to `output_file`; `say` gets its one-line
-  // warnings).
+  // forked from (its own output to `output_file`; `warn` gets its one-line
+  // warnings, `debug` what it does: for -v).
   virtual void warm_up(const spawn_request& /*like*/, const std::string& /*output_file*/,
-                       std::function<void(const std::string&)> /*say*/) {}
+                       std::function<void(const std::string&)> /*warn*/,
+                       std::function<void(const std::string&)> /*debug*/) {}
   // `then`, once a warm interpreter is ready or cannot be (at once when
   // none is being started).
   virtual void when_warm(std::function<void()> then) { then(); }

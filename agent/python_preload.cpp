@@ -166,14 +166,18 @@ def _dtrun_become_worker(fields, fds, state):
                 signal.signal(sig, handler)
         except (OSError, ValueError, TypeError):
             pass
-    # A plain start draws fresh random state; numpy's global one was drawn
-    # in the warm interpreter (Python's random reseeds itself on fork).
-    numpy = _sys.modules.get("numpy")
-    if numpy is not None:
-        try:
-            numpy.random.seed()
-        except Exception:
-            pass
+    # A plain start draws fresh random state where an import draws it:
+    # numpy's global generator and torch's CPU one were drawn in the warm
+    # interpreter, the same for every worker and round (Python's random
+    # reseeds itself on fork; torch's CUDA generators start from a fixed
+    # default either way).
+    for module, reseed in (("numpy", lambda m: m.random.seed()),
+                           ("torch", lambda m: m.default_generator.seed())):
+        if module in _sys.modules:
+            try:
+                reseed(_sys.modules[module])
+            except Exception:
+                pass
     # The hook's per-worker part, now that the environment is the worker's.
     global _dtrun_exception_file
     _dtrun_exception_file = _os.environ.pop("DTRUN_EXCEPTION_FILE", "")
