@@ -253,10 +253,20 @@ spawn_result preload_runner::spawn(const spawn_request& worker) {
                          *why));
     return plain_->spawn(worker);
   }
-  std::string message = spawn_message(worker, script_args_at_, current_folder());
   std::vector<int> fds = {worker.stdin_fd >= 0 ? worker.stdin_fd : 0,
                           worker.stdout_fd >= 0 ? worker.stdout_fd : 1,
                           worker.stderr_fd >= 0 ? worker.stderr_fd : 2};
+  // A plain start inherits a closed stdin (`dtrun ... <&-`) as closed; a
+  // forked worker can only be handed open descriptors.
+  for (int fd : fds) {
+    if (::fcntl(fd, F_GETFD) < 0) {
+      say_once(fmt::format("warning: --preload: dtrun's descriptor {} is closed; workers that "
+                           "inherit it start without --preload",
+                           fd));
+      return plain_->spawn(worker);
+    }
+  }
+  std::string message = spawn_message(worker, script_args_at_, current_folder());
   std::string error;
   if (auto pid = request(message, fds, error)) {
     forked_this_round_ = true;

@@ -111,15 +111,25 @@ def _dtrun_stdio(fd, write, name, encoding, errors, buffered):
 def _dtrun_wait_for_agent(libc, signal, zygote, agent):
     # Our parent, the warm interpreter, exits once the round is started;
     # the agent (its subreaper) then becomes our parent, and only then can
-    # the parent-death signal be the agent's. Our parent's death signal
-    # says when: the kernel sends it after re-parenting.
-    told = signal.SIGRTMIN + 4
-    libc.prctl(1, told, 0, 0, 0)  # PR_SET_PDEATHSIG
-    while _os.getppid() == zygote:
-        signal.sigwait({told})
-    libc.prctl(1, signal.SIGKILL, 0, 0, 0)
-    while signal.sigtimedwait({told}, 0) is not None:
-        pass
+    # the parent-death signal be the agent's. A pidfd of the parent is
+    # readable once it has exited, which the kernel signals after it
+    # re-parented us. (Its own death signal would say the same, but
+    # setting one races with the parent's exit: both can miss the other.)
+    try:
+        fd = _os.pidfd_open(zygote) if hasattr(_os, "pidfd_open") else \
+            libc.syscall(434, zygote, 0)
+    except OSError:
+        fd = -1  # gone already
+    if fd >= 0:
+        try:
+            if _os.getppid() == zygote:  # else the pid may be another's now
+                import select
+                waiter = select.poll()
+                waiter.register(fd, select.POLLIN)
+                waiter.poll()
+        finally:
+            _os.close(fd)
+    libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
     if _os.getppid() != agent:
         _os._exit(1)  # the agent died meanwhile
 
