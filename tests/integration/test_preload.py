@@ -163,16 +163,22 @@ def test_modules_that_cannot_be_forked_are_refused_and_workers_start_plainly(tmp
         "import threading\nthreading.Thread(target=threading.Event().wait, daemon=True).start()\n")
     (tmp_path / "fails.py").write_text("raise RuntimeError('no GPU here')\n")
     (tmp_path / "beside.py").write_text("VALUE = 42\n")
+    # What torch.cuda.is_initialized() reads (no GPU here to initialise).
+    (tmp_path / "inits_cuda.py").write_text("import torch.cuda\ntorch.cuda._initialized = True\n")
     script = tmp_path / "which.py"
     script.write_text(
         "import os, sys\n"
-        "loaded = [m for m in ('starts_thread', 'fails', 'beside', 'torch') if m in sys.modules]\n"
+        "loaded = [m for m in ('starts_thread', 'inits_cuda', 'fails', 'beside', 'torch')\n"
+        "          if m in sys.modules]\n"
         "open(os.environ['OUT'] + os.environ['RANK'], 'w').write(','.join(loaded))\n")
     cases = {
         "starts_thread": "warning: --preload: importing starts_thread left 2 threads running in "
                          "the warm interpreter, which cannot be forked safely; drop starts_thread "
                          "from --preload (or make it start no threads, e.g. "
                          "OMP_NUM_THREADS/OPENBLAS_NUM_THREADS=1); workers start without --preload",
+        "inits_cuda": "warning: --preload: importing inits_cuda initialised CUDA in the warm "
+                      "interpreter, which a forked worker cannot use; drop inits_cuda from "
+                      "--preload; workers start without --preload",
         "fails": "warning: --preload: importing fails failed: RuntimeError: no GPU here; workers "
                  "start without --preload",
         "no_such_module": "warning: --preload: importing no_such_module failed: "
