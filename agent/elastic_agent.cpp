@@ -194,6 +194,10 @@ void elastic_agent::impl::start_round() {
       finish(1);
       return;
     }
+    // Reported now: a wait for --preload's warm interpreter is not the
+    // rendezvous's time (the reporter keeps a pointer: the member).
+    round_info_ = info;
+    reporter_.rendezvous_completed(round_info_, global_rank(info, 0));
     // With --preload, once the warm interpreter has imported (it began
     // when the agent started, so mostly it has).
     runner_.when_warm([this, info] {
@@ -268,7 +272,6 @@ void elastic_agent::impl::start_workers(const rendezvous::rendezvous_info& info)
   ++rounds_;
   if (progress_) progress_->start_round();
   oom_kills_at_start_ = oom_kill_count(memory_cgroup_);
-  reporter_.rendezvous_completed(round_info_, global_rank(info, 0));
   const auto& spec = options_.spec;
   if (info.promoted) {
     log(fmt::format("round {}: promoted from spare to node {}", info.round, info.group_rank));

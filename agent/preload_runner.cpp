@@ -95,22 +95,41 @@ preload_runner::preload_runner(asio::io_context& io, std::unique_ptr<process_run
 preload_runner::~preload_runner() {
   channel_.reset();
   if (warm_pid_ > 0) ::kill(warm_pid_, SIGKILL);
+  for (int fd : {go_read_, go_write_}) {
+    if (fd >= 0) ::close(fd);
+  }
+  for (const auto& [pid, go] : retiring_) {
+    if (go >= 0) ::close(go);
+  }
 }
 
 void preload_runner::start(exit_handler on_exit) {
   plain_->start([this, on_exit = std::move(on_exit)](pid_t pid, int wait_status) {
-    if (pid == warm_pid_ ||
-        std::find(retiring_.begin(), retiring_.end(), pid) != retiring_.end()) {
-      return warm_exited(pid, wait_status);
-    }
+    if (pid == warm_pid_ || is_retiring(pid)) return warm_exited(pid, wait_status);
     on_exit(pid, wait_status);
   });
 }
 
+bool preload_runner::is_retiring(pid_t pid) const {
+  return std::any_of(retiring_.begin(), retiring_.end(),
+                     [pid](const auto& r) { return r.first == pid; });
+}
+
 void preload_runner::kill_adopted(std::vector<pid_t> keep) {
   if (warm_pid_ > 0) keep.push_back(warm_pid_);
-  keep.insert(keep.end(), retiring_.begin(), retiring_.end());
+  for (const auto& r : retiring_) keep.push_back(r.first);
   plain_->kill_adopted(std::move(keep));
+}
+
+// The current warm interpreter is on its way out (handed over or killed):
+// its exit is expected, and once it is reaped its round's workers go on.
+void preload_runner::retire_current() {
+  if (go_read_ >= 0) ::close(std::exchange(go_read_, -1));
+  if (warm_pid_ > 0) {
+    retiring_.emplace_back(std::exchange(warm_pid_, -1), std::exchange(go_write_, -1));
+  } else if (go_write_ >= 0) {
+    ::close(std::exchange(go_write_, -1));
+  }
 }
 
 void preload_runner::warm_up(const spawn_request& like, const std::string& output_file,
@@ -190,12 +209,16 @@ void preload_runner::when_warm(std::function<void()> then) {
 }
 
 void preload_runner::warm_exited(pid_t pid, int wait_status) {
-  auto retired = std::find(retiring_.begin(), retiring_.end(), pid);
+  auto retired = std::find_if(retiring_.begin(), retiring_.end(),
+                              [pid](const auto& r) { return r.first == pid; });
   if (retired != retiring_.end()) {
+    if (retired->second >= 0) ::close(retired->second);  // its workers go on
     retiring_.erase(retired);
     return;
   }
+  // Died as the current one: what it forked this round is ours now too.
   warm_pid_ = -1;
+  retire_current();
   channel_.reset();
   if (warmth_ == warmth::off) return;
   bool before_ready = warmth_ == warmth::starting;
@@ -214,11 +237,8 @@ void preload_runner::warm_exited(pid_t pid, int wait_status) {
 }
 
 void preload_runner::turn_off(const std::string& why) {
-  if (warm_pid_ > 0) {
-    ::kill(warm_pid_, SIGKILL);
-    retiring_.push_back(warm_pid_);
-    warm_pid_ = -1;
-  }
+  if (warm_pid_ > 0) ::kill(warm_pid_, SIGKILL);
+  retire_current();
   channel_.reset();
   warmth_ = warmth::off;
   if (say_) say_(fmt::format("warning: {}; workers start without --preload", why));
@@ -266,6 +286,13 @@ spawn_result preload_runner::spawn(const spawn_request& worker) {
       return plain_->spawn(worker);
     }
   }
+  if (go_read_ < 0) {
+    int go[2];
+    if (::pipe2(go, O_CLOEXEC) != 0) return plain_->spawn(worker);
+    go_read_ = go[0];
+    go_write_ = go[1];
+  }
+  fds.push_back(go_read_);
   std::string message = spawn_message(worker, script_args_at_, current_folder());
   std::string error;
   if (auto pid = request(message, fds, error)) {
@@ -288,12 +315,12 @@ void preload_runner::round_spawned() {
   }
   fd_closer theirs(ends[1]);
   std::string error;
-  auto successor = request("next", {ends[1]}, error);
+  auto successor = request("next", {ends[1], go_read_}, error);
   if (!successor) {
     ::close(ends[0]);
     return turn_off(fmt::format("--preload: {}", error));
   }
-  retiring_.push_back(warm_pid_);
+  retire_current();
   warm_pid_ = *successor;
   channel_.emplace(io_, ends[0]);
   warmth_ = warmth::starting;

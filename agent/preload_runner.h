@@ -35,6 +35,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <boost/asio/io_context.hpp>
@@ -98,8 +99,18 @@ class preload_runner : public process_runner {
 
   warmth warmth_ = warmth::off;
   pid_t warm_pid_ = -1;
-  // Warm interpreters that handed over or were killed: their exit is expected.
-  std::vector<pid_t> retiring_;
+  // The current round's "go" pipe: each forked worker (and the successor)
+  // gets the read end and goes on at its end of file, which the agent
+  // makes by closing the write end once it has reaped the warm interpreter
+  // they were forked from (they are the agent's children by then).
+  int go_read_ = -1;
+  int go_write_ = -1;
+  // Warm interpreters that handed over or were killed, whose exit is
+  // expected, each with its round's "go" write end (-1: none).
+  std::vector<std::pair<pid_t, int>> retiring_;
+
+  void retire_current();
+  bool is_retiring(pid_t pid) const;
   std::optional<boost::asio::posix::stream_descriptor> channel_;
   std::vector<std::function<void()>> waiting_;
   bool forked_this_round_ = false;

@@ -18,10 +18,12 @@ constexpr const char* preload_source = R"PY(
 #
 # The agent talks on fd 0, a SOCK_SEQPACKET socket. Requests:
 #   spawn\0<cwd>\0<n cpus>\0<cpu>...\0<n args>\0<arg>...\0<NAME=value>...
-#     with the worker's stdin, stdout and stderr attached (SCM_RIGHTS);
-#     the args are the script's own (sys.argv[1:]). Reply: "pid <n>".
-#   next   with the successor's socket attached. Reply "pid <n>", then
-#     this interpreter exits, so its children become the agent's.
+#     with the worker's stdin, stdout and stderr and the round's "go" pipe
+#     attached (SCM_RIGHTS); the args are the script's own (sys.argv[1:]).
+#     Reply: "pid <n>".
+#   next   with the successor's socket and the "go" pipe attached. Reply
+#     "pid <n>", then this interpreter exits, so its children become the
+#     agent's; each goes on once the agent closes "go".
 # Replies otherwise: "ready" once the modules are imported, or
 # "error <one line>" and exit.
 
@@ -108,28 +110,17 @@ def _dtrun_stdio(fd, write, name, encoding, errors, buffered):
     return stream
 
 
-def _dtrun_wait_for_agent(libc, signal, zygote, agent):
+def _dtrun_wait_for_agent(libc, go, agent):
     # Our parent, the warm interpreter, exits once the round is started;
     # the agent (its subreaper) then becomes our parent, and only then can
-    # the parent-death signal be the agent's. A pidfd of the parent is
-    # readable once it has exited, which the kernel signals after it
-    # re-parented us. (Its own death signal would say the same, but
-    # setting one races with the parent's exit: both can miss the other.)
-    try:
-        fd = _os.pidfd_open(zygote) if hasattr(_os, "pidfd_open") else \
-            libc.syscall(434, zygote, 0)
-    except OSError:
-        fd = -1  # gone already
-    if fd >= 0:
-        try:
-            if _os.getppid() == zygote:  # else the pid may be another's now
-                import select
-                waiter = select.poll()
-                waiter.register(fd, select.POLLIN)
-                waiter.poll()
-        finally:
-            _os.close(fd)
-    libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    # the parent-death signal be the agent's. The agent closes `go` once it
+    # has reaped the warm interpreter, by when the kernel has re-parented
+    # us. (Waiting for the parent's own death signal instead races with
+    # setting it: each side may miss the other's write.)
+    while _os.read(go, 1):
+        pass
+    _os.close(go)
+    libc.prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG, SIGKILL
     if _os.getppid() != agent:
         _os._exit(1)  # the agent died meanwhile
 
@@ -151,9 +142,10 @@ def _dtrun_become_worker(fields, fds, state):
     _os.chdir(cwd)
     if cpus:
         _os.sched_setaffinity(0, cpus)
-    for target, fd in zip((0, 1, 2), fds):
+    go = fds[3]
+    for target, fd in zip((0, 1, 2), fds[:3]):
         _os.dup2(fd, target)
-    for fd in set(fds):
+    for fd in set(fds[:3]):
         if fd > 2:
             _os.close(fd)
     old = (_sys.stdin, _sys.stdout, _sys.stderr)
@@ -193,7 +185,7 @@ def _dtrun_become_worker(fields, fds, state):
     _dtrun_exception_file = _os.environ.pop("DTRUN_EXCEPTION_FILE", "")
     _dtrun_restore_pythonpath(state["here"])
     _dtrun_register()
-    _dtrun_wait_for_agent(state["libc"], signal, state["zygote"], state["agent"])
+    _dtrun_wait_for_agent(state["libc"], go, state["agent"])
     signal.pthread_sigmask(signal.SIG_SETMASK, state["mask"])
 
 
@@ -217,7 +209,7 @@ def _dtrun_serve(modules):
     sock.send(b"ready")
     while True:
         try:
-            data, ancillary, flags, _ = sock.recvmsg(1 << 22, _socket.CMSG_SPACE(3 * 4))
+            data, ancillary, flags, _ = sock.recvmsg(1 << 20, _socket.CMSG_SPACE(4 * 4))
         except InterruptedError:
             continue
         except OSError as e:
@@ -227,7 +219,7 @@ def _dtrun_serve(modules):
             _os._exit(0)  # the agent is gone or done with us
         fields = data.split(b"\0")
         kind = fields[0]
-        if kind not in (b"spawn", b"next") or len(fds) != (3 if kind == b"spawn" else 1):
+        if kind not in (b"spawn", b"next") or len(fds) != (4 if kind == b"spawn" else 2):
             _dtrun_preload_fail(sock, "--preload: a malformed request from the agent")
         for stream in (_sys.stdout, _sys.stderr):
             try:
@@ -239,7 +231,6 @@ def _dtrun_serve(modules):
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
         pid = _os.fork()
         if pid == 0:
-            state["zygote"] = _os.getppid()
             try:
                 if kind == b"spawn":
                     sock.detach()
@@ -251,7 +242,7 @@ def _dtrun_serve(modules):
                 sock.detach()
                 sock = _socket.socket(fileno=0)
                 _os.setsid()
-                _dtrun_wait_for_agent(state["libc"], signal, state["zygote"], state["agent"])
+                _dtrun_wait_for_agent(state["libc"], fds[1], state["agent"])
                 signal.pthread_sigmask(signal.SIG_SETMASK, mask)
                 sock.send(b"ready")
                 continue
