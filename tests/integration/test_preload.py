@@ -253,3 +253,17 @@ def test_unusable_preload_flags_are_one_line_and_exit_2(flags, line):
     r = dh.run(["--standalone", *flags, "x.py"])
     assert r.returncode == 2
     assert line in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_each_worker_gets_its_own_templated_arguments(tmp_path):
+    """The warm interpreter was started with the arguments as written; each
+    forked worker's sys.argv is its own ({rank} templates)."""
+    script = tmp_path / "args.py"
+    script.write_text("import os, sys\n"
+                      "open(os.environ['OUT'] + os.environ['RANK'], 'w').write(' '.join(\n"
+                      "    sys.argv[1:] + sys.orig_argv[3:]))\n")
+    _, r = dtrun(tmp_path, ["--preload=torch", "--template-args"],
+                 [str(script), "--rank={rank}", "--of={world_size}"], OUT=str(tmp_path / "a"))
+    assert r.returncode == 0 and "warning" not in r.stderr, r.stderr
+    assert [(tmp_path / f"a{rank}").read_text() for rank in (0, 1)] == [
+        f"--rank={rank} --of=2 --rank={rank} --of=2" for rank in (0, 1)]
