@@ -174,6 +174,19 @@ def _dtrun_become_worker(fields, fds, state):
             numpy.random.seed()
         except Exception:
             pass
+    # torch's default CPU generator likewise: a plain start's import seeds
+    # it from the system's entropy, but a forked worker has the warm
+    # interpreter's, so every rank of every round (a successor is a fork
+    # too) drew the same torch.rand, dropout masks and shuffles. Only the
+    # CPU one: CUDA's are made on first use, in the worker (the warm
+    # interpreter never initialises CUDA). As for numpy, a seed a preloaded
+    # module set at import is undone: seed in the script.
+    torch = _sys.modules.get("torch")
+    if torch is not None:
+        try:
+            torch.default_generator.seed()
+        except Exception:
+            pass
     # The hook's per-worker part, now that the environment is the worker's.
     global _dtrun_exception_file
     _dtrun_exception_file = _os.environ.pop("DTRUN_EXCEPTION_FILE", "")
