@@ -5,6 +5,8 @@ interpreter train with DDP, rank 1 raises inside its @record main in round
 0, one group restart (--max-restarts=1) trains to the end, and:
 - every worker of both rounds was forked (torch already imported at the
   script's first line) and had dtrun's agent as its parent;
+- each saw the start a plain worker sees (argv, sys.path, folder, the
+  environment's names, stdio) and drew its own torch seed;
 - round 1's replicas end identical, all-reduced over both ranks;
 - the failure summary (the @record error file's message and traceback) and
   the per-rank files of --tee=3 and --redirects=3 are those of the same run

@@ -6,6 +6,8 @@ inside its @record main in round 0, one group restart trains to the end,
 and:
 - every worker of both rounds was forked (torch already imported at the
   script's first line) and had dtrun's agent as its parent;
+- each saw the start a plain worker sees (argv, sys.path, folder, the
+  environment's names, stdio) and drew its own torch seed;
 - round 1's replicas end identical, all-reduced over both ranks;
 - the failure summary (torch 2.6's @record error file) and the per-rank
   files of --tee=3 and --redirects=3 are those of the same run without

@@ -96,7 +96,8 @@ def check_forked(j: job, preloaded: list[str], rounds: int = 2) -> None:
     """Every worker of every round found the modules `preloaded` imported at
     its first line (none for [], a plain start) and had the agent as its
     parent from then on: the dtrun whose pid the event log names, the one
-    that reported the worker's pid as started."""
+    that reported the worker's pid as started. Each drew its own torch
+    random seed."""
     s = starts(j)
     assert sorted(s) == [(r, i) for r in range(rounds) for i in range(NPROC)], sorted(s)
     agent = {e["agent_pid"] for e in j.events}
@@ -112,6 +113,10 @@ def check_forked(j: job, preloaded: list[str], rounds: int = 2) -> None:
         assert x["ppid"] == agent_pid, (key, x, agent_pid)
         assert Path(x["parent_exe"]).name == "dtrun", x
         assert started[key] == x["pid"], (key, started)
+    # Each worker's torch random state its own, as after a plain start's
+    # import (not the warm interpreter's, copied into every worker).
+    seeds = [x["torch_seed"] for x in s.values()]
+    assert len(set(seeds)) == len(seeds), seeds
     assert not fell_back(j.result.stderr), j.result.stderr
     # The warm interpreter's own output (its stderr): nothing went wrong there.
     warm = run_folder(j) / "preload.log"

@@ -7,12 +7,14 @@ Each rank joins the process group (env://, the agent's store), wraps a
 small model in DDP and takes three steps on deterministic data. In round 0
 (TORCHELASTIC_RESTART_COUNT=0) rank 1 raises RuntimeError in its second
 step, inside main(), which torch's @record decorates: torch writes the
-error file dtrun's failure summary shows; the other ranks wait there to be
-stopped. In a later round every rank
-trains to the end and writes OUT/rank<N>.json: its parameters after
-training, whether it found the modules already imported (PRELOADED), its
-pid and its parent's (with the parent's executable). Every round's ranks
-also write OUT/start<ROUND>.<RANK>.json as soon as they start.
+error file dtrun's failure summary shows; rank 0 waits there to be
+stopped. In a later round every rank trains to the end and writes
+OUT/rank<N>.json: its parameters after training and the all-reduced sum.
+Every round's ranks also write OUT/start<ROUND>.<RANK>.json as soon as
+they start: whether they found the modules already imported (PRELOADED),
+their pid, their parent's pid and executable, their torch seed, and what
+else a forked worker must see as a plain start does (argv, sys.path, the
+environment's names, the stdio streams).
 
 What a worker prints is the same in every run (no pids, times or paths),
 so the per-rank log files of two runs can be compared byte for byte."""
@@ -40,6 +42,9 @@ def whoami():
             "parent_exe": os.readlink(f"/proc/{ppid}/exe"),
             "restart_count": int(os.environ["TORCHELASTIC_RESTART_COUNT"]),
             "rank": int(os.environ["RANK"]), "torch": torch.__version__,
+            # A plain start seeds torch's default generator from the
+            # system's entropy: every worker draws differently.
+            "torch_seed": torch.initial_seed(),
             # What a forked worker must see as a plain start does.
             "argv": sys.argv, "orig_argv": getattr(sys, "orig_argv", None), "path": sys.path,
             "cwd": os.getcwd(), "environ": sorted(os.environ), "main": __file__,
@@ -93,6 +98,9 @@ def main():
     # an active exception": about one run in twenty on torch 2.6, with or
     # without --preload). Destroying the process group does not stop its
     # threads (torch keeps the group), so only this makes exit clean.
+    # examples/ddp_gloo.py leaves by os._exit instead; here the worker's
+    # normal exit is part of what is tested: a forked interpreter must end
+    # (atexit, its stdio flushed) as a plain one does.
     KEEP.append(total)
     me["params"] = [p.detach().flatten().tolist() for p in model.parameters()]
     me["allreduce_sum"] = total.item()
