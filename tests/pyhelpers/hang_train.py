@@ -9,13 +9,22 @@ Until then a separate process touches $DTRUN_HEARTBEAT_FILE every 0.2 s:
 importing torch and forming the group take seconds (more on a loaded
 machine), and a test's short --hang-timeout must only ever see the hang
 it staged. A process, not a thread: an import holds the GIL for long
-stretches."""
+stretches.
 
-import argparse
-import os
-import subprocess
-import time
-from pathlib import Path
+Each rank also writes DIR/rank<N>.start: whether torch was already
+imported when the script began (a worker dtrun --preload forked from its
+warm interpreter) and its parent's pid."""
+
+import sys
+
+PRELOADED = "torch" in sys.modules  # before the script imports anything
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import subprocess  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 heartbeat = subprocess.Popen(
     ["sh", "-c", 'while :; do touch "$DTRUN_HEARTBEAT_FILE"; sleep 0.2; done'])
@@ -67,6 +76,8 @@ def main():
     args = parser.parse_args()
     dist.init_process_group("gloo")
     rank = dist.get_rank()
+    (args.out / f"rank{rank}.start").write_text(json.dumps(
+        {"preloaded": PRELOADED, "ppid": os.getppid()}))
     t = torch.ones(1)
     dist.all_reduce(t)
     heartbeat.kill()
