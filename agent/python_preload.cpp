@@ -173,8 +173,12 @@ def _dtrun_become_worker(fields, fds, state):
     # interpreter, the same for every worker and round (Python's random
     # reseeds itself on fork; torch's CUDA generators start from a fixed
     # default either way).
+    # multiprocessing's authkey, drawn at its import, is each process's
+    # own secret for its children's connections.
     for module, reseed in (("numpy", lambda m: m.random.seed()),
-                           ("torch", lambda m: m.default_generator.seed())):
+                           ("torch", lambda m: m.default_generator.seed()),
+                           ("multiprocessing.process",
+                            lambda m: setattr(m.current_process(), "authkey", _os.urandom(32)))):
         if module in _sys.modules:
             try:
                 reseed(_sys.modules[module])

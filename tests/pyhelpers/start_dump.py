@@ -72,7 +72,8 @@ dump = {
     "cmdline": open("/proc/self/cmdline").read().split("\0"),
     "hash": hash("dtrun"),
     # Drawn at import in a plain start: fresh in every worker.
-    "random_state": [torch.initial_seed(), int(numpy.random.randint(2**62))],
+    "random_state": [torch.initial_seed(), int(numpy.random.randint(2**62)),
+                     __import__("multiprocessing").current_process().authkey.hex()],
 }
 with open(f"{os.environ['DUMP_TO']}.{os.environ['RANK']}.json", "w") as f:
     json.dump(dump, f, indent=1, sort_keys=True)
