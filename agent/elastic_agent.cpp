@@ -234,6 +234,9 @@ spawn_request elastic_agent::impl::worker_request(const rendezvous::rendezvous_i
 
   spawn_request request{options_.program, options_.args, inherited_};
   request.python_worker = !options_.preload.empty();
+  // Only the warm interpreter is started with it (a value in dtrun's own
+  // environment would turn every worker into one).
+  request.env.erase("DTRUN_PRELOAD");
   if (!hook_dir_.empty()) {
     std::string stacks_log = (fs::path(rank_dir) / "python_stacks.log").string();
     add_python_hook_env(request.env, hook_dir_, stacks_log);

@@ -266,7 +266,16 @@ def _dtrun_serve(modules):
 
 _dtrun_preload_modules = _os.environ.pop("DTRUN_PRELOAD", "")
 if _dtrun_preload_modules:
-    _dtrun_serve([m for m in _dtrun_preload_modules.split(",") if m])
+    try:
+        _dtrun_serve([m for m in _dtrun_preload_modules.split(",") if m])
+    except BaseException as _dtrun_error:
+        # Only a forked worker returns from _dtrun_serve: the warm
+        # interpreter itself must never go on to run the script.
+        try:
+            _os.write(2, ("dtrun: the warm interpreter failed: %s: %s\n" % (
+                type(_dtrun_error).__name__, _dtrun_error)).encode("utf-8", "replace"))
+        finally:
+            _os._exit(3)
 )PY";
 
 }  // namespace

@@ -268,3 +268,16 @@ def test_each_worker_gets_its_own_templated_arguments(tmp_path):
     assert r.returncode == 0 and "warning" not in r.stderr, r.stderr
     assert [(tmp_path / f"a{rank}").read_text() for rank in (0, 1)] == [
         f"--rank={rank} --of=2 --rank={rank} --of=2" for rank in (0, 1)]
+
+
+def test_dtrun_preload_in_the_callers_environment_does_not_reach_workers(tmp_path):
+    """Only the warm interpreter is started with DTRUN_PRELOAD: a value in
+    dtrun's own environment must not turn plain workers into warm
+    interpreters (they would wait for requests instead of training)."""
+    script = tmp_path / "plain.py"
+    script.write_text("import os, sys\n"
+                      "open(os.environ['OUT'] + os.environ['RANK'], 'w').write(\n"
+                      "    str('torch' in sys.modules) + os.environ.get('DTRUN_PRELOAD', '-'))\n")
+    _, r = dtrun(tmp_path, [], [str(script)], OUT=str(tmp_path / "p"), DTRUN_PRELOAD="torch")
+    assert r.returncode == 0, r.stderr
+    assert [(tmp_path / f"p{rank}").read_text() for rank in (0, 1)] == ["False-", "False-"]
