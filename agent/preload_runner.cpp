@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <string_view>
 #include <utility>
 
 #include <fmt/format.h>
@@ -146,7 +147,8 @@ void preload_runner::warm_up(const spawn_request& like, const std::string& outpu
 void preload_runner::start_fresh() {
   int ends[2];
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ends) != 0) {
-    return turn_off(fmt::format("cannot make its socket: {}", std::strerror(errno)));
+    return turn_off(
+        fmt::format("--preload: cannot make the warm interpreter's socket: {}", std::strerror(errno)));
   }
   fd_closer theirs(ends[1]);
   channel_.emplace(io_, ends[0]);
@@ -161,7 +163,7 @@ void preload_runner::start_fresh() {
   request.stderr_fd = output >= 0 ? output : -1;
   request.python_worker = false;
   spawn_result started = plain_->spawn(request);
-  if (!started.ok()) return turn_off(started.error);
+  if (!started.ok()) return turn_off(fmt::format("--preload: {}", started.error));
   warm_pid_ = started.pid;
   warmth_ = warmth::starting;
   started_at_ = std::chrono::steady_clock::now();
@@ -183,8 +185,9 @@ void preload_runner::read_ready() {
                          if (n <= 0) return;
                          std::string reply(buffer, static_cast<std::size_t>(n));
                          if (reply == "ready") return became_ready();
-                         turn_off(reply.rfind("error ", 0) == 0 ? reply.substr(6)
-                                                                : "it said " + reply);
+                         turn_off(reply.rfind("error ", 0) == 0
+                                      ? reply.substr(6)
+                                      : "--preload: the warm interpreter said " + reply);
                        });
 }
 
@@ -224,8 +227,9 @@ void preload_runner::warm_exited(pid_t pid, int wait_status) {
   bool before_ready = warmth_ == warmth::starting;
   std::string how = describe(decode_wait_status(wait_status));
   if (before_ready && ++deaths_before_ready_ >= 2) {
-    return turn_off(fmt::format("the warm interpreter {} twice before it was ready (its output: {})",
-                                how, output_file_));
+    return turn_off(fmt::format(
+        "--preload: the warm interpreter {} twice before it was ready (its output: {})", how,
+        output_file_));
   }
   if (say_) {
     say_(fmt::format("warning: --preload: the warm interpreter {}; starting another (its "
@@ -259,7 +263,10 @@ std::optional<pid_t> preload_runner::request(const std::string& message,
   }
   std::string reply = receive(socket, deadline);
   if (auto pid = pid_reply(reply)) return pid;
-  error = reply.rfind("error ", 0) == 0 ? reply.substr(6)
+  // The interpreter's own lines start with "--preload: " as the caller's do.
+  constexpr std::string_view own = "error --preload: ";
+  error = reply.rfind(own, 0) == 0 ? reply.substr(own.size())
+          : reply.rfind("error ", 0) == 0 ? reply.substr(6)
           : reply.empty()               ? std::string("the warm interpreter did not answer")
                                         : "the warm interpreter said " + reply;
   return std::nullopt;
