@@ -150,10 +150,10 @@ void preload_runner::start_fresh() {
     return turn_off(
         fmt::format("--preload: cannot make the warm interpreter's socket: {}", std::strerror(errno)));
   }
-  fd_closer theirs(ends[1]);
+  fd_closer theirs{ends[1]};
   channel_.emplace(io_, ends[0]);
   int output = ::open(output_file_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  fd_closer output_closer(output);
+  fd_closer output_closer{output};
   spawn_request request = like_;
   std::string names;
   for (const auto& m : modules_) names += (names.empty() ? "" : ",") + m;
@@ -320,7 +320,7 @@ void preload_runner::round_spawned() {
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ends) != 0) {
     return turn_off(fmt::format("--preload: cannot make a socket: {}", std::strerror(errno)));
   }
-  fd_closer theirs(ends[1]);
+  fd_closer theirs{ends[1]};
   std::string error;
   auto successor = request("next", {ends[1], go_read_}, error);
   if (!successor) {
