@@ -24,9 +24,10 @@ namespace asio = boost::asio;
 namespace dtrun::agent {
 namespace {
 
-// A fork takes milliseconds; this only bounds a warm interpreter that
-// stopped answering (the request then falls back to a plain start).
-constexpr int reply_timeout_ms = 60'000;
+// A fork takes milliseconds (tens for a CUDA build of torch); this only
+// bounds a warm interpreter that stopped answering, during which the
+// agent's loop waits (the request then falls back to a plain start).
+constexpr int reply_timeout_ms = 10'000;
 
 // Waits for `events` on `fd`, up to the deadline; false on timeout.
 bool wait_for(int fd, short events, std::chrono::steady_clock::time_point deadline) {
