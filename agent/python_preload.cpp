@@ -223,9 +223,14 @@ def _dtrun_serve(modules):
         # Blocked across the fork: the child sets up with no handler of
         # ours running, and a signal sent meanwhile waits for the worker.
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+        # Our pid, taken before the fork: the child's getppid() may already
+        # be the agent's (we exit right after a "next" reply, and a child
+        # can run later than that), and it would then wait for the agent's
+        # death instead of ours, forever.
+        zygote = _os.getpid()
         pid = _os.fork()
         if pid == 0:
-            state["zygote"] = _os.getppid()
+            state["zygote"] = zygote
             try:
                 if kind == b"spawn":
                     sock.detach()
