@@ -144,6 +144,22 @@ def build_rows(samples: list[dict]) -> list[Row]:
                     p("realjob", "wall", dt), "no launcher", p("realjob", "wall", "no-launcher")))
     rows.append(Row("real job", "same; vs torchrun 0.1 s", "s", True, p("realjob", "wall", dt),
                     "torchrun (0.1 s)", p("realjob", "wall", "torchrun")))
+    # 4b. real restart: a 2-rank gloo job's worker crash (scripts/bench/restart)
+    b, pre = "restart", "dtrun-preload"
+    m = "crash_to_in_script"
+    rows.append(Row("real restart", "2-rank gloo DDP: crash -> every replacement in the "
+                    "script, --preload torch; vs torchrun 0.1 s", "ms", True, p(b, m, pre),
+                    "torchrun (0.1 s)", p(b, m, "torchrun"), Target("< 50 ms", max_value=50)))
+    rows.append(Row("real restart", "same; vs dtrun without --preload", "ms", True, p(b, m, pre),
+                    "dtrun (plain start)", p(b, m, dt)))
+    m = "crash_to_first_step"
+    rows.append(Row("real restart", "crash -> first step after the restart, --preload torch; "
+                    "vs dtrun without --preload", "ms", True, p(b, m, pre), "dtrun (plain start)",
+                    p(b, m, dt), Target("< half of a plain start's", max_ratio=0.5)))
+    rows.append(Row("real restart", "same; vs torchrun 0.1 s", "ms", True, p(b, m, pre),
+                    "torchrun (0.1 s)", p(b, m, "torchrun")))
+    rows.append(Row("real restart", "same; vs Python-import floor", "ms", True, p(b, m, pre),
+                    "import floor (2 x import torch)", p(b, "wall", "import-floor")))
     # 5. store
     conns = cells(samples, "store", "setget_ops_per_s", "connections", idle=0)
     top = max(conns) if conns else None
