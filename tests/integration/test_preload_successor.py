@@ -1,9 +1,10 @@
-"""--preload's hand-over: once a round is started, its warm interpreter forks
-a successor (the next round's) and exits at once. Every child it forked
-waits for that exit (its parent's death) before it goes on, so it must know
-from before the fork whose death that is: a child that runs only after its
-parent has exited would read the agent as its parent, wait for the agent's
-death, and the next restart would wait for that successor forever.
+"""--preload's hand-over under the least friendly order: once a round is
+started, its warm interpreter forks a successor (the next round's) and
+exits at once. Every child it forked goes on only once the agent, having
+reaped it, closes the round's go pipe: a child that runs only after its
+parent has exited must still start, and the successor must still serve
+the restart. (An earlier version read the parent's pid after the fork,
+and such a successor then waited for the agent's own death.)
 
 SCHED_FIFO on one CPU makes that order certain: a forked child runs only
 once its parent blocks or exits. Skipped where chrt cannot set it (no
