@@ -73,7 +73,8 @@ TEST_CASE("the hook is written as a readable sitecustomize.py, directories made"
   struct stat st {};
   REQUIRE(::stat((dir + "/sitecustomize.py").c_str(), &st) == 0);
   CHECK((st.st_mode & 0777) == 0644);
-  CHECK(slurp(dir + "/sitecustomize.py") == python_hook_source());
+  CHECK(slurp(dir + "/sitecustomize.py") ==
+        std::string(python_hook_source()) + python_preload_source());
   write_python_hook(dir);  // again: replaced
   CHECK_THROWS_AS(write_python_hook("/proc/no/such/dir"), std::runtime_error);
 }

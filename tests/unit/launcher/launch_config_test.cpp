@@ -448,7 +448,7 @@ TEST_CASE("log flags are resolved into the config and shown by the dry run") {
   CHECK_THROWS_AS(resolve_launch_config(o, {}), usage_error);
 }
 
-TEST_CASE("--preload takes dotted module names, once each, in order") {
+TEST_CASE("the preload flag takes dotted module names, once each, in order") {
   launch_options o = standalone_options();
   CHECK(resolve_launch_config(o, {}).agent.preload.empty());
   o.preload = "torch,torch.distributed,numpy,torch";
@@ -458,7 +458,7 @@ TEST_CASE("--preload takes dotted module names, once each, in order") {
   CHECK(resolve_launch_config(o, {}).agent.preload == std::vector<std::string>{"_private.mod_2"});
 }
 
-TEST_CASE("--preload refuses what is not a module name, and workers it cannot fork") {
+TEST_CASE("the preload flag refuses what is not a module name, and workers it cannot fork") {
   auto error_of = [](std::string list, bool no_python = false, bool no_hook = false) {
     launch_options o = standalone_options();
     o.preload = std::move(list);
