@@ -65,13 +65,11 @@ int send_with_fds(int socket, const std::string& message, const std::vector<int>
   }
 }
 
-// One reply; empty when the other end closed (`gone`) or did not answer
-// in time.
-std::string receive(int socket, std::chrono::steady_clock::time_point deadline, bool& gone) {
+// One reply; empty when the other end closed or did not answer in time.
+std::string receive(int socket, std::chrono::steady_clock::time_point deadline) {
   char buffer[4096];
   for (;;) {
     ssize_t n = ::recv(socket, buffer, sizeof buffer, MSG_DONTWAIT);
-    gone = n == 0 || (n < 0 && errno == ECONNRESET);
     if (n >= 0) return std::string(buffer, static_cast<std::size_t>(n));
     if (errno == EINTR) continue;
     if (errno != EAGAIN || !wait_for(socket, POLLIN, deadline)) return {};
@@ -98,10 +96,8 @@ preload_runner::preload_runner(asio::io_context& io, std::unique_ptr<process_run
 
 preload_runner::~preload_runner() {
   channel_.reset();
-  for (pid_t pid : {warm_pid_, next_pid_}) {
-    if (pid > 0) ::kill(pid, SIGKILL);
-  }
-  for (int fd : {go_read_, go_write_, next_channel_}) {
+  if (warm_pid_ > 0) ::kill(warm_pid_, SIGKILL);
+  for (int fd : {go_read_, go_write_}) {
     if (fd >= 0) ::close(fd);
   }
   for (const auto& [pid, go] : retiring_) {
@@ -111,7 +107,6 @@ preload_runner::~preload_runner() {
 
 void preload_runner::start(exit_handler on_exit) {
   plain_->start([this, on_exit = std::move(on_exit)](pid_t pid, int wait_status) {
-    if (pid == next_pid_) return next_exited();
     if (pid == warm_pid_ || is_retiring(pid)) return warm_exited(pid, wait_status);
     on_exit(pid, wait_status);
   });
@@ -123,9 +118,7 @@ bool preload_runner::is_retiring(pid_t pid) const {
 }
 
 void preload_runner::kill_adopted(std::vector<pid_t> keep) {
-  for (pid_t pid : {warm_pid_, next_pid_}) {
-    if (pid > 0) keep.push_back(pid);
-  }
+  if (warm_pid_ > 0) keep.push_back(warm_pid_);
   for (const auto& r : retiring_) keep.push_back(r.first);
   plain_->kill_adopted(std::move(keep));
 }
@@ -201,62 +194,13 @@ void preload_runner::read_ready() {
 
 void preload_runner::became_ready() {
   warmth_ = warmth::ready;
+  if (debug_) {
+    std::chrono::duration<double> took = std::chrono::steady_clock::now() - started_at_;
+    debug_(fmt::format("--preload: warm interpreter {} ready in {:.3f} s", warm_pid_,
+                       took.count()));
+  }
   deaths_before_ready_ = 0;
-  std::chrono::duration<double> took = std::chrono::steady_clock::now() - started_at_;
-  fork_next();
-  if (debug_ && warmth_ == warmth::ready) {
-    debug_(fmt::format("--preload: warm interpreter {} ready in {:.3f} s (its successor: {})",
-                       warm_pid_, took.count(), next_pid_));
-  }
   for (auto& then : std::exchange(waiting_, {})) then();
-}
-
-bool preload_runner::make_go_pipe() {
-  if (go_read_ >= 0) return true;
-  int go[2];
-  if (::pipe2(go, O_CLOEXEC) != 0) return false;
-  go_read_ = go[0];
-  go_write_ = go[1];
-  return true;
-}
-
-// The successor, forked now so that a round's end costs no fork.
-void preload_runner::fork_next() {
-  if (next_pid_ > 0 || warmth_ != warmth::ready) return;
-  int ends[2];
-  if (!make_go_pipe() || ::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ends) != 0) {
-    return turn_off(fmt::format("--preload: cannot make a pipe or socket: {}",
-                                std::strerror(errno)));
-  }
-  fd_closer theirs{ends[1]};
-  std::string error;
-  bool gone = false;
-  auto successor = request("next", {ends[1], go_read_}, error, gone);
-  if (!successor) {
-    ::close(ends[0]);
-    // Died meanwhile: its exit brings the next one (warm_exited).
-    if (gone) return;
-    return turn_off(fmt::format("--preload: {}", error));
-  }
-  next_pid_ = *successor;
-  next_channel_ = ends[0];
-}
-
-// The successor died before its turn (seen once the current one exited
-// and both were ours): fork another if the current one is still there.
-void preload_runner::next_exited() {
-  next_pid_ = -1;
-  if (next_channel_ >= 0) ::close(std::exchange(next_channel_, -1));
-  fork_next();
-}
-
-// The successor takes over; it says "ready" once the one before is reaped.
-void preload_runner::promote_next() {
-  warm_pid_ = std::exchange(next_pid_, -1);
-  channel_.emplace(io_, std::exchange(next_channel_, -1));
-  warmth_ = warmth::starting;
-  started_at_ = std::chrono::steady_clock::now();
-  read_ready();
 }
 
 void preload_runner::when_warm(std::function<void()> then) {
@@ -276,25 +220,11 @@ void preload_runner::warm_exited(pid_t pid, int wait_status) {
     retiring_.erase(retired);
     return;
   }
-  // Died as the current one: what it forked is ours now too.
+  // Died as the current one: what it forked this round is ours now too.
   warm_pid_ = -1;
   retire_current();
   channel_.reset();
   if (warmth_ == warmth::off) return;
-  // A successor killed with it (a zombie, or reaped already) is forgotten:
-  // its exit, if still to come, is an orphan's.
-  if (next_pid_ > 0 && (plain_->state(next_pid_) == 'Z' || plain_->state(next_pid_) == '?')) {
-    next_pid_ = -1;
-    if (next_channel_ >= 0) ::close(std::exchange(next_channel_, -1));
-  }
-  if (next_pid_ > 0) {
-    if (say_) {
-      say_(fmt::format("warning: --preload: the warm interpreter {}; its successor takes over "
-                       "(its output: {})",
-                       describe(decode_wait_status(wait_status)), output_file_));
-    }
-    return promote_next();
-  }
   bool before_ready = warmth_ == warmth::starting;
   std::string how = describe(decode_wait_status(wait_status));
   if (before_ready && ++deaths_before_ready_ >= 2) {
@@ -312,11 +242,6 @@ void preload_runner::warm_exited(pid_t pid, int wait_status) {
 }
 
 void preload_runner::turn_off(const std::string& why) {
-  if (next_pid_ > 0) {
-    ::kill(next_pid_, SIGKILL);
-    retiring_.emplace_back(std::exchange(next_pid_, -1), -1);
-  }
-  if (next_channel_ >= 0) ::close(std::exchange(next_channel_, -1));
   if (warm_pid_ > 0) ::kill(warm_pid_, SIGKILL);
   retire_current();
   channel_.reset();
@@ -330,17 +255,14 @@ void preload_runner::say_once(const std::string& line) {
 }
 
 std::optional<pid_t> preload_runner::request(const std::string& message,
-                                             const std::vector<int>& fds, std::string& error,
-                                             bool& gone) {
-  gone = false;
+                                             const std::vector<int>& fds, std::string& error) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(reply_timeout_ms);
   int socket = channel_->native_handle();
   if (int e = send_with_fds(socket, message, fds, deadline); e != 0) {
-    gone = e == EPIPE || e == ECONNRESET;
     error = fmt::format("cannot ask the warm interpreter for a worker: {}", std::strerror(e));
     return std::nullopt;
   }
-  std::string reply = receive(socket, deadline, gone);
+  std::string reply = receive(socket, deadline);
   if (auto pid = pid_reply(reply)) return pid;
   // The interpreter's own lines start with "--preload: " as the caller's do.
   constexpr std::string_view own = "error --preload: ";
@@ -372,34 +294,46 @@ spawn_result preload_runner::spawn(const spawn_request& worker) {
       return plain_->spawn(worker);
     }
   }
-  if (!make_go_pipe()) return plain_->spawn(worker);
+  if (go_read_ < 0) {
+    int go[2];
+    if (::pipe2(go, O_CLOEXEC) != 0) return plain_->spawn(worker);
+    go_read_ = go[0];
+    go_write_ = go[1];
+  }
   fds.push_back(go_read_);
   std::string message = spawn_message(worker, script_args_at_, current_folder());
   std::string error;
-  bool gone = false;
-  if (auto pid = request(message, fds, error, gone)) {
+  if (auto pid = request(message, fds, error)) {
     forked_this_round_ = true;
     spawn_result forked;
     forked.pid = *pid;
     return forked;
   }
-  // Died meanwhile: this round's other workers start plainly, and its
-  // exit brings the next one (warm_exited).
-  if (gone) return plain_->spawn(worker);
   turn_off(fmt::format("--preload: {}", error));
   return plain_->spawn(worker);
 }
 
-// The round's warm interpreter exits (at its socket's end): the round's
-// workers and the successor become the agent's and go on once it is
-// reaped; the successor is the next round's.
+// The warm interpreter forks its successor and exits: the round's workers
+// become the agent's and go on; the successor is the next round's.
 void preload_runner::round_spawned() {
   if (!std::exchange(forked_this_round_, false) || warmth_ != warmth::ready) return;
-  channel_.reset();
+  int ends[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ends) != 0) {
+    return turn_off(fmt::format("--preload: cannot make a socket: {}", std::strerror(errno)));
+  }
+  fd_closer theirs{ends[1]};
+  std::string error;
+  auto successor = request("next", {ends[1], go_read_}, error);
+  if (!successor) {
+    ::close(ends[0]);
+    return turn_off(fmt::format("--preload: {}", error));
+  }
   retire_current();
-  if (next_pid_ > 0) return promote_next();
-  warmth_ = warmth::off;  // no successor (it died): import again
-  start_fresh();
+  warm_pid_ = *successor;
+  channel_.emplace(io_, ends[0]);
+  warmth_ = warmth::starting;
+  started_at_ = std::chrono::steady_clock::now();
+  read_ready();
 }
 
 }  // namespace dtrun::agent

@@ -11,12 +11,12 @@
 // folder, CPUs, stdin/stdout/stderr and arguments, and returns into
 // Python's own start-up, which runs the script as a plain start would.
 //
-// One warm interpreter serves one round. As soon as it is ready it forks
-// its successor, a copy that needs no import; once every worker of the
-// round is forked (round_spawned), it exits. Its children, successor
-// included, then become the agent's (the agent is their subreaper), and
-// only then go on: the agent supervises, signals and reaps them as any
-// worker, and their parent-death signal is the agent's again.
+// One warm interpreter serves one round: once every worker of the round
+// is forked (round_spawned), it forks its successor, a copy that needs no
+// import, and exits. Its children then become the agent's (the agent is
+// their subreaper), and only then go on: the agent supervises, signals
+// and reaps them as any worker, and their parent-death signal is the
+// agent's again.
 //
 // Anything that goes wrong falls back to a plain start, with one line: a
 // module that does not import, one that leaves threads running or
@@ -81,10 +81,8 @@ class preload_runner : public process_runner {
   void warm_exited(pid_t pid, int wait_status);
   void turn_off(const std::string& why);
   void became_ready();
-  // One request and its pid reply; nullopt with `error` otherwise, and
-  // `gone` when the warm interpreter closed its end (it died).
   std::optional<pid_t> request(const std::string& message, const std::vector<int>& fds,
-                               std::string& error, bool& gone);
+                               std::string& error);
   void say_once(const std::string& line);
 
   boost::asio::io_context& io_;
@@ -111,19 +109,8 @@ class preload_runner : public process_runner {
   // expected, each with its round's "go" write end (-1: none).
   std::vector<std::pair<pid_t, int>> retiring_;
 
-  // The next round's warm interpreter, forked from the current one as
-  // soon as that is ready, off a restart's path; it waits on the current
-  // round's "go" pipe like the workers, and takes over once the current
-  // one is reaped. -1: none.
-  pid_t next_pid_ = -1;
-  int next_channel_ = -1;
-
   void retire_current();
   bool is_retiring(pid_t pid) const;
-  bool make_go_pipe();
-  void fork_next();
-  void next_exited();
-  void promote_next();
   std::optional<boost::asio::posix::stream_descriptor> channel_;
   std::vector<std::function<void()>> waiting_;
   bool forked_this_round_ = false;

@@ -21,11 +21,9 @@ constexpr const char* preload_source = R"PY(
 #     with the worker's stdin, stdout and stderr and the round's "go" pipe
 #     attached (SCM_RIGHTS); the args are the script's own (sys.argv[1:]).
 #     Reply: "pid <n>".
-#   next   with the successor's socket and the "go" pipe attached: forks
-#     the next round's warm interpreter. Reply "pid <n>".
-# At the socket's end (the round is started) this interpreter exits, so
-# its children become the agent's; each goes on once the agent closes
-# "go".
+#   next   with the successor's socket and the "go" pipe attached. Reply
+#     "pid <n>", then this interpreter exits, so its children become the
+#     agent's; each goes on once the agent closes "go".
 # Replies otherwise: "ready" once the modules are imported, or
 # "error <one line>" and exit.
 
@@ -262,6 +260,8 @@ def _dtrun_serve(modules):
         for fd in fds:
             _os.close(fd)
         sock.send(b"pid %d" % pid)
+        if kind == b"next":
+            _os._exit(0)
 
 
 _dtrun_preload_modules = _os.environ.pop("DTRUN_PRELOAD", "")
