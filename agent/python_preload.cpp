@@ -16,7 +16,8 @@ constexpr const char* preload_source = R"PY(
 # so Python's own start-up goes on to run the script (or -m module) as a
 # plain start would (docs/agent.md, "Preload").
 #
-# The agent talks on fd 0, a SOCK_SEQPACKET socket. Requests:
+# The agent talks on fd 0, a SOCK_SEQPACKET socket (moved to a high fd
+# before the import, fd 0 then reading /dev/null: _dtrun_serve). Requests:
 #   spawn\0<cwd>\0<n cpus>\0<cpu>...\0<n args>\0<arg>...\0<NAME=value>...
 #     with the worker's stdin, stdout and stderr and the round's "go" pipe
 #     attached (SCM_RIGHTS); the args are the script's own (sys.argv[1:]).
@@ -192,8 +193,19 @@ def _dtrun_become_worker(fields, fds, state):
 def _dtrun_serve(modules):
     import _socket
     import ctypes
+    import fcntl
     import signal
-    sock = _socket.socket(fileno=0)
+    # The agent's socket leaves fd 0 before the import, and fd 0 reads
+    # /dev/null: a module that read stdin while importing would otherwise
+    # wait on the socket for ever (the agent waits for "ready"), and one
+    # that closed or replaced fd 0 would take the socket with it. High, so
+    # that the descriptors the modules open are numbered as in a plain
+    # start (a forked worker closes it).
+    high = max(3, _os.sysconf("SC_OPEN_MAX") // 2)
+    sock = _socket.socket(fileno=fcntl.fcntl(0, fcntl.F_DUPFD_CLOEXEC, high))
+    null = _os.open(_os.devnull, _os.O_RDONLY)
+    _os.dup2(null, 0)
+    _os.close(null)
     state = {
         "here": _os.path.dirname(_os.path.abspath(__file__)),
         "libc": ctypes.CDLL(None, use_errno=True),
@@ -233,14 +245,13 @@ def _dtrun_serve(modules):
         if pid == 0:
             try:
                 if kind == b"spawn":
-                    sock.detach()
+                    sock.close()
                     _dtrun_become_worker(fields, fds, state)
                     return  # Python's start-up goes on: the script runs
                 # The successor: the same warm interpreter on a new socket.
-                _os.dup2(fds[0], 0)
+                _os.dup2(fds[0], sock.fileno(), inheritable=False)
                 _os.close(fds[0])
-                sock.detach()
-                sock = _socket.socket(fileno=0)
+                sock = _socket.socket(fileno=sock.detach())
                 _os.setsid()
                 _dtrun_wait_for_agent(state["libc"], fds[1], state["agent"])
                 signal.pthread_sigmask(signal.SIG_SETMASK, mask)
@@ -262,7 +273,18 @@ def _dtrun_serve(modules):
 
 _dtrun_preload_modules = _os.environ.pop("DTRUN_PRELOAD", "")
 if _dtrun_preload_modules:
-    _dtrun_serve([m for m in _dtrun_preload_modules.split(",") if m])
+    try:
+        _dtrun_serve([m for m in _dtrun_preload_modules.split(",") if m])
+    except BaseException as e:
+        # Only the warm interpreter gets here (a forked worker returns from
+        # _dtrun_serve). It must never go on into Python's start-up: that
+        # would run the script in a process that is no worker (site.py
+        # reports a sitecustomize error and carries on).
+        try:
+            _os.write(2, ("dtrun: the warm interpreter failed: %s: %s\n" % (
+                type(e).__name__, e)).encode("utf-8", "replace"))
+        finally:
+            _os._exit(3)
 )PY";
 
 }  // namespace
