@@ -63,15 +63,32 @@ int send_with_fds(int socket, const std::string& message, const std::vector<int>
   }
 }
 
-// One reply; empty when the other end closed or did not answer in time.
-std::string receive(int socket, std::chrono::steady_clock::time_point deadline) {
+// One reply; empty when the other end closed, nullopt when it did not
+// answer in time.
+std::optional<std::string> receive(int socket, std::chrono::steady_clock::time_point deadline) {
   char buffer[4096];
   for (;;) {
     ssize_t n = ::recv(socket, buffer, sizeof buffer, MSG_DONTWAIT);
     if (n >= 0) return std::string(buffer, static_cast<std::size_t>(n));
     if (errno == EINTR) continue;
-    if (errno != EAGAIN || !wait_for(socket, POLLIN, deadline)) return {};
+    if (errno == ECONNRESET) return std::string();
+    if (errno != EAGAIN || !wait_for(socket, POLLIN, deadline)) return std::nullopt;
   }
+}
+
+// What was forked behind `go` goes on: a byte to each, then the ends close.
+void release(std::vector<int>& go) {
+  for (int fd : go) {
+    [[maybe_unused]] ssize_t n = ::write(fd, "g", 1);  // an empty pipe's buffer takes it
+    ::close(fd);
+  }
+  go.clear();
+}
+
+// What was forked behind `go` exits: the ends close without a byte.
+void drop(std::vector<int>& go) {
+  for (int fd : go) ::close(fd);
+  go.clear();
 }
 
 std::string current_folder() {
@@ -95,12 +112,8 @@ preload_runner::preload_runner(asio::io_context& io, std::unique_ptr<process_run
 preload_runner::~preload_runner() {
   channel_.reset();
   if (warm_pid_ > 0) ::kill(warm_pid_, SIGKILL);
-  for (int fd : {go_read_, go_write_}) {
-    if (fd >= 0) ::close(fd);
-  }
-  for (const auto& [pid, go] : retiring_) {
-    if (go >= 0) ::close(go);
-  }
+  drop(go_);
+  for (auto& [pid, go] : retiring_) drop(go);
 }
 
 void preload_runner::start(exit_handler on_exit) {
@@ -124,12 +137,23 @@ void preload_runner::kill_adopted(std::vector<pid_t> keep) {
 // The current warm interpreter is on its way out (handed over or killed):
 // its exit is expected, and once it is reaped its round's workers go on.
 void preload_runner::retire_current() {
-  if (go_read_ >= 0) ::close(std::exchange(go_read_, -1));
   if (warm_pid_ > 0) {
-    retiring_.emplace_back(std::exchange(warm_pid_, -1), std::exchange(go_write_, -1));
-  } else if (go_write_ >= 0) {
-    ::close(std::exchange(go_write_, -1));
+    retiring_.emplace_back(std::exchange(warm_pid_, -1), std::exchange(go_, {}));
+  } else {
+    release(go_);  // reaped already: what it forked is ours
   }
+}
+
+// Its socket closed mid-request: the warm interpreter died (or is past
+// use: killed to be sure). This round's other workers start plainly; its
+// exit, once reaped, starts another (warm_exited: "starting another", as
+// for a death between rounds, not --preload turned off), and releases
+// what it forked and told us of.
+void preload_runner::lose_current(const std::string& error) {
+  if (debug_) debug_(fmt::format("--preload: {}", error));
+  if (warm_pid_ > 0) ::kill(warm_pid_, SIGKILL);
+  channel_.reset();
+  warmth_ = warmth::lost;
 }
 
 void preload_runner::warm_up(const spawn_request& like, const std::string& output_file,
@@ -200,7 +224,7 @@ void preload_runner::became_ready() {
 }
 
 void preload_runner::when_warm(std::function<void()> then) {
-  if (warmth_ == warmth::starting) {
+  if (warmth_ == warmth::starting || warmth_ == warmth::lost) {
     if (debug_) debug_("--preload: the workers wait for the warm interpreter to be ready");
     waiting_.push_back(std::move(then));
   } else {
@@ -212,7 +236,7 @@ void preload_runner::warm_exited(pid_t pid, int wait_status) {
   auto retired = std::find_if(retiring_.begin(), retiring_.end(),
                               [pid](const auto& r) { return r.first == pid; });
   if (retired != retiring_.end()) {
-    if (retired->second >= 0) ::close(retired->second);  // its workers go on
+    release(retired->second);  // its workers go on
     retiring_.erase(retired);
     return;
   }
@@ -249,19 +273,39 @@ void preload_runner::say_once(const std::string& line) {
   if (say_ && said_.insert(line).second) say_(line);
 }
 
-std::optional<pid_t> preload_runner::request(const std::string& message,
-                                             const std::vector<int>& fds, std::string& error) {
+std::optional<pid_t> preload_runner::request(const std::string& message, std::vector<int> fds,
+                                             std::string& error, bool& gone) {
+  gone = false;
+  int go[2];
+  if (::pipe2(go, O_CLOEXEC) != 0) {
+    error = fmt::format("cannot make a pipe: {}", std::strerror(errno));
+    return std::nullopt;
+  }
+  fd_closer go_read{go[0]};
+  fd_closer go_write{go[1]};
+  fds.push_back(go[0]);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(reply_timeout_ms);
   int socket = channel_->native_handle();
   if (int e = send_with_fds(socket, message, fds, deadline); e != 0) {
+    gone = e == EPIPE || e == ECONNRESET;
     error = fmt::format("cannot ask the warm interpreter for a worker: {}", std::strerror(e));
     return std::nullopt;
   }
-  std::string reply = receive(socket, deadline);
-  if (auto pid = pid_reply(reply)) return pid;
-  error = reply.rfind("error ", 0) == 0 ? reply.substr(6)
-          : reply.empty()               ? std::string("the warm interpreter did not answer")
-                                        : "the warm interpreter said " + reply;
+  std::optional<std::string> reply = receive(socket, deadline);
+  if (!reply) {
+    error = "the warm interpreter did not answer";
+    return std::nullopt;
+  }
+  if (reply->empty()) {
+    gone = true;
+    error = "the warm interpreter's socket closed before it answered";
+    return std::nullopt;
+  }
+  if (auto pid = pid_reply(*reply)) {
+    go_.push_back(std::exchange(go_write.fd, -1));
+    return pid;
+  }
+  error = reply->rfind("error ", 0) == 0 ? reply->substr(6) : "the warm interpreter said " + *reply;
   return std::nullopt;
 }
 
@@ -286,22 +330,22 @@ spawn_result preload_runner::spawn(const spawn_request& worker) {
       return plain_->spawn(worker);
     }
   }
-  if (go_read_ < 0) {
-    int go[2];
-    if (::pipe2(go, O_CLOEXEC) != 0) return plain_->spawn(worker);
-    go_read_ = go[0];
-    go_write_ = go[1];
-  }
-  fds.push_back(go_read_);
   std::string message = spawn_message(worker, script_args_at_, current_folder());
   std::string error;
-  if (auto pid = request(message, fds, error)) {
+  bool gone = false;
+  if (auto pid = request(message, fds, error, gone)) {
     forked_this_round_ = true;
     spawn_result forked;
     forked.pid = *pid;
     return forked;
   }
-  turn_off(fmt::format("--preload: {}", error));
+  // A warm interpreter that died mid-round is replaced, as one that died
+  // between rounds (turning --preload off was for what does not work).
+  if (gone) {
+    lose_current(error);
+  } else {
+    turn_off(fmt::format("--preload: {}", error));
+  }
   return plain_->spawn(worker);
 }
 
@@ -315,9 +359,12 @@ void preload_runner::round_spawned() {
   }
   fd_closer theirs(ends[1]);
   std::string error;
-  auto successor = request("next", {ends[1], go_read_}, error);
+  bool gone = false;
+  // The successor's "go" end joins the workers': it goes on with them.
+  auto successor = request("next", {ends[1]}, error, gone);
   if (!successor) {
     ::close(ends[0]);
+    if (gone) return lose_current(error);
     return turn_off(fmt::format("--preload: {}", error));
   }
   retire_current();

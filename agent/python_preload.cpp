@@ -19,12 +19,13 @@ constexpr const char* preload_source = R"PY(
 # The agent talks on fd 0, a SOCK_SEQPACKET socket (moved to a high fd
 # before the import, fd 0 then reading /dev/null: _dtrun_serve). Requests:
 #   spawn\0<cwd>\0<n cpus>\0<cpu>...\0<n args>\0<arg>...\0<NAME=value>...
-#     with the worker's stdin, stdout and stderr and the round's "go" pipe
+#     with the worker's stdin, stdout and stderr and its "go" pipe
 #     attached (SCM_RIGHTS); the args are the script's own (sys.argv[1:]).
 #     Reply: "pid <n>".
-#   next   with the successor's socket and the "go" pipe attached. Reply
+#   next   with the successor's socket and its "go" pipe attached. Reply
 #     "pid <n>", then this interpreter exits, so its children become the
-#     agent's; each goes on once the agent closes "go".
+#     agent's; each goes on once the agent writes a byte to its "go" (and
+#     exits at an end of file without one: the agent never got its pid).
 # Replies otherwise: "ready" once the modules are imported, or
 # "error <one line>" and exit.
 
@@ -114,12 +115,16 @@ def _dtrun_stdio(fd, write, name, encoding, errors, buffered):
 def _dtrun_wait_for_agent(libc, go, agent):
     # Our parent, the warm interpreter, exits once the round is started;
     # the agent (its subreaper) then becomes our parent, and only then can
-    # the parent-death signal be the agent's. The agent closes `go` once it
-    # has reaped the warm interpreter, by when the kernel has re-parented
-    # us. (Waiting for the parent's own death signal instead races with
-    # setting it: each side may miss the other's write.)
-    while _os.read(go, 1):
-        pass
+    # the parent-death signal be the agent's. The agent writes a byte to
+    # `go` once it has reaped the warm interpreter, by when the kernel has
+    # re-parented us. (Waiting for the parent's own death signal instead
+    # races with setting it: each side may miss the other's write.) An end
+    # of file without that byte: the agent is gone, or our parent died
+    # before it could tell the agent our pid; a worker the agent does not
+    # know of would run beside the one it starts instead (the same RANK
+    # twice).
+    if not _os.read(go, 1):
+        _os._exit(1)
     _os.close(go)
     libc.prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG, SIGKILL
     if _os.getppid() != agent:

@@ -64,3 +64,40 @@ def test_a_warm_interpreter_whose_hook_fails_never_runs_the_script(tmp_path):
     assert sorted(rank for _, rank, _, _ in records(out)) == ["0", "1"]
 
 
+@pytest.mark.parametrize("at,when", [
+    (1, "after_in_parent"),  # forked rank 0, died before telling the agent its pid
+    (2, "before"),           # between the round's two requests
+    (3, "before"),           # asked for its successor ("next")
+])
+def test_a_warm_interpreter_that_dies_during_a_round_is_replaced(tmp_path, at, when):
+    """A warm interpreter that died while the agent was asking it for the
+    round's workers turned --preload off for the rest of the job ('did not
+    answer'), unlike one that dies between rounds; and a worker it had
+    forked but not told the agent of went on as a second rank 0 beside the
+    plain one the agent started instead."""
+    once = tmp_path / "killed"
+    (tmp_path / "m.py").write_text(
+        "import os, signal\n"
+        "forks = [0]\n"
+        "def maybe_die():\n"
+        "    forks[0] += 1\n"
+        f"    if forks[0] == {at} and not os.path.exists({str(once)!r}):\n"
+        f"        open({str(once)!r}, 'w').close()\n"
+        "        os.kill(os.getpid(), signal.SIGKILL)\n"
+        f"os.register_at_fork({when}=maybe_die)\n")
+    script = tmp_path / "record.py"
+    script.write_text(RECORD + "if os.environ['TORCHELASTIC_RESTART_COUNT'] == '0' and "
+                               "os.environ['RANK'] == '1':\n    sys.exit(4)\n")
+    out = tmp_path / "out"
+    _, r = dtrun(tmp_path, ["--preload=m", "--max-restarts=1"], [str(script)], OUT=str(out))
+    assert r.returncode == 0, r.stderr
+    assert once.exists()
+    assert ("dtrun: warning: --preload: the warm interpreter was killed by signal 9 (SIGKILL); "
+            "starting another (its output: ") in r.stderr, r.stderr
+    assert "without --preload" not in r.stderr, r.stderr
+    seen = records(out)
+    ranks = [(restart, rank) for restart, rank, _, _ in seen]
+    assert len(ranks) == len(set(ranks)), seen  # each rank of a round ran once
+    # The restart's workers are forked from the warm interpreter that replaced it.
+    assert sorted((rank, preloaded) for restart, rank, _, preloaded in seen
+                  if restart == "1") == [("0", "True"), ("1", "True")], seen
