@@ -145,7 +145,11 @@ def _dtrun_become_worker(fields, fds, state):
     for entry in env:
         key, _, value = entry.partition(b"=")
         _os.environb[key] = value
-    _os.chdir(cwd)
+    for key in state["env_unset"]:
+        _os.environb.pop(key, None)
+    _os.environb.update(state["env_set"])
+    before, after = state["cwd"]
+    _os.chdir(after if cwd == before else cwd)
     if cpus:
         _os.sched_setaffinity(0, cpus)
     go = fds[3]
@@ -222,7 +226,16 @@ def _dtrun_serve(modules):
         "handlers": {s: signal.getsignal(s) for s in signal.valid_signals()
                      if s not in (signal.SIGKILL, signal.SIGSTOP)},
     }
+    # What importing changes in the environment and the folder, a plain
+    # start's worker would see changed (its own import would have changed
+    # it): each forked worker, given its own environment and folder, has
+    # the same changes made (_dtrun_become_worker).
+    env_before = dict(_os.environb)
+    cwd_before = _os.getcwdb()
     _dtrun_import_all(sock, modules)
+    state["env_set"] = {k: v for k, v in _os.environb.items() if env_before.get(k) != v}
+    state["env_unset"] = [k for k in env_before if k not in _os.environb]
+    state["cwd"] = (cwd_before, _os.getcwdb())
     sock.send(b"ready")
     while True:
         try:

@@ -101,3 +101,31 @@ def test_a_warm_interpreter_that_dies_during_a_round_is_replaced(tmp_path, at, w
     # The restart's workers are forked from the warm interpreter that replaced it.
     assert sorted((rank, preloaded) for restart, rank, _, preloaded in seen
                   if restart == "1") == [("0", "True"), ("1", "True")], seen
+
+
+def test_what_importing_changes_in_the_environment_and_folder_the_worker_sees(tmp_path):
+    """A plain start's worker runs the module's import itself and keeps
+    what it set in os.environ and the folder it chose; a forked worker was
+    given the agent's environment and folder over the warm interpreter's."""
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "m.py").write_text(
+        "import os\n"
+        "os.environ['SET_BY_M'] = 'yes'\n"
+        "os.environ.setdefault('DEFAULTED_BY_M', 'default')\n"
+        "del os.environ['REMOVED_BY_M']\n"
+        f"os.chdir({str(tmp_path / 'elsewhere')!r})\n")
+    script = tmp_path / "seen.py"
+    script.write_text(
+        "import os, sys\n"
+        "import m\n"
+        "names = ('SET_BY_M', 'DEFAULTED_BY_M', 'REMOVED_BY_M', 'KEPT')\n"
+        "seen = [os.environ.get(n, '-') for n in names] + [os.getcwd(), str('m' in sys.modules)]\n"
+        "open(os.environ['OUT'] + os.environ['RANK'], 'w').write(' '.join(seen))\n")
+    seen = {}
+    for how, flags in (("plain", []), ("preload", ["--preload=m"])):
+        out = tmp_path / how
+        _, r = dtrun(tmp_path, flags, [str(script)], OUT=str(out), REMOVED_BY_M="x", KEPT="k")
+        assert r.returncode == 0 and "--preload" not in r.stderr, r.stderr
+        seen[how] = [(tmp_path / f"{how}{rank}").read_text() for rank in (0, 1)]
+    assert seen["plain"] == [f"yes default - k {tmp_path / 'elsewhere'} True"] * 2
+    assert seen["preload"] == seen["plain"]
