@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -90,6 +91,17 @@ void drop(std::vector<int>& go) {
   for (int fd : go) ::close(fd);
   go.clear();
 }
+
+// Which of dtrun's descriptors 0, 1 and 2 were closed when it started
+// (`dtrun ... <&-`), read by a static initializer, before main() opens
+// anything: by the time workers start, the agent has reused a closed one
+// for a descriptor of its own (asio's eventfd takes fd 0), which fcntl
+// then finds open, and a forked worker would be handed it as its stdin.
+const std::array<bool, 3> closed_at_start = [] {
+  std::array<bool, 3> closed{};
+  for (int fd = 0; fd < 3; ++fd) closed[static_cast<std::size_t>(fd)] = ::fcntl(fd, F_GETFD) < 0;
+  return closed;
+}();
 
 std::string current_folder() {
   std::vector<char> buffer(4096);
@@ -317,18 +329,20 @@ spawn_result preload_runner::spawn(const spawn_request& worker) {
                          *why));
     return plain_->spawn(worker);
   }
-  std::vector<int> fds = {worker.stdin_fd >= 0 ? worker.stdin_fd : 0,
-                          worker.stdout_fd >= 0 ? worker.stdout_fd : 1,
-                          worker.stderr_fd >= 0 ? worker.stderr_fd : 2};
-  // A plain start inherits a closed stdin (`dtrun ... <&-`) as closed; a
-  // forked worker can only be handed open descriptors.
-  for (int fd : fds) {
-    if (::fcntl(fd, F_GETFD) < 0) {
+  // The worker's stdin, stdout and stderr; -1: dtrun's own, which a plain
+  // start inherits, a closed one (`dtrun ... <&-`) as closed. A forked
+  // worker can only be handed open descriptors.
+  std::array<int, 3> given = {worker.stdin_fd, worker.stdout_fd, worker.stderr_fd};
+  std::vector<int> fds;
+  for (std::size_t i = 0; i < given.size(); ++i) {
+    int fd = given[i] >= 0 ? given[i] : static_cast<int>(i);
+    if ((given[i] < 0 && closed_at_start[i]) || ::fcntl(fd, F_GETFD) < 0) {
       say_once(fmt::format("warning: --preload: dtrun's descriptor {} is closed; workers that "
                            "inherit it start without --preload",
                            fd));
       return plain_->spawn(worker);
     }
+    fds.push_back(fd);
   }
   std::string message = spawn_message(worker, script_args_at_, current_folder());
   std::string error;

@@ -6,6 +6,8 @@ as a plain start would, or fall back to one with one line; no process is
 left behind (test_preload.dtrun checks it after every run)."""
 
 import os
+import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -13,6 +15,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.environ["DTRUN_SOURCE_DIR"], "tests", "pyhelpers"))
+import dtrun_helpers as dh  # noqa: E402
 from test_preload import dtrun  # noqa: E402
 
 
@@ -129,3 +132,37 @@ def test_what_importing_changes_in_the_environment_and_folder_the_worker_sees(tm
         seen[how] = [(tmp_path / f"{how}{rank}").read_text() for rank in (0, 1)]
     assert seen["plain"] == [f"yes default - k {tmp_path / 'elsewhere'} True"] * 2
     assert seen["preload"] == seen["plain"]
+
+
+def test_a_closed_stdin_is_not_replaced_by_a_descriptor_of_the_agents(tmp_path):
+    """`dtrun ... <&-`: the check that a forked worker would inherit a
+    closed stdin looked at the agent's fd 0 when the workers start, by
+    when the agent had reused it for a descriptor of its own (asio's
+    eventfd); the forked worker got that as its stdin (a read of stdin
+    took the agent's wake-ups, or blocked for ever). dtrun's descriptors
+    are now read as they were when it started: the workers start plainly,
+    with one line, and see what a plain start sees."""
+    script = tmp_path / "stdin.py"
+    script.write_text("import os\n"
+                      "open(os.environ['OUT'] + os.environ['RANK'], 'w').write(\n"
+                      "    os.readlink('/proc/self/fd/0') if os.path.exists('/proc/self/fd/0')\n"
+                      "    else 'closed')\n")
+    closing = ["/bin/sh", "-c", 'exec "$@" <&-', "sh"]
+    seen = {}
+    for how, flags in (("plain", []), ("preload", ["--preload=json"])):
+        env = dh.job_env(OUT=str(tmp_path / how))
+        r = subprocess.run([*closing, str(dh.DTRUN), "--standalone", "--nproc-per-node=2",
+                            "--python", dh.PYTHON, *flags, str(script)], env=env,
+                           capture_output=True, text=True, timeout=60)
+        left = dh.gone_within(env["DTRUN_TEST_MARK"])
+        dh.kill_marked(env["DTRUN_TEST_MARK"])
+        assert not left, left
+        assert r.returncode == 0, r.stderr
+        run_dir = re.compile(r"^/tmp/[^/]+/")
+        seen[how] = [run_dir.sub("<run>/", (tmp_path / f"{how}{rank}").read_text())
+                     for rank in (0, 1)]
+        if how == "preload":
+            assert r.stderr == ("dtrun: warning: --preload: dtrun's descriptor 0 is closed; "
+                                "workers that inherit it start without --preload\n"), r.stderr
+    assert seen["preload"] == seen["plain"]
+    assert not any(s.startswith(("anon_inode:", "socket:", "pipe:")) for s in seen["preload"])
