@@ -38,6 +38,14 @@ def _dtrun_preload_fail(sock, line):
     _os._exit(3)
 
 
+def _dtrun_cwd():
+    # None when the folder was removed (getcwd fails; the process can stay).
+    try:
+        return _os.getcwdb()
+    except OSError:
+        return None
+
+
 def _dtrun_threads():
     return len(_os.listdir("/proc/self/task"))
 
@@ -55,7 +63,7 @@ def _dtrun_import_all(sock, modules):
     # sys.path (Python adds it only after sitecustomize, where we are).
     main = _sys.argv[0] if _sys.argv else ""
     if main == "-m":
-        first = _os.getcwd()
+        first = _os.fsdecode(_dtrun_cwd() or b"")
     else:
         first = _os.path.dirname(_os.path.realpath(main)) if main else ""
     added = bool(first) and not getattr(_sys.flags, "safe_path", False)
@@ -149,7 +157,7 @@ def _dtrun_become_worker(fields, fds, state):
         _os.environb.pop(key, None)
     _os.environb.update(state["env_set"])
     before, after = state["cwd"]
-    _os.chdir(after if cwd == before else cwd)
+    _os.chdir(after if after is not None and cwd == before else cwd)
     if cpus:
         _os.sched_setaffinity(0, cpus)
     go = fds[3]
@@ -231,11 +239,11 @@ def _dtrun_serve(modules):
     # it): each forked worker, given its own environment and folder, has
     # the same changes made (_dtrun_become_worker).
     env_before = dict(_os.environb)
-    cwd_before = _os.getcwdb()
+    cwd_before = _dtrun_cwd()
     _dtrun_import_all(sock, modules)
     state["env_set"] = {k: v for k, v in _os.environb.items() if env_before.get(k) != v}
     state["env_unset"] = [k for k in env_before if k not in _os.environb]
-    state["cwd"] = (cwd_before, _os.getcwdb())
+    state["cwd"] = (cwd_before, _dtrun_cwd())
     sock.send(b"ready")
     while True:
         try:

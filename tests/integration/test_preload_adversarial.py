@@ -166,3 +166,40 @@ def test_a_closed_stdin_is_not_replaced_by_a_descriptor_of_the_agents(tmp_path):
                                 "workers that inherit it start without --preload\n"), r.stderr
     assert seen["preload"] == seen["plain"]
     assert not any(s.startswith(("anon_inode:", "socket:", "pipe:")) for s in seen["preload"])
+
+
+def test_a_warm_interpreter_started_in_a_removed_folder_still_serves(tmp_path):
+    """The folder dtrun runs in is removed during the job, then the warm
+    interpreter dies: the one that replaces it starts in a folder that no
+    longer exists (getcwd fails there), and must serve all the same, as a
+    plain start runs there."""
+    job = tmp_path / "job"
+    job.mkdir()
+    (tmp_path / "m.py").write_text("VALUE = 1\n")
+    script = tmp_path / "remove.py"
+    script.write_text(
+        RECORD +
+        "import shutil\n"
+        "if os.environ['TORCHELASTIC_RESTART_COUNT'] == '0':\n"
+        "    if os.environ['RANK'] == '0':\n"
+        "        shutil.rmtree(os.environ['JOB'])\n"
+        "        # The next round's warm interpreter (our parent's successor):\n"
+        "        # the agent's other child that shows DTRUN_PRELOAD (the only\n"
+        "        # worker is this one, which shows it too: docs/agent.md).\n"
+        "        for pid in filter(str.isdigit, os.listdir('/proc')):\n"
+        "            try:\n"
+        "                stat = open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()\n"
+        "                environ = open(f'/proc/{pid}/environ', 'rb').read().split(b'\\0')\n"
+        "            except OSError:\n"
+        "                continue\n"
+        "            if (int(stat[1]) == os.getppid() and int(pid) != os.getpid()\n"
+        "                    and b'DTRUN_PRELOAD=m' in environ):\n"
+        "                os.kill(int(pid), 9)\n"
+        "    sys.exit(4)\n")
+    out = tmp_path / "out"
+    _, r = dtrun(tmp_path, ["--preload=m", "--max-restarts=1"], [str(script)], cwd=job,
+                 nproc=1, OUT=str(out), JOB=str(job), PYTHONPATH=str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert "starting another" in r.stderr and "without --preload" not in r.stderr, r.stderr
+    assert [(restart, preloaded) for restart, _, _, preloaded in records(out)] == [
+        ("0", "True"), ("1", "True")], r.stderr
