@@ -45,6 +45,18 @@ bool wait_for(int fd, short events, std::chrono::steady_clock::time_point deadli
 // not sent (SOCK_SEQPACKET). Returns 0 or an errno.
 int send_with_fds(int socket, const std::string& message, const std::vector<int>& fds,
                   std::chrono::steady_clock::time_point deadline) {
+  // A message longer than the socket's send buffer (net.core.wmem_default,
+  // about 208 KiB) fails with EMSGSIZE, and a request carries the worker's
+  // whole environment: room for it, up to what the system allows
+  // (net.core.wmem_max; the kernel doubles the value); past that, still
+  // EMSGSIZE, and the worker starts plainly.
+  int have = 0;
+  socklen_t size = sizeof have;
+  if (::getsockopt(socket, SOL_SOCKET, SO_SNDBUF, &have, &size) == 0 && have >= 0 &&
+      message.size() + 4096 > static_cast<std::size_t>(have)) {
+    int want = static_cast<int>(std::min<std::size_t>(message.size() + 4096, 1 << 28));
+    ::setsockopt(socket, SOL_SOCKET, SO_SNDBUF, &want, sizeof want);
+  }
   std::vector<char> control(CMSG_SPACE(sizeof(int) * fds.size()));
   iovec iov{const_cast<char*>(message.data()), message.size()};
   msghdr msg{};

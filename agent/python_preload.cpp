@@ -247,12 +247,17 @@ def _dtrun_serve(modules):
     sock.send(b"ready")
     while True:
         try:
-            data, ancillary, flags, _ = sock.recvmsg(1 << 20, _socket.CMSG_SPACE(4 * 4))
+            # Room for the largest environment exec takes (ARG_MAX, 2 MiB
+            # by default; the agent may raise its send buffer to send it).
+            data, ancillary, flags, _ = sock.recvmsg(1 << 23, _socket.CMSG_SPACE(4 * 4))
         except InterruptedError:
             continue
         except OSError as e:
             _dtrun_preload_fail(sock, "--preload: the agent's request failed: %s" % e)
         fds = _dtrun_received_fds(ancillary)
+        if flags & (_socket.MSG_TRUNC | _socket.MSG_CTRUNC):
+            # Cut short, the environment would be a truncated one.
+            _dtrun_preload_fail(sock, "--preload: a request from the agent was too long")
         if not data:
             _os._exit(0)  # the agent is gone or done with us
         fields = data.split(b"\0")

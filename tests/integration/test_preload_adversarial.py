@@ -203,3 +203,21 @@ def test_a_warm_interpreter_started_in_a_removed_folder_still_serves(tmp_path):
     assert "starting another" in r.stderr and "without --preload" not in r.stderr, r.stderr
     assert [(restart, preloaded) for restart, _, _, preloaded in records(out)] == [
         ("0", "True"), ("1", "True")], r.stderr
+
+
+def test_an_environment_larger_than_a_socket_buffer_is_forked_whole(tmp_path):
+    """A request carries the worker's environment in one SOCK_SEQPACKET
+    message, which failed (EMSGSIZE: 'Message too long', --preload turned
+    off) past the socket's default send buffer, about 208 KiB; exec takes
+    environments up to ARG_MAX (2 MiB). Three variables of 100 KB each."""
+    big = {f"BIG{i}": str(i) * 100_000 for i in range(3)}
+    script = tmp_path / "big.py"
+    script.write_text(RECORD + "assert all(os.environ[f'BIG{i}'] == str(i) * 100_000\n"
+                               "           for i in range(3))\n")
+    (tmp_path / "m.py").write_text("")
+    out = tmp_path / "out"
+    _, r = dtrun(tmp_path, ["--preload=m"], [str(script)], OUT=str(out), **big)
+    assert r.returncode == 0, r.stderr
+    assert "--preload" not in r.stderr, r.stderr
+    assert sorted((rank, preloaded) for _, rank, _, preloaded in records(out)) == [
+        ("0", "True"), ("1", "True")]
