@@ -285,6 +285,15 @@ def _dtrun_serve(modules):
                 sock = _socket.socket(fileno=sock.detach())
                 _os.setsid()
                 _dtrun_wait_for_agent(state["libc"], fds[1], state["agent"])
+                # A module's os.register_at_fork(after_in_child=...) ran in
+                # this copy too, and may have started a thread: the check
+                # made after the import, made again before any fork from it.
+                threads = _dtrun_threads()
+                if threads > 1:
+                    _dtrun_preload_fail(sock, (
+                        "--preload: the warm interpreter's successor has %d threads running "
+                        "after its fork (a preloaded module's os.register_at_fork handler "
+                        "started them) and cannot be forked safely") % threads)
                 signal.pthread_sigmask(signal.SIG_SETMASK, mask)
                 sock.send(b"ready")
                 continue

@@ -221,3 +221,32 @@ def test_an_environment_larger_than_a_socket_buffer_is_forked_whole(tmp_path):
     assert "--preload" not in r.stderr, r.stderr
     assert sorted((rank, preloaded) for _, rank, _, preloaded in records(out)) == [
         ("0", "True"), ("1", "True")]
+
+
+def test_a_successor_that_an_at_fork_handler_gave_a_thread_is_refused(tmp_path):
+    """The warm interpreter is checked for threads after the import, but
+    a module's os.register_at_fork(after_in_child=...) runs in its forked
+    successor too: one that starts a thread there made the next round's
+    workers forks of a threaded process (what the check refuses). Now the
+    successor is checked the same way: one line, the restart starts
+    plainly."""
+    (tmp_path / "m.py").write_text(
+        "import os, threading\n"
+        "os.register_at_fork(after_in_child=lambda: threading.Thread(\n"
+        "    target=threading.Event().wait, daemon=True).start())\n")
+    script = tmp_path / "record.py"
+    script.write_text(RECORD + "if os.environ['TORCHELASTIC_RESTART_COUNT'] == '0':\n"
+                               "    sys.exit(4)\n")
+    out = tmp_path / "out"
+    _, r = dtrun(tmp_path, ["--preload=m", "--max-restarts=1"], [str(script)], OUT=str(out))
+    assert r.returncode == 0, r.stderr
+    warnings = [line for line in r.stderr.splitlines() if "warning" in line]
+    assert warnings == [
+        "dtrun: warning: --preload: the warm interpreter's successor has 2 threads running after "
+        "its fork (a preloaded module's os.register_at_fork handler started them) and cannot be "
+        "forked safely; workers start without --preload"], r.stderr
+    # (A first round's worker may be stopped before it writes: the other failed.)
+    seen = records(out)
+    assert {preloaded for restart, _, _, preloaded in seen if restart == "0"} == {"True"}, seen
+    assert sorted((rank, preloaded) for restart, rank, _, preloaded in seen
+                  if restart == "1") == [("0", "False"), ("1", "False")], seen
