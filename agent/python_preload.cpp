@@ -217,8 +217,9 @@ def _dtrun_serve(modules):
     # wait on the socket for ever (the agent waits for "ready"), and one
     # that closed or replaced fd 0 would take the socket with it. High, so
     # that the descriptors the modules open are numbered as in a plain
-    # start (a forked worker closes it).
-    high = max(3, _os.sysconf("SC_OPEN_MAX") // 2)
+    # start (a forked worker closes it), but not so high that every fork
+    # copies a descriptor table sized for it (RLIMIT_NOFILE is often 2^20).
+    high = max(3, min(_os.sysconf("SC_OPEN_MAX") // 2, 1000))
     sock = _socket.socket(fileno=fcntl.fcntl(0, fcntl.F_DUPFD_CLOEXEC, high))
     null = _os.open(_os.devnull, _os.O_RDONLY)
     _os.dup2(null, 0)
