@@ -231,9 +231,6 @@ def _dtrun_serve(modules):
         "mask": signal.pthread_sigmask(signal.SIG_BLOCK, []),
         # -u (or PYTHONUNBUFFERED), as Python's start-up applied it.
         "buffered": not getattr(_sys.stdout, "write_through", False),
-        # As Python's start-up left them, before the modules ran.
-        "handlers": {s: signal.getsignal(s) for s in signal.valid_signals()
-                     if s not in (signal.SIGKILL, signal.SIGSTOP)},
     }
     # What importing changes in the environment and the folder, a plain
     # start's worker would see changed (its own import would have changed
@@ -245,6 +242,11 @@ def _dtrun_serve(modules):
     state["env_set"] = {k: v for k, v in _os.environb.items() if env_before.get(k) != v}
     state["env_unset"] = [k for k in env_before if k not in _os.environb]
     state["cwd"] = (cwd_before, _dtrun_cwd())
+    # As the modules' import left them: a plain start's worker imports them
+    # itself and keeps the handlers they install (a SIGTERM handler that
+    # saves a checkpoint, a signal ignored).
+    state["handlers"] = {s: signal.getsignal(s) for s in signal.valid_signals()
+                         if s not in (signal.SIGKILL, signal.SIGSTOP)}
     sock.send(b"ready")
     while True:
         try:

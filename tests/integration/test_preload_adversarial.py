@@ -250,3 +250,32 @@ def test_a_successor_that_an_at_fork_handler_gave_a_thread_is_refused(tmp_path):
     assert {preloaded for restart, _, _, preloaded in seen if restart == "0"} == {"True"}, seen
     assert sorted((rank, preloaded) for restart, rank, _, preloaded in seen
                   if restart == "1") == [("0", "False"), ("1", "False")], seen
+
+
+def test_signal_handlers_a_preloaded_module_installs_are_the_workers(tmp_path):
+    """A plain start's worker imports the module itself and keeps the
+    handlers it installs; a forked worker had them put back to what
+    Python's start-up left before the import: a library's SIGTERM handler
+    (one that saves a checkpoint on preemption) was gone, and a signal it
+    ignores killed the worker."""
+    (tmp_path / "m.py").write_text(
+        "import signal\n"
+        "def on_term(signum, frame):\n"
+        "    pass\n"
+        "signal.signal(signal.SIGTERM, on_term)\n"
+        "signal.signal(signal.SIGUSR1, signal.SIG_IGN)\n")
+    script = tmp_path / "handlers.py"
+    script.write_text(
+        "import os, signal, sys\n"
+        "import m\n"
+        "seen = [getattr(signal.getsignal(s), '__name__', str(signal.getsignal(s)))\n"
+        "        for s in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)]\n"
+        "open(os.environ['OUT'] + os.environ['RANK'], 'w').write(\n"
+        "    ' '.join(seen + [str('m' in sys.modules)]))\n")
+    seen = {}
+    for how, flags in (("plain", []), ("preload", ["--preload=m"])):
+        _, r = dtrun(tmp_path, flags, [str(script)], OUT=str(tmp_path / how))
+        assert r.returncode == 0 and "--preload" not in r.stderr, r.stderr
+        seen[how] = [(tmp_path / f"{how}{rank}").read_text() for rank in (0, 1)]
+    assert seen["plain"] == ["on_term 1 default_int_handler True"] * 2  # 1: SIG_IGN
+    assert seen["preload"] == seen["plain"]
