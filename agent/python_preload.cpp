@@ -58,6 +58,53 @@ def _dtrun_cuda_initialized():
         return False
 
 
+def _dtrun_random_state(name, module):
+    # What identifies the random state an import of torch or numpy drew.
+    if name == "torch":
+        return module.initial_seed()
+    return bytes(module.random.get_state()[1])
+
+
+class _DtrunDrawnState:
+    # A finder that only watches: torch's and numpy's own imports draw their
+    # random state; it records that state as their import left it, so that a
+    # forked worker draws afresh only a state nothing set since (a module
+    # that called torch.manual_seed(0) at import keeps its seed, as in a
+    # plain start).
+    def __init__(self):
+        self.drawn = {}
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in ("torch", "numpy"):
+            return None
+        for finder in _sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            if finder is self or find is None:
+                continue
+            spec = find(name, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        loader = spec.loader
+        exec_module = getattr(loader, "exec_module", None)
+        if exec_module is None:
+            return spec
+        drawn = self.drawn
+
+        def exec_and_record(module):
+            exec_module(module)
+            try:
+                drawn[name] = _dtrun_random_state(name, module)
+            except Exception:
+                pass
+        try:
+            loader.exec_module = exec_and_record
+        except Exception:
+            pass
+        return spec
+
+
 def _dtrun_import_all(sock, modules):
     # Imported as the script would import them: its folder first on
     # sys.path (Python adds it only after sitecustomize, where we are).
@@ -69,6 +116,8 @@ def _dtrun_import_all(sock, modules):
     added = bool(first) and not getattr(_sys.flags, "safe_path", False)
     if added:
         _sys.path.insert(0, first)
+    watch = _DtrunDrawnState()
+    _sys.meta_path.insert(0, watch)
     try:
         import importlib
         for name in modules:
@@ -89,8 +138,11 @@ def _dtrun_import_all(sock, modules):
                     "--preload: importing %s initialised CUDA in the warm interpreter, which a "
                     "forked worker cannot use; drop %s from --preload") % (name, name))
     finally:
+        if watch in _sys.meta_path:
+            _sys.meta_path.remove(watch)
         if added and _sys.path and _sys.path[0] == first:
             del _sys.path[0]
+    return watch.drawn
 
 
 def _dtrun_received_fds(ancillary):
@@ -190,12 +242,15 @@ def _dtrun_become_worker(fields, fds, state):
     # numpy's global generator and torch's CPU one were drawn in the warm
     # interpreter, the same for every worker and round (Python's random
     # reseeds itself on fork; torch's CUDA generators start from a fixed
-    # default either way).
+    # default either way). Not a state a module set after that (a seed
+    # given at import is the program's: a plain start keeps it too).
     for module, reseed in (("numpy", lambda m: m.random.seed()),
                            ("torch", lambda m: m.default_generator.seed())):
         if module in _sys.modules:
             try:
-                reseed(_sys.modules[module])
+                drawn = state["drawn"].get(module)
+                if drawn is None or drawn == _dtrun_random_state(module, _sys.modules[module]):
+                    reseed(_sys.modules[module])
             except Exception:
                 pass
     # The hook's per-worker part, now that the environment is the worker's.
@@ -238,7 +293,7 @@ def _dtrun_serve(modules):
     # the same changes made (_dtrun_become_worker).
     env_before = dict(_os.environb)
     cwd_before = _dtrun_cwd()
-    _dtrun_import_all(sock, modules)
+    state["drawn"] = _dtrun_import_all(sock, modules)
     state["env_set"] = {k: v for k, v in _os.environb.items() if env_before.get(k) != v}
     state["env_unset"] = [k for k in env_before if k not in _os.environb]
     state["cwd"] = (cwd_before, _dtrun_cwd())

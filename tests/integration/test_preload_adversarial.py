@@ -279,3 +279,25 @@ def test_signal_handlers_a_preloaded_module_installs_are_the_workers(tmp_path):
         seen[how] = [(tmp_path / f"{how}{rank}").read_text() for rank in (0, 1)]
     assert seen["plain"] == ["on_term 1 default_int_handler True"] * 2  # 1: SIG_IGN
     assert seen["preload"] == seen["plain"]
+
+
+@pytest.mark.parametrize("preload", ["m", "torch,numpy,m"])
+def test_a_seed_a_preloaded_module_sets_is_kept(tmp_path, preload):
+    """Each forked worker draws torch's and numpy's random state afresh,
+    as their import draws it in a plain start; it also threw away a seed a
+    preloaded module set at import (torch.manual_seed(0)), which a plain
+    start keeps: the same program was no longer reproducible."""
+    (tmp_path / "m.py").write_text("import numpy, torch\n"
+                                   "torch.manual_seed(0)\n"
+                                   "numpy.random.seed(0)\n")
+    script = tmp_path / "draw.py"
+    script.write_text("import os\nimport m, numpy, torch\n"
+                      "open(os.environ['OUT'] + os.environ['RANK'], 'w').write(\n"
+                      "    '%r %r' % (torch.rand(1).item(), numpy.random.rand()))\n")
+    seen = {}
+    for how, flags in (("plain", []), ("preload", [f"--preload={preload}"])):
+        _, r = dtrun(tmp_path, flags, [str(script)], OUT=str(tmp_path / how))
+        assert r.returncode == 0 and "--preload" not in r.stderr, r.stderr
+        seen[how] = [(tmp_path / f"{how}{rank}").read_text() for rank in (0, 1)]
+    assert seen["plain"][0] == seen["plain"][1]
+    assert seen["preload"] == seen["plain"]
