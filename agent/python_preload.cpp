@@ -218,14 +218,22 @@ def _dtrun_become_worker(fields, fds, state):
     for fd in set(fds[:3]):
         if fd > 2:
             _os.close(fd)
-    old = (_sys.stdin, _sys.stdout, _sys.stderr)
+    old = (_sys.__stdin__, _sys.__stdout__, _sys.__stderr__)
     buffered = state["buffered"]
     new = [_dtrun_stdio(i, i > 0, "<%s>" % n, getattr(o, "encoding", None),
                         getattr(o, "errors", None), buffered)
            for i, (n, o) in enumerate(zip(("stdin", "stdout", "stderr"), old))]
-    _sys.stdin = _sys.__stdin__ = new[0]
-    _sys.stdout = _sys.__stdout__ = new[1]
-    _sys.stderr = _sys.__stderr__ = new[2]
+    # A stream a preloaded module put in place while importing (a wrapper
+    # that colours or tags output) stays, as a plain start's own import
+    # would leave it: it writes through the warm interpreter's stream,
+    # whose descriptor is now the worker's.
+    if _sys.stdin is old[0]:
+        _sys.stdin = new[0]
+    if _sys.stdout is old[1]:
+        _sys.stdout = new[1]
+    if _sys.stderr is old[2]:
+        _sys.stderr = new[2]
+    _sys.__stdin__, _sys.__stdout__, _sys.__stderr__ = new
     # The worker's arguments after the script (or module), which may differ
     # from the warm interpreter's ({rank} templates).
     prefix = len(getattr(_sys, "orig_argv", [])) - len(_sys.argv)

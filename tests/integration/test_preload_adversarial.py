@@ -301,3 +301,28 @@ def test_a_seed_a_preloaded_module_sets_is_kept(tmp_path, preload):
         seen[how] = [(tmp_path / f"{how}{rank}").read_text() for rank in (0, 1)]
     assert seen["plain"][0] == seen["plain"][1]
     assert seen["preload"] == seen["plain"]
+
+
+def test_a_stream_a_preloaded_module_puts_in_place_is_kept(tmp_path):
+    """A module that wraps sys.stdout while importing (to colour or tag
+    output): a plain start's worker keeps the wrapper; a forked worker's
+    sys.stdout was remade from its descriptor, dropping it."""
+    (tmp_path / "m.py").write_text(
+        "import sys\n"
+        "class Tagged:\n"
+        "    def __init__(self, stream):\n"
+        "        self.stream = stream\n"
+        "    def write(self, text):\n"
+        "        return self.stream.write(text.replace('hello', 'HELLO'))\n"
+        "    def __getattr__(self, name):\n"
+        "        return getattr(self.stream, name)\n"
+        "sys.stdout = Tagged(sys.stdout)\n")
+    script = tmp_path / "hello.py"
+    script.write_text("import sys\nimport m\nprint('hello', type(sys.stdout).__name__)\n")
+    seen = {}
+    for how, flags in (("plain", []), ("preload", ["--preload=m"])):
+        _, r = dtrun(tmp_path, flags, [str(script)], nproc=1)
+        assert r.returncode == 0 and "--preload" not in r.stderr, r.stderr
+        seen[how] = r.stdout
+    assert seen["plain"] == "HELLO Tagged\n"
+    assert seen["preload"] == seen["plain"]
