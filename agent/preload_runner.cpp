@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -46,6 +47,18 @@ bool wait_for(int fd, short events, std::chrono::steady_clock::time_point deadli
 // not sent (SOCK_SEQPACKET). Returns 0 or an errno.
 int send_with_fds(int socket, const std::string& message, const std::vector<int>& fds,
                   std::chrono::steady_clock::time_point deadline) {
+  // A message longer than the socket's send buffer (net.core.wmem_default,
+  // about 208 KiB) fails with EMSGSIZE, and a request carries the worker's
+  // whole environment: room for it, up to what the system allows
+  // (net.core.wmem_max; the kernel doubles the value); past that, still
+  // EMSGSIZE, and the worker starts plainly.
+  int have = 0;
+  socklen_t size = sizeof have;
+  if (::getsockopt(socket, SOL_SOCKET, SO_SNDBUF, &have, &size) == 0 && have >= 0 &&
+      message.size() + 4096 > static_cast<std::size_t>(have)) {
+    int want = static_cast<int>(std::min<std::size_t>(message.size() + 4096, 1 << 28));
+    ::setsockopt(socket, SOL_SOCKET, SO_SNDBUF, &want, sizeof want);
+  }
   std::vector<char> control(CMSG_SPACE(sizeof(int) * fds.size()));
   iovec iov{const_cast<char*>(message.data()), message.size()};
   msghdr msg{};
@@ -65,16 +78,44 @@ int send_with_fds(int socket, const std::string& message, const std::vector<int>
   }
 }
 
-// One reply; empty when the other end closed or did not answer in time.
-std::string receive(int socket, std::chrono::steady_clock::time_point deadline) {
+// One reply; empty when the other end closed, nullopt when it did not
+// answer in time.
+std::optional<std::string> receive(int socket, std::chrono::steady_clock::time_point deadline) {
   char buffer[4096];
   for (;;) {
     ssize_t n = ::recv(socket, buffer, sizeof buffer, MSG_DONTWAIT);
     if (n >= 0) return std::string(buffer, static_cast<std::size_t>(n));
     if (errno == EINTR) continue;
-    if (errno != EAGAIN || !wait_for(socket, POLLIN, deadline)) return {};
+    if (errno == ECONNRESET) return std::string();
+    if (errno != EAGAIN || !wait_for(socket, POLLIN, deadline)) return std::nullopt;
   }
 }
+
+// What was forked behind `go` goes on: a byte to each, then the ends close.
+void release(std::vector<int>& go) {
+  for (int fd : go) {
+    [[maybe_unused]] ssize_t n = ::write(fd, "g", 1);  // an empty pipe's buffer takes it
+    ::close(fd);
+  }
+  go.clear();
+}
+
+// What was forked behind `go` exits: the ends close without a byte.
+void drop(std::vector<int>& go) {
+  for (int fd : go) ::close(fd);
+  go.clear();
+}
+
+// Which of dtrun's descriptors 0, 1 and 2 were closed when it started
+// (`dtrun ... <&-`), read by a static initializer, before main() opens
+// anything: by the time workers start, the agent has reused a closed one
+// for a descriptor of its own (asio's eventfd takes fd 0), which fcntl
+// then finds open, and a forked worker would be handed it as its stdin.
+const std::array<bool, 3> closed_at_start = [] {
+  std::array<bool, 3> closed{};
+  for (int fd = 0; fd < 3; ++fd) closed[static_cast<std::size_t>(fd)] = ::fcntl(fd, F_GETFD) < 0;
+  return closed;
+}();
 
 std::string current_folder() {
   std::vector<char> buffer(4096);
@@ -97,12 +138,8 @@ preload_runner::preload_runner(asio::io_context& io, std::unique_ptr<process_run
 preload_runner::~preload_runner() {
   channel_.reset();
   if (warm_pid_ > 0) ::kill(warm_pid_, SIGKILL);
-  for (int fd : {go_read_, go_write_}) {
-    if (fd >= 0) ::close(fd);
-  }
-  for (const auto& [pid, go] : retiring_) {
-    if (go >= 0) ::close(go);
-  }
+  drop(go_);
+  for (auto& [pid, go] : retiring_) drop(go);
 }
 
 void preload_runner::start(exit_handler on_exit) {
@@ -126,12 +163,23 @@ void preload_runner::kill_adopted(std::vector<pid_t> keep) {
 // The current warm interpreter is on its way out (handed over or killed):
 // its exit is expected, and once it is reaped its round's workers go on.
 void preload_runner::retire_current() {
-  if (go_read_ >= 0) ::close(std::exchange(go_read_, -1));
   if (warm_pid_ > 0) {
-    retiring_.emplace_back(std::exchange(warm_pid_, -1), std::exchange(go_write_, -1));
-  } else if (go_write_ >= 0) {
-    ::close(std::exchange(go_write_, -1));
+    retiring_.emplace_back(std::exchange(warm_pid_, -1), std::exchange(go_, {}));
+  } else {
+    release(go_);  // reaped already: what it forked is ours
   }
+}
+
+// Its socket closed mid-request: the warm interpreter died (or is past
+// use: killed to be sure). This round's other workers start plainly; its
+// exit, once reaped, starts another (warm_exited: "starting another", as
+// for a death between rounds, not --preload turned off), and releases
+// what it forked and told us of.
+void preload_runner::lose_current(const std::string& error) {
+  if (debug_) debug_(fmt::format("--preload: {}", error));
+  if (warm_pid_ > 0) ::kill(warm_pid_, SIGKILL);
+  channel_.reset();
+  warmth_ = warmth::lost;
 }
 
 void preload_runner::warm_up(const spawn_request& like, const std::string& output_file,
@@ -204,7 +252,7 @@ void preload_runner::became_ready() {
 }
 
 void preload_runner::when_warm(std::function<void()> then) {
-  if (warmth_ == warmth::starting) {
+  if (warmth_ == warmth::starting || warmth_ == warmth::lost) {
     if (debug_) debug_("--preload: the workers wait for the warm interpreter to be ready");
     waiting_.push_back(std::move(then));
   } else {
@@ -216,7 +264,7 @@ void preload_runner::warm_exited(pid_t pid, int wait_status) {
   auto retired = std::find_if(retiring_.begin(), retiring_.end(),
                               [pid](const auto& r) { return r.first == pid; });
   if (retired != retiring_.end()) {
-    if (retired->second >= 0) ::close(retired->second);  // its workers go on
+    release(retired->second);  // its workers go on
     retiring_.erase(retired);
     return;
   }
@@ -254,22 +302,43 @@ void preload_runner::say_once(const std::string& line) {
   if (say_ && said_.insert(line).second) say_(line);
 }
 
-std::optional<pid_t> preload_runner::request(const std::string& message,
-                                             const std::vector<int>& fds, std::string& error) {
+std::optional<pid_t> preload_runner::request(const std::string& message, std::vector<int> fds,
+                                             std::string& error, bool& gone) {
+  gone = false;
+  int go[2];
+  if (::pipe2(go, O_CLOEXEC) != 0) {
+    error = fmt::format("cannot make a pipe: {}", std::strerror(errno));
+    return std::nullopt;
+  }
+  fd_closer go_read{go[0]};
+  fd_closer go_write{go[1]};
+  fds.push_back(go[0]);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(reply_timeout_ms);
   int socket = channel_->native_handle();
   if (int e = send_with_fds(socket, message, fds, deadline); e != 0) {
+    gone = e == EPIPE || e == ECONNRESET;
     error = fmt::format("cannot ask the warm interpreter for a worker: {}", std::strerror(e));
     return std::nullopt;
   }
-  std::string reply = receive(socket, deadline);
-  if (auto pid = pid_reply(reply)) return pid;
+  std::optional<std::string> reply = receive(socket, deadline);
+  if (!reply) {
+    error = "the warm interpreter did not answer";
+    return std::nullopt;
+  }
+  if (reply->empty()) {
+    gone = true;
+    error = "the warm interpreter's socket closed before it answered";
+    return std::nullopt;
+  }
+  if (auto pid = pid_reply(*reply)) {
+    go_.push_back(std::exchange(go_write.fd, -1));
+    return pid;
+  }
   // The interpreter's own lines start with "--preload: " as the caller's do.
   constexpr std::string_view own = "error --preload: ";
-  error = reply.rfind(own, 0) == 0 ? reply.substr(own.size())
-          : reply.rfind("error ", 0) == 0 ? reply.substr(6)
-          : reply.empty()               ? std::string("the warm interpreter did not answer")
-                                        : "the warm interpreter said " + reply;
+  error = reply->rfind(own, 0) == 0       ? reply->substr(own.size())
+          : reply->rfind("error ", 0) == 0 ? reply->substr(6)
+                                           : "the warm interpreter said " + *reply;
   return std::nullopt;
 }
 
@@ -281,35 +350,37 @@ spawn_result preload_runner::spawn(const spawn_request& worker) {
                          *why));
     return plain_->spawn(worker);
   }
-  std::vector<int> fds = {worker.stdin_fd >= 0 ? worker.stdin_fd : 0,
-                          worker.stdout_fd >= 0 ? worker.stdout_fd : 1,
-                          worker.stderr_fd >= 0 ? worker.stderr_fd : 2};
-  // A plain start inherits a closed stdin (`dtrun ... <&-`) as closed; a
-  // forked worker can only be handed open descriptors.
-  for (int fd : fds) {
-    if (::fcntl(fd, F_GETFD) < 0) {
+  // The worker's stdin, stdout and stderr; -1: dtrun's own, which a plain
+  // start inherits, a closed one (`dtrun ... <&-`) as closed. A forked
+  // worker can only be handed open descriptors.
+  std::array<int, 3> given = {worker.stdin_fd, worker.stdout_fd, worker.stderr_fd};
+  std::vector<int> fds;
+  for (std::size_t i = 0; i < given.size(); ++i) {
+    int fd = given[i] >= 0 ? given[i] : static_cast<int>(i);
+    if ((given[i] < 0 && closed_at_start[i]) || ::fcntl(fd, F_GETFD) < 0) {
       say_once(fmt::format("warning: --preload: dtrun's descriptor {} is closed; workers that "
                            "inherit it start without --preload",
                            fd));
       return plain_->spawn(worker);
     }
+    fds.push_back(fd);
   }
-  if (go_read_ < 0) {
-    int go[2];
-    if (::pipe2(go, O_CLOEXEC) != 0) return plain_->spawn(worker);
-    go_read_ = go[0];
-    go_write_ = go[1];
-  }
-  fds.push_back(go_read_);
   std::string message = spawn_message(worker, script_args_at_, current_folder());
   std::string error;
-  if (auto pid = request(message, fds, error)) {
+  bool gone = false;
+  if (auto pid = request(message, fds, error, gone)) {
     forked_this_round_ = true;
     spawn_result forked;
     forked.pid = *pid;
     return forked;
   }
-  turn_off(fmt::format("--preload: {}", error));
+  // A warm interpreter that died mid-round is replaced, as one that died
+  // between rounds (turning --preload off was for what does not work).
+  if (gone) {
+    lose_current(error);
+  } else {
+    turn_off(fmt::format("--preload: {}", error));
+  }
   return plain_->spawn(worker);
 }
 
@@ -323,9 +394,12 @@ void preload_runner::round_spawned() {
   }
   fd_closer theirs{ends[1]};
   std::string error;
-  auto successor = request("next", {ends[1], go_read_}, error);
+  bool gone = false;
+  // The successor's "go" end joins the workers': it goes on with them.
+  auto successor = request("next", {ends[1]}, error, gone);
   if (!successor) {
     ::close(ends[0]);
+    if (gone) return lose_current(error);
     return turn_off(fmt::format("--preload: {}", error));
   }
   retire_current();

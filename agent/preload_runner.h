@@ -74,15 +74,19 @@ class preload_runner : public process_runner {
   void round_spawned() override;
 
  private:
-  enum class warmth { off, starting, ready };
+  // lost: its end of the socket closed mid-request (it died); its exit,
+  // not yet reaped, starts another (warm_exited).
+  enum class warmth { off, starting, ready, lost };
 
   void start_fresh();
   void read_ready();
   void warm_exited(pid_t pid, int wait_status);
   void turn_off(const std::string& why);
   void became_ready();
-  std::optional<pid_t> request(const std::string& message, const std::vector<int>& fds,
-                               std::string& error);
+  // `fds` and a new "go" pipe's read end attached; on a reply, the write
+  // end joins go_. `gone`: the warm interpreter's end closed (it died).
+  std::optional<pid_t> request(const std::string& message, std::vector<int> fds,
+                               std::string& error, bool& gone);
   void say_once(const std::string& line);
 
   boost::asio::io_context& io_;
@@ -99,17 +103,22 @@ class preload_runner : public process_runner {
 
   warmth warmth_ = warmth::off;
   pid_t warm_pid_ = -1;
-  // The current round's "go" pipe: each forked worker (and the successor)
-  // gets the read end and goes on at its end of file, which the agent
-  // makes by closing the write end once it has reaped the warm interpreter
-  // they were forked from (they are the agent's children by then).
-  int go_read_ = -1;
-  int go_write_ = -1;
+  // The "go" pipes of what the current warm interpreter forked and told
+  // us the pid of (workers, the successor): each such process got the read
+  // end of its own pipe and goes on once it reads a byte, which the agent
+  // writes once it has reaped the warm interpreter it was forked from (it
+  // is the agent's child by then). A process forked for a request whose
+  // reply never came (the warm interpreter died first) is no worker of
+  // ours: its write end is closed unwritten, and at that end of file it
+  // exits.
+  std::vector<int> go_;
   // Warm interpreters that handed over or were killed, whose exit is
-  // expected, each with its round's "go" write end (-1: none).
-  std::vector<std::pair<pid_t, int>> retiring_;
+  // expected, each with the "go" write ends of what it forked.
+  std::vector<std::pair<pid_t, std::vector<int>>> retiring_;
 
   void retire_current();
+  // Its request failed because the warm interpreter is gone (lost).
+  void lose_current(const std::string& error);
   bool is_retiring(pid_t pid) const;
   std::optional<boost::asio::posix::stream_descriptor> channel_;
   std::vector<std::function<void()>> waiting_;
