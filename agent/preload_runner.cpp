@@ -117,6 +117,16 @@ const std::array<bool, 3> closed_at_start = [] {
   return closed;
 }();
 
+// What a reply other than the expected one says, without the
+// "--preload: " its own error lines start with (the caller's line has it).
+std::string warm_error(std::string_view reply) {
+  constexpr std::string_view own = "error --preload: ";
+  constexpr std::string_view error = "error ";
+  if (reply.substr(0, own.size()) == own) return std::string(reply.substr(own.size()));
+  if (reply.substr(0, error.size()) == error) return std::string(reply.substr(error.size()));
+  return fmt::format("the warm interpreter said {}", reply);
+}
+
 std::string current_folder() {
   std::vector<char> buffer(4096);
   while (::getcwd(buffer.data(), buffer.size()) == nullptr) {
@@ -144,14 +154,17 @@ preload_runner::~preload_runner() {
 
 void preload_runner::start(exit_handler on_exit) {
   plain_->start([this, on_exit = std::move(on_exit)](pid_t pid, int wait_status) {
-    if (pid == warm_pid_ || is_retiring(pid)) return warm_exited(pid, wait_status);
+    if (pid == warm_pid_ || find_retiring(pid) != retiring_.end()) {
+      return warm_exited(pid, wait_status);
+    }
     on_exit(pid, wait_status);
   });
 }
 
-bool preload_runner::is_retiring(pid_t pid) const {
-  return std::any_of(retiring_.begin(), retiring_.end(),
-                     [pid](const auto& r) { return r.first == pid; });
+std::vector<std::pair<pid_t, std::vector<int>>>::iterator preload_runner::find_retiring(
+    pid_t pid) {
+  return std::find_if(retiring_.begin(), retiring_.end(),
+                      [pid](const auto& r) { return r.first == pid; });
 }
 
 void preload_runner::kill_adopted(std::vector<pid_t> keep) {
@@ -234,9 +247,7 @@ void preload_runner::read_ready() {
                          if (n <= 0) return;
                          std::string reply(buffer, static_cast<std::size_t>(n));
                          if (reply == "ready") return became_ready();
-                         turn_off(reply.rfind("error ", 0) == 0
-                                      ? reply.substr(6)
-                                      : "--preload: the warm interpreter said " + reply);
+                         turn_off(fmt::format("--preload: {}", warm_error(reply)));
                        });
 }
 
@@ -261,9 +272,7 @@ void preload_runner::when_warm(std::function<void()> then) {
 }
 
 void preload_runner::warm_exited(pid_t pid, int wait_status) {
-  auto retired = std::find_if(retiring_.begin(), retiring_.end(),
-                              [pid](const auto& r) { return r.first == pid; });
-  if (retired != retiring_.end()) {
+  if (auto retired = find_retiring(pid); retired != retiring_.end()) {
     release(retired->second);  // its workers go on
     retiring_.erase(retired);
     return;
@@ -334,11 +343,7 @@ std::optional<pid_t> preload_runner::request(const std::string& message, std::ve
     go_.push_back(std::exchange(go_write.fd, -1));
     return pid;
   }
-  // The interpreter's own lines start with "--preload: " as the caller's do.
-  constexpr std::string_view own = "error --preload: ";
-  error = reply->rfind(own, 0) == 0       ? reply->substr(own.size())
-          : reply->rfind("error ", 0) == 0 ? reply->substr(6)
-                                           : "the warm interpreter said " + *reply;
+  error = warm_error(*reply);
   return std::nullopt;
 }
 

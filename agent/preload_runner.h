@@ -119,7 +119,7 @@ class preload_runner : public process_runner {
   void retire_current();
   // Its request failed because the warm interpreter is gone (lost).
   void lose_current(const std::string& error);
-  bool is_retiring(pid_t pid) const;
+  std::vector<std::pair<pid_t, std::vector<int>>>::iterator find_retiring(pid_t pid);
   std::optional<boost::asio::posix::stream_descriptor> channel_;
   std::vector<std::function<void()>> waiting_;
   bool forked_this_round_ = false;
