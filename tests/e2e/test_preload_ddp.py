@@ -73,14 +73,7 @@ def test_record_failure_is_reported_as_without_preload(runs):
 
 
 def test_tee_and_redirects_write_the_same_files_as_without_preload(runs):
-    for name in ("tee", "redirects"):
-        pd.check_same_logs(runs["plain"], runs[name])
-    # --tee also printed every line of those files, prefixed, as without
-    # --preload; --redirects printed none.
-    for stream in ("stdout", "stderr"):
-        tee = sorted(pd.tee_lines(getattr(runs["tee"].result, stream)))
-        assert tee and tee == sorted(pd.tee_lines(getattr(runs["plain"].result, stream)))
-        assert pd.tee_lines(getattr(runs["redirects"].result, stream)) == []
+    pd.check_tee_and_redirects(runs)
 
 
 def test_a_hang_in_a_forked_worker_is_found_and_named(tmp_path):

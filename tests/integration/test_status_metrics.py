@@ -167,6 +167,16 @@ def metric(body, name):
     return float(found.group(1))
 
 
+def check_no_productive_time_while_stopping(proc, base: str, stop_said: str) -> None:
+    """Once the agent says `stop_said`, it is stopping, and the productive
+    seconds stand still however long the stop lasts."""
+    dh.wait_for_stderr(proc, stop_said)
+    first = metric(get(base + "/metrics")[2], "dtrun_productive_seconds_total")
+    assert json.loads(get(base + "/status")[2])["phase"] == "stopping"
+    second = metric(get(base + "/metrics")[2], "dtrun_productive_seconds_total")
+    assert second == first
+
+
 def test_a_stop_is_not_productive_time(tmp_path):
     """Rank 0 fails; rank 1 ignores SIGTERM, so the stop lasts
     --stop-timeout: the productive seconds stand still meanwhile."""
@@ -182,11 +192,7 @@ def test_a_stop_is_not_productive_time(tmp_path):
         line = dh.wait_for_stderr(proc, "metrics: http://")
         base = re.search(r"(http://127\.0\.0\.1:\d+)/metrics", line).group(1)
         fifo.lines(1)
-        dh.wait_for_stderr(proc, "stopping the other workers")
-        first = metric(get(base + "/metrics")[2], "dtrun_productive_seconds_total")
-        assert json.loads(get(base + "/status")[2])["phase"] == "stopping"
-        second = metric(get(base + "/metrics")[2], "dtrun_productive_seconds_total")
-        assert second == first
+        check_no_productive_time_while_stopping(proc, base, "stopping the other workers")
     fifo.close()
 
 
@@ -204,11 +210,7 @@ def test_a_preemption_stop_is_not_productive_time(tmp_path):
         base = re.search(r"(http://127\.0\.0\.1:\d+)/metrics", line).group(1)
         fifo.lines(1)
         proc.send_signal(signal.SIGTERM)
-        dh.wait_for_stderr(proc, "this node is preempted")
-        first = metric(get(base + "/metrics")[2], "dtrun_productive_seconds_total")
-        assert json.loads(get(base + "/status")[2])["phase"] == "stopping"
-        second = metric(get(base + "/metrics")[2], "dtrun_productive_seconds_total")
-        assert second == first
+        check_no_productive_time_while_stopping(proc, base, "this node is preempted")
     fifo.close()
 
 

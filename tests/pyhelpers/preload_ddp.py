@@ -252,6 +252,18 @@ def check_same_logs(plain: job, preloaded: job) -> None:
     assert RAISED.encode() in files["attempt_0/1/stderr.log"]
 
 
+def check_tee_and_redirects(runs: dict) -> None:
+    """--tee and --redirects wrote each rank's files as without --preload;
+    --tee also printed every line of them, prefixed, as without --preload;
+    --redirects printed none."""
+    for name in ("tee", "redirects"):
+        check_same_logs(runs["plain"], runs[name])
+    for stream in ("stdout", "stderr"):
+        tee = sorted(tee_lines(getattr(runs["tee"].result, stream)))
+        assert tee and tee == sorted(tee_lines(getattr(runs["plain"].result, stream)))
+        assert tee_lines(getattr(runs["redirects"].result, stream)) == []
+
+
 # --- hang detection and dtrun stacks under --preload (hang_train.py) ---
 
 def hang(launcher, python: str, workdir: Path, preload: str) -> None:
