@@ -86,6 +86,8 @@ class Config:
     max_restarts: int = 8
     workdir: Path = Path("/tmp")
     dtrun: Path = SOURCE_DIR / "build" / "launcher" / "dtrun"
+    # The workers' interpreter: the contract's torch (scripts/chaos --python).
+    python: str = PYTHON
 
     @property
     def steps(self) -> int:
@@ -177,7 +179,7 @@ class Run:
                 f"--nproc-per-node={c.nproc}", *rdzv, "--rdzv-id=chaos",
                 f"--max-restarts={c.max_restarts}",
                 f"--stop-timeout={STOP_TIMEOUT}", f"--event-log={self.events}",
-                f"--log-dir={self.logs}/h{i}", "--redirects=3", "--python", PYTHON,
+                f"--log-dir={self.logs}/h{i}", "--redirects=3", "--python", c.python,
                 HERE / "worker.py", "--journal", self.journal, "--ckpt-dir", self.dir,
                 "--steps", c.steps, "--ckpt-every", c.ckpt_every, "--step-sleep", c.step_sleep,
                 "--progress", self.fifo]

@@ -1,5 +1,6 @@
 """--hang-timeout and `dtrun stacks` on real gloo jobs, under torch 1.13
-(Python 3.11) and torch 2.6 (Python 3.13, in its rootfs): rank 1 blocks in
+(Debian's) and torch 2.15 (the contract's, from PyPI: tests/pyhelpers/
+torch_pypi.py): rank 1 blocks in
 load_batch() while rank 0 waits in dist.barrier(). dtrun must notice within
 the timeout plus the detection bound (docs/observability.md), name the
 function, file and rank of each, keep both ranks' stacks in files (Python
@@ -17,7 +18,7 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.environ["DTRUN_SOURCE_DIR"], "tests", "pyhelpers"))
 import dtrun_helpers as dh  # noqa: E402
-import torch2  # noqa: E402
+import torch_pypi  # noqa: E402
 from hang_checks import TIMEOUT_S, check_hang, check_queue_stacks, workers_ready  # noqa: E402
 
 SCRIPT = dh.SOURCE_DIR / "tests" / "pyhelpers" / "hang_train.py"
@@ -35,15 +36,15 @@ def test_a_gloo_hang_is_found_and_named_under_torch_1_13(tmp_path):
     assert workers_ready(out), r.stderr
 
 
-def test_a_gloo_hang_is_found_and_named_under_torch_2_6(tmp_path):
-    torch2.require()
+def test_a_gloo_hang_is_found_and_named_under_torch_2_15(tmp_path):
+    torch_pypi.require()
     events = tmp_path / "events.jsonl"
     out = tmp_path / "out"
     out.mkdir()
     started = time.monotonic()
-    r = torch2.dtrun(["--standalone", "--nproc-per-node=2", f"--hang-timeout={TIMEOUT_S}",
-                      f"--log-dir={tmp_path / 'logs'}", f"--event-log={events}", "--python",
-                      torch2.PYTHON, SCRIPT, "--out", out], binds=[tmp_path], timeout=300)
+    r = torch_pypi.dtrun(["--standalone", "--nproc-per-node=2", f"--hang-timeout={TIMEOUT_S}",
+                          f"--log-dir={tmp_path / 'logs'}", f"--event-log={events}", "--python",
+                          torch_pypi.PYTHON, SCRIPT, "--out", out], timeout=300)
     check_hang(r, events, started, time.monotonic())
     assert workers_ready(out), r.stderr
 

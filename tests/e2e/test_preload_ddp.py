@@ -1,5 +1,5 @@
 """dtrun --preload under real gloo DDP on torch 1.13 (/usr/bin/python3;
-the torch 2.6 twin is test_torch2_preload.py, the shared checks
+the torch 2.15 twin is test_torch2_preload.py, the shared checks
 tests/pyhelpers/preload_ddp.py): two workers forked from the warm
 interpreter train with DDP, rank 1 raises inside its @record main in round
 0, one group restart (--max-restarts=1) trains to the end, and:

@@ -1,4 +1,4 @@
-"""Failure classes under real torch 2.6 (tests/pyhelpers/torch2.py; the
+"""Failure classes under real torch 2.15 (tests/pyhelpers/torch_pypi.py; the
 torch 1.13 twin is tests/integration/test_failure_classes.py): a gloo
 collective timeout is `collective-timeout` with no guessed culprit, an
 exception raised in a DDP worker is `exception` with its type, and
@@ -12,7 +12,7 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.environ["DTRUN_SOURCE_DIR"], "tests", "pyhelpers"))
 import dtrun_helpers as dh  # noqa: E402
-import torch2  # noqa: E402
+import torch_pypi  # noqa: E402
 from failure_summary import field, summary  # noqa: E402
 
 # Rank 1 never enters the all_reduce (TIMEOUT) or raises TypeError in the
@@ -37,18 +37,18 @@ else:
 
 
 def run(tmp_path, mode, *flags):
-    torch2.require()
+    torch_pypi.require()
     worker = tmp_path / "worker.py"
     worker.write_text(WORKER)
     events = tmp_path / "events.jsonl"
-    r = torch2.dtrun(["--standalone", "--nproc-per-node=2", f"--event-log={events}", *flags,
-                      "--python", torch2.PYTHON, worker],
-                     binds=[tmp_path], env=dh.job_env(MODE=mode), timeout=180)
+    r = torch_pypi.dtrun(["--standalone", "--nproc-per-node=2", f"--event-log={events}", *flags,
+                      "--python", torch_pypi.PYTHON, worker],
+                    , env=dh.job_env(MODE=mode), timeout=180)
     evs = [json.loads(line) for line in events.read_text().splitlines()]
     return r, evs
 
 
-def test_a_gloo_timeout_is_a_collective_timeout_on_torch_2_6(tmp_path):
+def test_a_gloo_timeout_is_a_collective_timeout_on_torch_2_15(tmp_path):
     r, evs = run(tmp_path, "timeout", "--max-restarts=0")
     assert r.returncode == 1, r.stderr
     block = summary(r.stderr)
@@ -58,7 +58,7 @@ def test_a_gloo_timeout_is_a_collective_timeout_on_torch_2_6(tmp_path):
     assert [e["class"] for e in evs if e["event"] == "incident"] == ["collective-timeout"]
 
 
-def test_no_restart_on_an_exception_type_on_torch_2_6(tmp_path):
+def test_no_restart_on_an_exception_type_on_torch_2_15(tmp_path):
     r, evs = run(tmp_path, "raise", "--max-restarts=2", "--no-restart-on=exception:TypeError")
     assert r.returncode == 1, r.stderr
     assert ("not restarted: --no-restart-on=exception:TypeError matched the failure of rank 1 "

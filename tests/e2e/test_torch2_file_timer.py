@@ -1,7 +1,7 @@
-"""The file-timer watchdog with torch 2.6's own FileTimerClient and
-expires() in the workers (inside the torch 2.6 rootfs,
-tests/pyhelpers/torch2.py): dtrun kills the worker past its deadline as
-torchrun 2.6 does, and leaves a worker that released its deadline alone."""
+"""The file-timer watchdog with torch 2.15's own FileTimerClient and
+expires() in the workers (the contract's torch from PyPI,
+tests/pyhelpers/torch_pypi.py): dtrun kills the worker past its deadline as
+torchrun 2.15 does, and leaves a worker that released its deadline alone."""
 
 import json
 import os
@@ -9,7 +9,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.environ["DTRUN_SOURCE_DIR"], "tests", "pyhelpers"))
 import dtrun_helpers as dh  # noqa: E402
-import torch2  # noqa: E402
+import torch_pypi  # noqa: E402
 
 WORKER = dh.SOURCE_DIR / "tests" / "pyhelpers" / "file_timer_worker.py"
 
@@ -20,29 +20,29 @@ def launch(launcher, tmp_path, mode):
     env = dh.job_env(TORCHELASTIC_ENABLE_FILE_TIMER="1")
     env.pop("TORCHELASTIC_TIMER_FILE", None)
     r = launcher(["--standalone", "--nproc-per-node=1", *(
-        ["--python", torch2.PYTHON] if launcher is torch2.dtrun else []), WORKER, mode, out],
-        binds=[tmp_path], env=env)
+        ["--python", torch_pypi.PYTHON] if launcher is torch_pypi.dtrun else []), WORKER, mode,
+        out], env=env)
     seen = json.loads((out / "rank0.json").read_text()) if (out / "rank0.json").exists() else {}
     return r, seen
 
 
 def test_dtrun_kills_a_torch2_worker_past_its_deadline(tmp_path):
-    r, seen = launch(torch2.dtrun, tmp_path, "hang")
+    r, seen = launch(torch_pypi.dtrun, tmp_path, "hang")
     assert r.returncode == 137, r.stderr
     assert "watchdog  : killed by dtrun's file-timer watchdog" in r.stderr
     assert seen["path"].endswith("/watchdog_timer")
 
 
-def test_torchrun_2_6_kills_it_too(tmp_path):
-    # The reference behaviour: the same worker under torchrun 2.6.
-    r, seen = launch(torch2.torchrun, tmp_path, "hang")
+def test_torchrun_2_15_kills_it_too(tmp_path):
+    # The reference behaviour: the same worker under torchrun 2.15.
+    r, seen = launch(torch_pypi.torchrun, tmp_path, "hang")
     assert r.returncode == 1, r.stderr
     assert "Signal 9 (SIGKILL)" in r.stderr
     assert os.path.basename(seen["path"]).startswith("watchdog_timer_")
 
 
 def test_dtrun_leaves_a_released_torch2_worker_alone(tmp_path):
-    r, _ = launch(torch2.dtrun, tmp_path, "quick")
+    r, _ = launch(torch_pypi.dtrun, tmp_path, "quick")
     assert r.returncode == 0, r.stderr
     assert "released" in r.stdout
     assert "watchdog" not in r.stderr

@@ -1,7 +1,7 @@
-"""torch 2.6's @record error files in dtrun's failure summary: a worker
+"""torch 2.15's @record error files in dtrun's failure summary: a worker
 whose main is decorated with torch.distributed.elastic.multiprocessing.
-errors.record raises; torch 2.6 writes TORCHELASTIC_ERROR_FILE, and dtrun
-(running in the torch 2.6 rootfs, tests/pyhelpers/torch2.py) names that
+errors.record raises; torch 2.15 writes TORCHELASTIC_ERROR_FILE, and dtrun
+(with the contract's torch, tests/pyhelpers/torch_pypi.py) names that
 rank as the root cause with the exception and its traceback. The torch
 1.13 twin is tests/integration/test_failure_report.py."""
 
@@ -11,7 +11,7 @@ import re
 import sys
 
 sys.path.insert(0, os.path.join(os.environ["DTRUN_SOURCE_DIR"], "tests", "pyhelpers"))
-import torch2  # noqa: E402
+import torch_pypi  # noqa: E402
 from failure_summary import field, summary  # noqa: E402
 
 # Rank 1 raises inside @record (which writes the error file and re-raises,
@@ -39,14 +39,14 @@ finally:
 
 
 def test_record_error_file_is_the_root_cause(tmp_path):
-    torch2.require()
+    torch_pypi.require()
     script = tmp_path / "worker.py"
     script.write_text(RECORD_WORKER)
     version, copy = tmp_path / "version", tmp_path / "error.json"
-    r = torch2.dtrun(["--standalone", "--nproc-per-node=3", "--python", torch2.PYTHON, script,
-                      version, copy], binds=[tmp_path])
-    assert version.read_text().startswith(torch2.TORCH_VERSION + ".")
-    # torch 2.6's error file, as dtrun reads it.
+    r = torch_pypi.dtrun(["--standalone", "--nproc-per-node=3", "--python", torch_pypi.PYTHON, script,
+                      version, copy])
+    assert version.read_text().startswith(torch_pypi.TORCH_VERSION + ".")
+    # torch 2.15's error file, as dtrun reads it.
     written = json.loads(copy.read_text())["message"]
     assert written["message"] == "ValueError: boom 42"
     assert "raise ValueError" in written["extraInfo"]["py_callstack"]

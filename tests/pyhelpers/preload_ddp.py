@@ -1,12 +1,14 @@
 """dtrun --preload under real gloo DDP, shared by the torch 1.13 test
-(tests/e2e/test_preload_ddp.py, /usr/bin/python3) and the torch 2.6 one
-(tests/e2e/test_torch2_preload.py, in the rootfs of tests/pyhelpers/
-torch2.py). A `launcher` says how to run dtrun for one of them:
+(tests/e2e/test_preload_ddp.py, /usr/bin/python3) and the torch 2.15 one
+(tests/e2e/test_torch2_preload.py, the contract's torch from PyPI:
+tests/pyhelpers/torch_pypi.py). A `launcher` says how to run dtrun for
+one of them:
 
     launcher(args, workdir, env, timeout) -> CompletedProcess (text)
     popen(args, workdir, env)             -> Popen, stderr piped (text)
 
-`workdir` is the test's folder (bound into the rootfs for torch 2.6).
+`workdir` is the test's folder (a launcher that runs dtrun in a rootfs
+binds it there).
 
 Each run is two workers of tests/pyhelpers/preload_train.py with one
 restart: rank 1 raises inside its @record main in round 0, round 1 trains
