@@ -29,7 +29,7 @@ INTENDED = {
 # NCCL_ASYNC_ERROR_HANDLING (which dtrun does not set: torch >= 2.2 warns in
 # every rank when it is set, and 1.13 defaults to on without it) and the
 # signals torchrun >= 2.9 exports (tests/e2e/test_torch2_env.py compares
-# with torchrun 2.6).
+# with torchrun 2.15, which sets both as dtrun does).
 DTRUN_ONLY = {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "TORCHELASTIC_SIGNALS_TO_HANDLE"}
 # Set by torchrun 1.13 only.
 TORCHRUN_ONLY = {"NCCL_ASYNC_ERROR_HANDLING"}
