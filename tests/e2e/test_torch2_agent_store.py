@@ -66,8 +66,8 @@ def test_init_process_group_uses_the_agents_store(tmp_path):
     torch_pypi.require()
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
-    r = torch_pypi.dtrun(["--standalone", f"--nproc-per-node={NPROC}", "--python", torch_pypi.PYTHON,
-                      script, tmp_path])
+    r = torch_pypi.dtrun(["--standalone", f"--nproc-per-node={NPROC}", "--python",
+                          torch_pypi.PYTHON, script, tmp_path])
     assert r.returncode == 0, r.stderr
     results = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(NPROC)]
     assert len({x["master"] for x in results}) == 1

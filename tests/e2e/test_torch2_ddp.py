@@ -23,9 +23,9 @@ EXAMPLE = dh.EXAMPLES / "ddp_gloo.py"
 
 def train(out, *extra, max_restarts=0):
     return torch_pypi.dtrun(["--standalone", f"--nproc-per-node={NPROC}",
-                         f"--max-restarts={max_restarts}", "--python", torch_pypi.PYTHON, EXAMPLE,
-                         "--out", out, "--checkpoint", out / "ckpt.pt", *extra],
-                       , timeout=300)
+                             f"--max-restarts={max_restarts}", "--python", torch_pypi.PYTHON,
+                             EXAMPLE, "--out", out, "--checkpoint", out / "ckpt.pt", *extra],
+                            timeout=300)
 
 
 @pytest.fixture(scope="module")

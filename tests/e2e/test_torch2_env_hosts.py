@@ -31,7 +31,9 @@ def on_two_hosts(tmp_path, flags_for_host):
     torch_pypi.require()
     env = torch_pypi.venv_env(cmp.launch_env(GLOO_SOCKET_IFNAME="eth0"))
     out = {}
-    with netns_hosts.Hosts(2) as hosts:
+    # Named hosts: torchrun's c10d agents resolve each other's names
+    # (socket.getfqdn, then getaddrinfo), so an unresolvable name fails it.
+    with netns_hosts.Hosts(2, names=True) as hosts:
         for name in ("dtrun", "torchrun"):
             folder = tmp_path / name
             folder.mkdir()

@@ -42,8 +42,8 @@ def run(tmp_path, mode, *flags):
     worker.write_text(WORKER)
     events = tmp_path / "events.jsonl"
     r = torch_pypi.dtrun(["--standalone", "--nproc-per-node=2", f"--event-log={events}", *flags,
-                      "--python", torch_pypi.PYTHON, worker],
-                    , env=dh.job_env(MODE=mode), timeout=180)
+                          "--python", torch_pypi.PYTHON, worker],
+                         env=dh.job_env(MODE=mode), timeout=180)
     evs = [json.loads(line) for line in events.read_text().splitlines()]
     return r, evs
 

@@ -35,8 +35,8 @@ def launcher(args, workdir, env, timeout):
 
 def popen(args, workdir, env):
     return torch_pypi.popen([dh.DTRUN, *args], env=env,
-                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                        start_new_session=True, preexec_fn=dh.default_signals)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            start_new_session=True, preexec_fn=dh.default_signals)
 
 
 def stacks_cli(args, workdir, env, timeout):

@@ -43,8 +43,8 @@ def test_record_error_file_is_the_root_cause(tmp_path):
     script = tmp_path / "worker.py"
     script.write_text(RECORD_WORKER)
     version, copy = tmp_path / "version", tmp_path / "error.json"
-    r = torch_pypi.dtrun(["--standalone", "--nproc-per-node=3", "--python", torch_pypi.PYTHON, script,
-                      version, copy])
+    r = torch_pypi.dtrun(["--standalone", "--nproc-per-node=3", "--python", torch_pypi.PYTHON,
+                          script, version, copy])
     assert version.read_text().startswith(torch_pypi.TORCH_VERSION + ".")
     # torch 2.15's error file, as dtrun reads it.
     written = json.loads(copy.read_text())["message"]

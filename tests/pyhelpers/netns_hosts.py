@@ -37,13 +37,17 @@ def unavailable_reason() -> str | None:
 
 
 class Hosts:
-    def __init__(self, count: int):
+    def __init__(self, count: int, names: bool = False):
+        """`names`: every host resolves h1..hN (scripts/netns --names), as
+        a cluster's DNS would; torchrun needs that, dtrun does not."""
         self.count = count
+        self.names = names
         self.name = f"dt{uuid.uuid4().hex[:8]}"
         self.procs: list[subprocess.Popen] = []
 
     def __enter__(self) -> "Hosts":
-        subprocess.run([str(NETNS), "create", self.name, str(self.count)], check=True,
+        subprocess.run([str(NETNS), "create", self.name, str(self.count),
+                        *(["--names"] if self.names else [])], check=True,
                        capture_output=True, text=True)
         return self
 
