@@ -33,9 +33,9 @@
 // repeated here. Where NVIDIA's nvml.h exists (tests/nvml_header/), the
 // transcription is compared with it, and this file is compiled a second
 // time with FAKE_NVML_WITH_NVML_H, against the header instead: every
-// function defined below must then match its prototype there. Only the C library is used (the library must load into
-// any test program, sanitized or not). Not thread-safe: dtrun calls NVML
-// from its event loop only.
+// function defined below must then match its prototype there. Only the C
+// library is used (the library must load into any test program, sanitized
+// or not). Not thread-safe: dtrun calls NVML from its event loop only.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
