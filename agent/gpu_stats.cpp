@@ -10,7 +10,6 @@ namespace dtrun::agent {
 
 namespace {
 
-constexpr unsigned long long value_not_available = ~0ull;
 // More processes on one GPU than anyone runs; bounds what we allocate.
 constexpr unsigned int max_processes = 4096;
 
@@ -109,7 +108,7 @@ gpu_snapshot gpu_stats::sample() {
       infos.resize(std::min<std::size_t>(n, infos.size()));
       for (const auto& p : infos) {
         auto& usage = snap.processes[static_cast<pid_t>(p.pid)];
-        if (p.used_gpu_memory != value_not_available) usage.memory_bytes += p.used_gpu_memory;
+        if (p.used_gpu_memory != nvml::value_not_available) usage.memory_bytes += p.used_gpu_memory;
       }
     }
 

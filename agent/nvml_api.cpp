@@ -18,28 +18,13 @@ void load(void* library, const char* name, F& out) {
 }  // namespace
 
 void load_functions(void* library, functions& out) {
-  load(library, "nvmlInit_v2", out.init);
-  load(library, "nvmlShutdown", out.shutdown);
-  load(library, "nvmlDeviceGetCount_v2", out.device_count);
-  load(library, "nvmlDeviceGetHandleByIndex_v2", out.device_by_index);
-  load(library, "nvmlDeviceGetHandleByPciBusId_v2", out.device_by_pci_bus_id);
-  load(library, "nvmlDeviceGetComputeRunningProcesses_v3", out.compute_processes);
-  if (!out.compute_processes) {
-    load(library, "nvmlDeviceGetComputeRunningProcesses_v2", out.compute_processes);
-  }
-  load(library, "nvmlDeviceGetProcessUtilization", out.process_utilization);
-  load(library, "nvmlDeviceGetUtilizationRates", out.utilization_rates);
-  load(library, "nvmlDeviceGetMemoryInfo", out.memory_info);
-  load(library, "nvmlDeviceGetUUID", out.device_uuid);
-  load(library, "nvmlDeviceGetArchitecture", out.architecture);
-  load(library, "nvmlDeviceGetRemappedRows", out.remapped_rows);
-  load(library, "nvmlDeviceGetRetiredPagesPendingStatus", out.retired_pages_pending);
-  load(library, "nvmlEventSetCreate", out.event_set_create);
-  load(library, "nvmlDeviceRegisterEvents", out.register_events);
-  // Only _v2: its event data layout is the one declared (the unversioned
-  // wait of old drivers filled a shorter one; then XIDs are not watched).
-  load(library, "nvmlEventSetWait_v2", out.event_set_wait);
-  load(library, "nvmlEventSetFree", out.event_set_free);
+#define DTRUN_NVML_LOAD(member, symbol) load(library, #symbol, out.member);
+  DTRUN_NVML_ENTRY_POINTS(DTRUN_NVML_LOAD)
+#undef DTRUN_NVML_LOAD
+#define DTRUN_NVML_LOAD_FALLBACK(member, symbol) \
+  if (!out.member) load(library, #symbol, out.member);
+  DTRUN_NVML_FALLBACKS(DTRUN_NVML_LOAD_FALLBACK)
+#undef DTRUN_NVML_LOAD_FALLBACK
 }
 
 }  // namespace nvml

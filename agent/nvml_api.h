@@ -70,6 +70,8 @@ inline constexpr unsigned int architecture_ampere = 7;
 inline constexpr unsigned int architecture_unknown = 0xffffffff;
 // NVML_DEVICE_UUID_V2_BUFFER_SIZE
 inline constexpr unsigned int uuid_buffer_size = 96;
+// NVML_VALUE_NOT_AVAILABLE, as an unsigned long long field holds it
+inline constexpr unsigned long long value_not_available = ~0ull;
 static_assert(sizeof(process_info_t) == 24);
 static_assert(sizeof(process_utilization_sample_t) == 32);
 static_assert(sizeof(event_data_t) == 32);
@@ -110,6 +112,32 @@ struct functions {
   return_t (*event_set_wait)(event_set_t, event_data_t*, unsigned int) = nullptr;
   return_t (*event_set_free)(event_set_t) = nullptr;  // nvmlEventSetFree
 };
+
+// Every entry point loaded: the member of `functions` and NVML's symbol,
+// listed once, so that load_functions and the check against NVIDIA's
+// nvml.h (tests/nvml_header/) read the same names.
+#define DTRUN_NVML_ENTRY_POINTS(X)                                     \
+  X(init, nvmlInit_v2)                                                 \
+  X(shutdown, nvmlShutdown)                                            \
+  X(device_count, nvmlDeviceGetCount_v2)                               \
+  X(device_by_index, nvmlDeviceGetHandleByIndex_v2)                    \
+  X(device_by_pci_bus_id, nvmlDeviceGetHandleByPciBusId_v2)            \
+  X(compute_processes, nvmlDeviceGetComputeRunningProcesses_v3)        \
+  X(process_utilization, nvmlDeviceGetProcessUtilization)              \
+  X(utilization_rates, nvmlDeviceGetUtilizationRates)                  \
+  X(memory_info, nvmlDeviceGetMemoryInfo)                              \
+  X(device_uuid, nvmlDeviceGetUUID)                                    \
+  X(architecture, nvmlDeviceGetArchitecture)                           \
+  X(remapped_rows, nvmlDeviceGetRemappedRows)                          \
+  X(retired_pages_pending, nvmlDeviceGetRetiredPagesPendingStatus)     \
+  X(event_set_create, nvmlEventSetCreate)                              \
+  X(register_events, nvmlDeviceRegisterEvents)                         \
+  X(event_set_wait, nvmlEventSetWait_v2)                               \
+  X(event_set_free, nvmlEventSetFree)
+// Loaded when the driver lacks the entry point above (older drivers): the
+// same layout. nvmlEventSetWait has none: the unversioned wait of old
+// drivers filled a shorter event data; then XIDs are not watched.
+#define DTRUN_NVML_FALLBACKS(X) X(compute_processes, nvmlDeviceGetComputeRunningProcesses_v2)
 
 // Fills `out` with every entry point `library` (a dlopen handle of
 // libnvidia-ml.so.1) has; the ones it lacks stay null.

@@ -28,57 +28,25 @@
 //                                    a GPU without a memory line uses the
 //                                    sum of its processes' bytes.
 //
-// The declarations are transcribed from nvml.h here, independently of
-// agent/nvml_api.h, so that a layout mistake there is not repeated here.
-// Only the C library is used (the library must load into any test
-// program, sanitized or not). Not thread-safe: dtrun calls NVML from its
-// event loop only.
+// The declarations are transcribed from nvml.h (fake_nvml_types.h),
+// independently of agent/nvml_api.h, so that a layout mistake there is not
+// repeated here. Where NVIDIA's nvml.h exists (tests/nvml_header/), the
+// transcription is compared with it, and this file is compiled a second
+// time with FAKE_NVML_WITH_NVML_H, against the header instead: every
+// function defined below must then match its prototype there. Only the C
+// library is used (the library must load into any test program, sanitized
+// or not). Not thread-safe: dtrun calls NVML from its event loop only.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
-extern "C" {
-
-typedef int nvmlReturn_t;
-enum {
-  NVML_SUCCESS = 0,
-  NVML_ERROR_UNINITIALIZED = 1,
-  NVML_ERROR_INVALID_ARGUMENT = 2,
-  NVML_ERROR_NOT_SUPPORTED = 3,
-  NVML_ERROR_NOT_FOUND = 6,
-  NVML_ERROR_INSUFFICIENT_SIZE = 7,
-  NVML_ERROR_TIMEOUT = 10,
-};
-typedef struct nvmlDevice_st* nvmlDevice_t;
-typedef struct nvmlEventSet_st* nvmlEventSet_t;
-typedef struct nvmlMemory_st {
-  unsigned long long total;
-  unsigned long long free;
-  unsigned long long used;
-} nvmlMemory_t;
-typedef struct nvmlUtilization_st {
-  unsigned int gpu;
-  unsigned int memory;
-} nvmlUtilization_t;
-typedef struct nvmlProcessInfo_st {
-  unsigned int pid;
-  unsigned long long usedGpuMemory;
-  unsigned int gpuInstanceId;
-  unsigned int computeInstanceId;
-} nvmlProcessInfo_t;
-typedef struct nvmlEventData_st {
-  nvmlDevice_t device;
-  unsigned long long eventType;
-  unsigned long long eventData;
-  unsigned int gpuInstanceId;
-  unsigned int computeInstanceId;
-} nvmlEventData_t;
-typedef int nvmlEnableState_t;
-typedef unsigned int nvmlDeviceArchitecture_t;
-#define nvmlEventTypeXidCriticalError 0x0000000000000008LL
-
-}  // extern "C"
+#ifdef FAKE_NVML_WITH_NVML_H
+#define NVML_NO_UNVERSIONED_FUNC_DEFS  // nvmlInit and the _v2 fallbacks declared
+#include <nvml.h>
+#else
+#include "fake_nvml_types.h"
+#endif
 
 namespace {
 
@@ -214,7 +182,9 @@ extern "C" {
 #define FAKE_NVML_EXPORT __attribute__((visibility("default")))
 
 FAKE_NVML_EXPORT nvmlReturn_t nvmlInit_v2(void) {
-  if (const char* fail = getenv("FAKE_NVML_INIT_FAIL")) return atoi(fail);
+  if (const char* fail = getenv("FAKE_NVML_INIT_FAIL")) {
+    return static_cast<nvmlReturn_t>(atoi(fail));
+  }
   ++cfg.initialised;  // reference-counted, as NVML
   // The environment is read once per process: XIDs stay delivered once
   // across sessions (gpu_stats and the health parts each hold one).
@@ -305,7 +275,7 @@ FAKE_NVML_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice
 
 FAKE_NVML_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device,
                                                                      unsigned int* count,
-                                                                     nvmlProcessInfo_t* infos) {
+                                                                     nvmlProcessInfo_v2_t* infos) {
   return nvmlDeviceGetComputeRunningProcesses_v3(device, count, infos);
 }
 
@@ -369,7 +339,7 @@ FAKE_NVML_EXPORT nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device,
 FAKE_NVML_EXPORT nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device,
                                                                     nvmlEnableState_t* pending) {
   if (!valid(device) || !pending) return NVML_ERROR_INVALID_ARGUMENT;
-  *pending = cfg.retired_pending[index_of(device)] ? 1 : 0;
+  *pending = cfg.retired_pending[index_of(device)] ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
   return NVML_SUCCESS;
 }
 
