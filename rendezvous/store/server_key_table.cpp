@@ -14,12 +14,16 @@ const std::string* key_table::find(const std::string& key) const {
   return it == values_.end() ? nullptr : &it->second;
 }
 
-void key_table::set(const std::string& key, std::string value) {
+void key_table::put(const std::string& key, std::string value) {
   auto [it, created] = values_.try_emplace(key);
   std::string old = std::exchange(it->second, std::move(value));
   if (!watchers_.empty()) {
     notify(created ? wire::watch_key_created : wire::watch_key_updated, key, old, it->second);
   }
+}
+
+void key_table::set(const std::string& key, std::string value) {
+  put(key, std::move(value));
   wake_all(key);
 }
 
@@ -127,6 +131,25 @@ void key_table::wake_one(const std::string& key) {
     handle->keys.clear();
     std::exchange(handle->on_ready, nullptr)();
   }
+}
+
+std::optional<wait_handle> key_table::barrier(const std::string& key, std::int64_t world_size,
+                                              std::function<void()> on_ready) {
+  auto count = add_to_counter(find(key), 1);
+  if (!count) return std::nullopt;
+  // An arrival that does not complete the barrier must not wake the
+  // earlier ones: they wait on a key that already exists.
+  put(key, std::to_string(*count));
+  if (*count >= world_size) {
+    wake_all(key);
+    return wait_handle();
+  }
+  auto handle = std::make_shared<pending_wait>();
+  handle->remaining = 1;
+  handle->keys.push_back(key);
+  handle->on_ready = std::move(on_ready);
+  waiters_[key].push_back(handle);
+  return handle;
 }
 
 void key_table::queue_push(const std::string& key, std::string value) {

@@ -56,6 +56,17 @@ class key_table {
   // squared).
   void cancel(std::span<const wait_handle> handles);
 
+  // BARRIER (torch 2.15): one more arrival at `key`, whose value counts
+  // them in decimal as ADD's do (a missing key is 0). The new count is
+  // stored without waking anyone; once it reaches `world_size` every
+  // waiter on `key` (earlier arrivals, and WAITs on it) wakes and the
+  // result is nullptr: the caller answers at once. Below it, the handle of
+  // this arrival's wait on `key`, woken by the last arrival or by any write
+  // to `key` (a SET, an ADD), as on PyTorch's servers. nullopt when the
+  // value is not a number or the count would overflow (nothing changes).
+  std::optional<wait_handle> barrier(const std::string& key, std::int64_t world_size,
+                                     std::function<void()> on_ready);
+
   void queue_push(const std::string& key, std::string value);
   // Length before the pop, and the popped value when that was > 0.
   std::pair<std::int64_t, std::optional<std::string>> queue_pop(const std::string& key);
@@ -81,6 +92,8 @@ class key_table {
 
  private:
   bool ready(const std::string& key) const;
+  // Stores `value` under `key` and tells the watchers; wakes nobody.
+  void put(const std::string& key, std::string value);
   void wake_all(const std::string& key);
   void wake_one(const std::string& key);
   void notify(std::uint8_t event, const std::string& key, std::string_view old_value,

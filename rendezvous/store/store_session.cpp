@@ -300,6 +300,9 @@ void store_session::handle(wire::request& r) {
     case op::wait:
       start_wait(r.keys);
       return;
+    case op::barrier:
+      start_barrier(r);
+      return;
     case op::num_keys:
       wire::put_number_reply(out, table.size());
       break;
@@ -376,6 +379,27 @@ void store_session::start_wait(const std::vector<std::string>& keys) {
     reply(byte_reply(wire::wait_stop_waiting));
     return;
   }
+  keep_wait(std::move(handle));
+}
+
+void store_session::start_barrier(const wire::request& r) {
+  // `this` stays valid for the callback, as for a WAIT's.
+  auto handle = ctx_.table.barrier(r.keys[0], r.number, [this] { on_wait_ready(); });
+  if (!handle) {
+    // Both PyTorch servers close the connection here too (std::stoll throws).
+    fail(fmt::format("BARRIER on key '{}': its value is not a number, or the count "
+                     "overflows 64 bits",
+                     printable(r.keys[0])));
+    return;
+  }
+  if (!*handle) {
+    reply(byte_reply(wire::wait_stop_waiting));
+    return;
+  }
+  keep_wait(std::move(*handle));
+}
+
+void store_session::keep_wait(wait_handle handle) {
   // Finished waits are dropped here, once the list has doubled since the
   // last pass: dropping them as each fires costs waits squared when one
   // MULTI_SET wakes many waits of one connection.

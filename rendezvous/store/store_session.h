@@ -155,6 +155,10 @@ class store_session {
   bool event_fits(std::size_t bytes);
   bool reply_fits(std::size_t bytes, std::string_view what);
   void start_wait(const std::vector<std::string>& keys);
+  // BARRIER: STOP_WAITING now when this arrival completes it, else a wait
+  // like WAIT's (CANCEL_WAIT and closing end it).
+  void start_barrier(const wire::request& r);
+  void keep_wait(wait_handle handle);
   void on_wait_ready();
   void start_watch(const std::string& key);
   void on_watch_event(std::uint8_t event, const std::string& key, std::string_view old_value,
@@ -175,7 +179,7 @@ class store_session {
   bool handling_ = false;  // inside process(): replies wait for its end
   std::string pending_;
   std::size_t in_flight_ = 0;
-  std::vector<wait_handle> waits_;  // may hold finished ones (see start_wait)
+  std::vector<wait_handle> waits_;  // may hold finished ones (see keep_wait)
   std::size_t waits_kept_ = 0;
   std::vector<std::uint64_t> watch_ids_;
   std::map<std::string, std::string> wills_;

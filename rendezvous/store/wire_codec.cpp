@@ -24,7 +24,7 @@ constexpr std::array v2_ops{op::validate,    op::set,        op::compare_set, op
                             op::add,         op::check,      op::wait,        op::num_keys,
                             op::delete_key,  op::append,     op::multi_get,   op::multi_set,
                             op::cancel_wait, op::ping,       op::queue_push,  op::queue_pop,
-                            op::queue_len,   op::list_keys};
+                            op::queue_len,   op::list_keys,  op::barrier};
 
 template <std::size_t n>
 std::optional<std::uint8_t> find_byte(const std::array<op, n>& table, op o) {
@@ -53,6 +53,7 @@ void read_fields(op kind, cursor& c, request& r) {
       r.values.push_back(c.payload());
       break;
     case op::add:
+    case op::barrier:
       r.keys.push_back(c.key());
       r.number = c.value<std::int64_t>();
       break;
@@ -109,6 +110,7 @@ std::string_view op_name(op o) {
     case op::queue_pop: return "QUEUE_POP";
     case op::queue_len: return "QUEUE_LEN";
     case op::list_keys: return "LIST_KEYS";
+    case op::barrier: return "BARRIER";
   }
   return "UNKNOWN";
 }
@@ -259,6 +261,7 @@ std::string encode_request(dialect d, const request& req) {
       put_bytes(out, req.values.at(1));
       break;
     case op::add:
+    case op::barrier:
       put_bytes(out, req.keys.at(0));
       put_i64(out, req.number);
       break;

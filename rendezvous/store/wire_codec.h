@@ -49,6 +49,7 @@ enum class op : std::uint8_t {
   queue_pop,
   queue_len,
   list_keys,
+  barrier,  // 2.x, torch 2.15 (2.6 lacks it): count an arrival, wait for the rest
 };
 
 std::string_view op_name(op o);
@@ -95,6 +96,7 @@ struct limits {
 //   set, append, queue_push: keys[0], values[0]
 //   compare_set: keys[0], values[0] = expected, values[1] = desired
 //   add: keys[0], number = delta
+//   barrier: keys[0], number = world size (the count that releases it)
 //   get, delete_key, watch_key, queue_pop, queue_len: keys[0]
 //   check, wait, multi_get: keys
 //   multi_set: keys[i], values[i]
@@ -160,7 +162,8 @@ std::string encode_request(dialect d, const request& req);
 // same in both dialects (an op's byte differs, its reply does not).
 enum class reply_shape : std::uint8_t {
   none,            // VALIDATE, SET, APPEND, MULTI_SET, QUEUE_PUSH
-  byte,            // CHECK (check_*), WAIT (wait_stop_waiting), WATCH_KEY
+  byte,            // CHECK (check_*), WAIT and BARRIER (wait_stop_waiting,
+                   // once released), WATCH_KEY
                    // (watch_callback_registered; the events that follow
                    // are not replies and are not parsed here)
   cancel,          // CANCEL_WAIT: wait_canceled, after a wait_stop_waiting

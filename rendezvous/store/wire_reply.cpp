@@ -22,6 +22,7 @@ reply_shape reply_shape_of(op answered) {
       return reply_shape::none;
     case op::check:
     case op::wait:
+    case op::barrier:
     case op::watch_key:
       return reply_shape::byte;
     case op::cancel_wait:

@@ -37,6 +37,9 @@ void apply(key_table& table, const wire::request& r) {
     case op::check: table.check(r.keys); break;
     case op::queue_push: table.queue_push(r.keys[0], r.values[0]); break;
     case op::queue_pop: table.queue_pop(r.keys[0]); break;
+    case op::barrier:
+      if (auto handle = table.barrier(r.keys[0], r.number, [] {}); handle) table.cancel(*handle);
+      break;
     default: break;
   }
 }
@@ -75,7 +78,7 @@ std::string encode_reply(const wire::reply& r) {
 
 void fuzz_replies(std::span<const std::uint8_t> input) {
   if (input.size() < 2) return;
-  constexpr int ops = static_cast<int>(wire::op::list_keys) + 1;
+  constexpr int ops = static_cast<int>(wire::op::barrier) + 1;
   const auto answered = static_cast<wire::op>(input[0] % ops);
   const std::size_t keys = input[1] % 8;
   input = input.subspan(2);

@@ -1,3 +1,5 @@
+#include <limits>
+
 #include <catch2/catch.hpp>
 
 #include "rendezvous/store/server_key_table.h"
@@ -176,4 +178,64 @@ TEST_CASE("clear forgets keys and queues but keeps pending waits") {
   CHECK(deleted == std::vector<std::string>{"a"});
   table.set("b", "2");
   CHECK(fired == 1);
+}
+
+TEST_CASE("a barrier counts arrivals and the last one releases every earlier one") {
+  key_table table;
+  int released = 0, waited = 0;
+  auto watcher = table.wait({"b"}, [&] { ++waited; });  // a plain WAIT on the key
+  auto first = table.barrier("b", 3, [&] { ++released; });
+  REQUIRE(first);
+  REQUIRE(*first != nullptr);
+  CHECK(*table.find("b") == "1");
+  // The second arrival writes the count but wakes nobody: the earlier
+  // arrival and the WAIT stay (as on PyTorch's servers).
+  auto second = table.barrier("b", 3, [&] { ++released; });
+  REQUIRE(second);
+  CHECK(*table.find("b") == "2");
+  CHECK(released == 0);
+  CHECK(waited == 0);
+  auto last = table.barrier("b", 3, [] { FAIL("the last arrival waits for nobody"); });
+  REQUIRE(last);
+  CHECK(*last == nullptr);
+  CHECK(released == 2);
+  CHECK(waited == 1);
+  CHECK(*table.find("b") == "3");
+  // Late arrivals pass at once, and the count goes on.
+  CHECK(table.barrier("b", 3, [] {}) == wait_handle());
+  CHECK(*table.find("b") == "4");
+}
+
+TEST_CASE("a barrier of one or fewer passes, and one on text changes nothing") {
+  key_table table;
+  CHECK(table.barrier("one", 1, [] {}) == wait_handle());
+  CHECK(table.barrier("none", 0, [] {}) == wait_handle());
+  CHECK(table.barrier("negative", -5, [] {}) == wait_handle());
+  table.set("text", "abc");
+  CHECK(table.barrier("text", 2, [] {}) == std::nullopt);
+  CHECK(*table.find("text") == "abc");
+  table.set("full", std::to_string(std::numeric_limits<std::int64_t>::max()));
+  CHECK(table.barrier("full", 2, [] {}) == std::nullopt);
+  // Counted like ADD: an ADD's counter and a barrier's are the same number.
+  table.add("shared", 5);
+  CHECK(table.barrier("shared", 6, [] {}) == wait_handle());
+  CHECK(*table.find("shared") == "6");
+}
+
+TEST_CASE("a cancelled barrier arrival stays counted and is never called back") {
+  key_table table;
+  auto gone = table.barrier("b", 2, [] { FAIL("a cancelled arrival was called back"); });
+  REQUIRE(gone);
+  table.cancel(*gone);
+  // PyTorch's servers keep the count of an arrival whose client gave up.
+  CHECK(table.barrier("b", 2, [] {}) == wait_handle());
+  CHECK(*table.find("b") == "2");
+}
+
+TEST_CASE("a write to a barrier's key releases the arrivals waiting on it") {
+  key_table table;
+  int released = 0;
+  auto waiting = table.barrier("b", 5, [&] { ++released; });
+  table.add("b", 10);
+  CHECK(released == 1);
 }

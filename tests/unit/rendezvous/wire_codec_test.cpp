@@ -55,7 +55,8 @@ TEST_CASE("the same byte means different commands in the two dialects") {
   CHECK(op_from_byte(dialect::v1_13, 9) == std::nullopt);
   CHECK(op_from_byte(dialect::v2, 13) == op::ping);
   CHECK(op_from_byte(dialect::v2, 17) == op::list_keys);
-  CHECK(op_from_byte(dialect::v2, 18) == std::nullopt);
+  CHECK(op_from_byte(dialect::v2, 18) == op::barrier);  // torch 2.15
+  CHECK(op_from_byte(dialect::v2, 19) == std::nullopt);
   CHECK(byte_for(dialect::v1_13, op::append) == std::nullopt);
   CHECK(byte_for(dialect::v2, op::cancel_wait) == 12);
 }
@@ -115,6 +116,7 @@ TEST_CASE("every request round-trips through encode and parse") {
       {.kind = op::queue_pop, .keys = {"q"}},
       {.kind = op::queue_len, .keys = {"q"}},
       {.kind = op::list_keys},
+      {.kind = op::barrier, .keys = {"/b"}, .number = 4},
   };
   for (const auto& original : requests) {
     CAPTURE(op_name(original.kind));
@@ -322,6 +324,7 @@ TEST_CASE("each op's reply has the shape PyTorch's servers write") {
   CHECK(reply_shape_of(op::validate) == reply_shape::none);
   CHECK(reply_shape_of(op::check) == reply_shape::byte);
   CHECK(reply_shape_of(op::wait) == reply_shape::byte);
+  CHECK(reply_shape_of(op::barrier) == reply_shape::byte);
   CHECK(reply_shape_of(op::cancel_wait) == reply_shape::cancel);
   CHECK(reply_shape_of(op::add) == reply_shape::number);
   CHECK(reply_shape_of(op::num_keys) == reply_shape::number);
