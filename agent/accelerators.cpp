@@ -1,9 +1,11 @@
 #include "agent/accelerators.h"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <climits>
 #include <cstdint>
 #include <filesystem>
@@ -301,7 +303,20 @@ std::optional<int> pci_numa_node(const std::string& root, const std::string& pci
   return *node < 0 ? 0 : static_cast<int>(std::min<long>(*node, INT_MAX));
 }
 
-int online_cpu_count() {
+int usable_cpu_count() {
+  // A set large enough for the machine: sched_getaffinity fails with
+  // EINVAL while the kernel's CPU mask is larger than the set.
+  for (int cpus = 1024; cpus <= (1 << 20); cpus *= 2) {
+    cpu_set_t* set = CPU_ALLOC(cpus);
+    if (set == nullptr) break;
+    std::size_t size = CPU_ALLOC_SIZE(cpus);
+    int rc = ::sched_getaffinity(0, size, set);
+    int saved_errno = errno;
+    int n = rc == 0 ? CPU_COUNT_S(size, set) : 0;
+    CPU_FREE(set);
+    if (rc == 0 && n > 0) return n;
+    if (rc == 0 || saved_errno != EINVAL) break;
+  }
   long n = ::sysconf(_SC_NPROCESSORS_ONLN);
   return n < 1 ? 1 : static_cast<int>(std::min<long>(n, INT_MAX));
 }

@@ -68,8 +68,11 @@ std::vector<accelerator> apply_visible_devices(const std::optional<std::string>&
 // nullopt when the file cannot be read.
 std::optional<int> pci_numa_node(const std::string& root, const std::string& pci_address);
 
-// Online CPUs, as os.cpu_count() (at least 1).
-int online_cpu_count();
+// The CPUs this process may run on (sched_getaffinity: taskset, a cgroup
+// cpuset), as torch 2.12's torch._utils.cpu_count() that torchrun's
+// --nproc-per-node cpu/auto counts; the online CPUs if that cannot be
+// read. At least 1.
+int usable_cpu_count();
 
 // "cuda", "rocm", "xpu".
 const char* to_string(accelerator_kind kind);

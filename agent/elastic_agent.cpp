@@ -302,7 +302,7 @@ void elastic_agent::impl::start_workers(const rendezvous::rendezvous_info& info)
         local_rank, rank_dir.string(),
         line_prefix(options_.logs.line_prefix_template,
                     {spec.role, rank, local_rank, info.group_rank,
-                     static_cast<int>(info.round)}));
+                     static_cast<int>(info.round), this_host_name()}));
     request.stdout_fd = stdio.out;
     request.stderr_fd = stdio.err;
     if (static_cast<std::size_t>(local_rank) < options_.worker_cpus.size()) {

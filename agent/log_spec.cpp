@@ -2,6 +2,8 @@
 
 #include <string_view>
 
+#include <unistd.h>
+
 #include <fmt/format.h>
 
 #include "agent/template_substitute.h"
@@ -15,6 +17,7 @@ std::optional<std::string> field_value(std::string_view name, const prefix_field
   if (name == "local_rank") return std::to_string(f.local_rank);
   if (name == "group_rank") return std::to_string(f.group_rank);
   if (name == "restart_count") return std::to_string(f.restart_count);
+  if (name == "hostname") return f.hostname;
   return std::nullopt;
 }
 
@@ -64,6 +67,12 @@ bool log_spec::writes_files(int local_world_size) const {
     if ((redirects.for_rank(r) | tee.for_rank(r)) != std_none) return true;
   }
   return false;
+}
+
+std::string this_host_name() {
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0) return "";
+  return host;
 }
 
 std::string line_prefix(const std::string& prefix_template, const prefix_fields& fields) {

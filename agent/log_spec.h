@@ -89,14 +89,20 @@ struct log_spec {
 };
 
 // What a line prefix template may name, as torchrun's string.Template
-// variables: $role_name, $rank, $local_rank, $group_rank, $restart_count.
+// variables: $role_name, $rank, $local_rank, $hostname (torchrun 2.14: the
+// short host name, gethostname), and dtrun's $group_rank, $restart_count.
 struct prefix_fields {
   std::string role_name;
   int rank = 0;
   int local_rank = 0;
   int group_rank = 0;
   int restart_count = 0;
+  std::string hostname;
 };
+
+// This machine's name as gethostname(2) gives it (Python's
+// socket.gethostname()); empty when it cannot be read.
+std::string this_host_name();
 
 // The prefix put before each console line of a tee'd stream. With an empty
 // template: "[" role local_rank "]:". Otherwise Python's

@@ -7,11 +7,8 @@
 #include "rendezvous/base/trim.h"
 
 namespace dtrun::agent {
-namespace {
-
-}  // namespace
-
-std::string virtual_visible_device(int local_rank, const std::optional<std::string>& parent) {
+std::string virtual_visible_device(int local_rank, const std::optional<std::string>& parent,
+                                   std::string_view variable) {
   if (!parent) return std::to_string(local_rank);
   // As Python's str.split(","): "" is one empty entry, "0,1" two.
   std::vector<std::string> devices;
@@ -24,9 +21,9 @@ std::string virtual_visible_device(int local_rank, const std::optional<std::stri
   }
   if (local_rank < 0 || static_cast<std::size_t>(local_rank) >= devices.size()) {
     throw no_visible_device(fmt::format(
-        "--virtual-local-rank: local rank {} has no device of its own: CUDA_VISIBLE_DEVICES='{}' "
-        "lists {}; run at most {} worker(s) per node or list more devices",
-        local_rank, *parent, devices.size(), devices.size()));
+        "--virtual-local-rank: local rank {} has no device of its own: {}='{}' lists {}; run at "
+        "most {} worker(s) per node or list more devices",
+        local_rank, variable, *parent, devices.size(), devices.size()));
   }
   return std::string(trim(devices[static_cast<std::size_t>(local_rank)]));  // Python's str.strip()
 }

@@ -3,14 +3,16 @@
 // its own, as device 0, through CUDA_VISIBLE_DEVICES. Pure, so the mapping
 // is unit-tested without GPUs.
 //
-// torch sets CUDA_VISIBLE_DEVICES only (ROCm's HIP honours it too); it does
-// not touch HIP_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES or Intel's
-// ZE_AFFINITY_MASK, and neither does dtrun.
+// torch 2.15 maps through HIP_VISIBLE_DEVICES when the agent has it (not
+// empty: on ROCm it wins over CUDA_VISIBLE_DEVICES) and then sets both in
+// the worker; else through CUDA_VISIBLE_DEVICES, setting only it. Neither
+// touches ROCR_VISIBLE_DEVICES or Intel's ZE_AFFINITY_MASK.
 #pragma once
 
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace dtrun::agent {
 
@@ -26,7 +28,9 @@ class no_visible_device : public std::runtime_error {
 // local rank itself ("3"); set, its local_rank-th comma-separated entry
 // with blanks trimmed (parent "4,5,6" -> rank 1 gets "5"; UUIDs and MIG
 // names pass through). Throws no_visible_device when the list has no such
-// entry (torch raises ValueError there).
-std::string virtual_visible_device(int local_rank, const std::optional<std::string>& parent);
+// entry (torch raises ValueError there); its message names `variable`,
+// the list's variable.
+std::string virtual_visible_device(int local_rank, const std::optional<std::string>& parent,
+                                   std::string_view variable = "CUDA_VISIBLE_DEVICES");
 
 }  // namespace dtrun::agent

@@ -78,7 +78,11 @@ void customize_worker(const worker_customization& c, std::vector<std::string>& a
     args.insert(args.begin() + static_cast<std::ptrdiff_t>(at), flag + get(env, "LOCAL_RANK"));
   }
   if (c.virtual_local_rank) {
-    env["CUDA_VISIBLE_DEVICES"] = virtual_visible_device(local_rank, c.parent_visible_devices);
+    std::string device =
+        virtual_visible_device(local_rank, c.parent_visible_devices,
+                               c.parent_is_hip ? "HIP_VISIBLE_DEVICES" : "CUDA_VISIBLE_DEVICES");
+    if (c.parent_is_hip) env["HIP_VISIBLE_DEVICES"] = device;
+    env["CUDA_VISIBLE_DEVICES"] = std::move(device);
     // A std::string, not the literal: GCC 12 at -O3 warns (-Wrestrict, a
     // false positive, GCC PR 105329) when a 1-character literal is assigned.
     env["LOCAL_RANK"] = std::string("0");

@@ -44,6 +44,9 @@ struct worker_customization {
   // unset), see agent/virtual_local_rank.h.
   bool virtual_local_rank = false;
   std::optional<std::string> parent_visible_devices;
+  // The list came from HIP_VISIBLE_DEVICES (torch 2.15): the worker gets its
+  // device in HIP_VISIBLE_DEVICES too.
+  bool parent_is_hip = false;
 
   // Whether a worker's arguments may differ from the common ones (the
   // `${local_rank}` macro is checked separately: has_local_rank_macro).

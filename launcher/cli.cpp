@@ -386,6 +386,7 @@ parse_result parse_command_line(const std::vector<std::string>& args) {
     throw usage_error(or_swallowed(name_the_variable(app, own_tokens, e.what())));
   }
   record_given(app, own_tokens, o);
+  if (!o.print_completion.empty()) throw usage_error(print_completion_refusal);
   o.remote_args = without_fanout_flags(app, own_tokens);
   if (app.get_option("--stop-timeout")->count() == 0 &&
       app.get_option("--shutdown-timeout")->count() == 0) {

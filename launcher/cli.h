@@ -175,6 +175,12 @@ struct launch_options {
   std::string redirects = "0";
   std::string tee = "0";
   std::string local_ranks_filter;
+  // The console prefix of tee'd lines (torchrun 2.14); empty: not given, then
+  // TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE, then "[${role_name}${local_rank}]:".
+  std::string log_line_prefix_template;
+  // torchrun 2.14's --print-completion SHELL; refused (dtrun's packages
+  // install its completions). Empty: not given.
+  std::string print_completion;
   std::string event_log;  // --event-log FILE ('-': stderr)
   // torchrun's plug-in names: only the built-in ones (launcher/torch_plugins.h).
   std::string event_log_handler = "null";
@@ -226,6 +232,14 @@ struct parse_result {
   bool help = false;
   std::string help_text;
 };
+
+// The one line dtrun answers torchrun's --print-completion with (exit 2);
+// docs/compatibility.md quotes it and tests/e2e/test_torchrun_flags.py
+// reads it from there.
+inline constexpr const char* print_completion_refusal =
+    "--print-completion: dtrun prints no completion script; its packages install its bash and "
+    "zsh completions (share/bash-completion/completions/dtrun, "
+    "share/zsh/vendor-completions/_dtrun)";
 
 // Parses args (without argv[0]). Reads PET_*, DTRUN_PYTHON and
 // TORCH_ELASTIC_SHUTDOWN_TIMEOUT from the process environment. Throws

@@ -253,6 +253,11 @@ void define_logs_flags(CLI::App& app, launch_options& o) {
              "[<role><local_rank>]: prefix per line; same values as --redirects",
              "-t")
       ->group(group_logs);
+  add_option(app, "log-line-prefix-template", o.log_line_prefix_template,
+             "Prefix of each tee'd console line, with ${role_name}, ${rank}, ${local_rank}, "
+             "${hostname} (default: $TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE, else "
+             "[${role_name}${local_rank}]:)")
+      ->group(group_logs);
   add_option(app, "local-ranks-filter", o.local_ranks_filter,
              "Local ranks whose output reaches the console, e.g. 0 or 0,3 (default: all)")
       ->group(group_logs);
@@ -274,6 +279,13 @@ void define_logs_flags(CLI::App& app, launch_options& o) {
   // As torchrun: no PET_LOGS_SPECS.
   app.add_option(both_spellings("logs-specs"), o.logs_specs,
                  "torchrun's logs specs: only 'default' (dtrun's own log layout)")
+      ->group(group_logs);
+  // torchrun 2.14's; no PET_ variable, as torchrun (an argparse action).
+  // Refused after parsing (cli.cpp), with or without a script.
+  app.add_option(both_spellings("print-completion"), o.print_completion,
+                 "torchrun's completion printer: refused, dtrun's packages install its bash "
+                 "and zsh completions")
+      ->check(CLI::IsMember({"bash", "zsh", "tcsh"}))
       ->group(group_logs);
   add_flag(app, "quiet", o.quiet, "Only errors and the failure summary", "-q")->group(group_logs);
   add_flag(app, "verbose", o.verbose, "Also debug messages (worker pids, rendezvous details)", "-v")

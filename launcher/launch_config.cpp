@@ -21,6 +21,8 @@
 #include "rendezvous/base/number_parse.h"
 #include "launcher/torch_plugins.h"
 #include "rendezvous/base/env_map.h"
+#include "rendezvous/base/parse_whole.h"
+#include "rendezvous/base/trim.h"
 
 namespace dtrun::launcher {
 namespace {
@@ -43,7 +45,7 @@ auto naming_the_variable(const given_value<T>& flag, Parse parse) {
   }
 }
 
-int capped_cpu_count() { return std::min<int>(agent::online_cpu_count(), max_nproc_per_node); }
+int capped_cpu_count() { return std::min<int>(agent::usable_cpu_count(), max_nproc_per_node); }
 
 // " (CUDA_VISIBLE_DEVICES='')" when a variable narrowed the devices.
 std::string visibility_hint(const env_map& env, std::initializer_list<const char*> names) {
@@ -487,6 +489,21 @@ std::vector<std::string> parse_preload(const launch_options& o) {
   return modules;
 }
 
+// torchrun 2.13's D-state check, which dtrun does not have: said once,
+// so that a user who set it for torchrun does not count on it. torch
+// reads a positive number of seconds; anything else turns it off.
+void warn_about_ignored_variables(const env_map& env, std::vector<std::string>& warnings) {
+  auto it = env.find("TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT");
+  if (it == env.end()) return;
+  auto seconds = parse_whole<double>(trim(it->second));
+  if (!seconds || *seconds <= 0) return;
+  warnings.push_back(fmt::format(
+      "TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT={} is ignored: dtrun does not poll its "
+      "workers' state; --hang-timeout=SECONDS fails a group that makes no progress, and a "
+      "worker that then does not die on SIGKILL takes this node out of the job",
+      it->second));
+}
+
 }  // namespace
 
 launch_config resolve_launch_config(const launch_options& options, const env_map& env,
@@ -515,6 +532,7 @@ launch_config resolve_launch_config(const launch_options& options, const env_map
         "OMP_NUM_THREADS is not set; each worker gets OMP_NUM_THREADS=1 (as with torchrun) so "
         "the workers do not overload the machine; set it to tune");
   }
+  warn_about_ignored_variables(env, c.warnings);
   c.agent.worker_args = resolve_worker_args(o, env);
   for (const auto& [k, v] : sched.worker_env) c.agent.worker_args.env_overrides[k] = v;
   c.warnings.insert(c.warnings.end(), sched.warnings.begin(), sched.warnings.end());

@@ -12,7 +12,12 @@ agent::worker_customization resolve_worker_args(const launch_options& o,
   c.script_args_at = o.no_python ? 0 : (o.module ? 3 : 2);
   c.template_args = o.template_args;
   c.virtual_local_rank = o.virtual_local_rank;
-  if (auto visible = env.find("CUDA_VISIBLE_DEVICES"); visible != env.end()) {
+  // As torch 2.15: a non-empty HIP_VISIBLE_DEVICES is the list, else
+  // CUDA_VISIBLE_DEVICES.
+  if (auto hip = env.find("HIP_VISIBLE_DEVICES"); hip != env.end() && !hip->second.empty()) {
+    c.parent_visible_devices = hip->second;
+    c.parent_is_hip = true;
+  } else if (auto visible = env.find("CUDA_VISIBLE_DEVICES"); visible != env.end()) {
     c.parent_visible_devices = visible->second;
   }
   if (o.legacy_launch && !o.use_env) {

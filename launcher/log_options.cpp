@@ -120,8 +120,13 @@ agent::log_spec resolve_log_spec(const launch_options& options, int nproc_per_no
       warn_beyond("--local-ranks-filter", rank, nproc_per_node, warnings);
     }
   }
+  // As torchrun 2.14: the flag (or PET_LOG_LINE_PREFIX_TEMPLATE) when not
+  // empty, else the variable.
+  spec.line_prefix_template = options.log_line_prefix_template;
   auto prefix = env.find("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
-  if (prefix != env.end()) spec.line_prefix_template = prefix->second;
+  if (spec.line_prefix_template.empty() && prefix != env.end()) {
+    spec.line_prefix_template = prefix->second;
+  }
   spec.duplicate_stdout_filters = agent::parse_duplicate_filters(options.duplicate_stdout_filters);
   spec.duplicate_stderr_filters = agent::parse_duplicate_filters(options.duplicate_stderr_filters);
   // As torchrun, only tee'd streams of shown ranks are filtered; say so

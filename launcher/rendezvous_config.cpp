@@ -54,7 +54,7 @@ const std::vector<std::string> known_keys = {
     "join_timeout", "last_call_timeout", "close_timeout",  "read_timeout",
     "keep_alive_interval", "keep_alive_max_attempt", "heartbeat_timeout", "is_host",
     "timeout", "store_type", "use_libuv", "exit_barrier_timeout", "worker_store",
-    "store_threads",
+    "store_threads", "cas_backoff_max_seconds",
     // etcd-v3 (torchrun's etcd backend takes the first five)
     "protocol", "cacert", "cert", "key", "etcd_prefix", "lease_ttl", "request_timeout"};
 
@@ -160,6 +160,14 @@ void read_rdzv_settings(const std::map<std::string, std::string>& conf, const la
   // Accepted for torchrun compatibility (dtrun derives these), but checked.
   duration(conf, "read_timeout", seconds(60));
   duration(conf, "heartbeat_timeout", seconds(30));
+  // torchrun 2.15: a random pause after a lost compare-and-set of its one
+  // state key. dtrun's rounds write a key per node (docs/rendezvous.md), so
+  // there is no such race to back off from; the value is checked as
+  // torchrun checks it (finite, not negative).
+  if (auto it = conf.find("cas_backoff_max_seconds"); it != conf.end()) {
+    parse_duration_seconds(it->second, "--rdzv-conf cas_backoff_max_seconds",
+                           {true, max_duration_s});
+  }
   if (auto it = conf.find("keep_alive_max_attempt"); it != conf.end()) {
     r.keep_alive_max_attempt = static_cast<int>(parse_integer(
         it->second, "--rdzv-conf keep_alive_max_attempt", 1, max_keep_alive_attempts));

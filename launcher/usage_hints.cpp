@@ -89,7 +89,7 @@ std::vector<std::string> launcher_flags_among(const std::vector<std::string>& sc
           "monitor-interval", "start-method", "no-python", "run-path", "local-addr",
           "local-ranks-filter", "redirects", "tee", "hang-timeout", "metrics-port",
           "numa-binding", "virtual-local-rank", "signals-to-handle", "shutdown-timeout",
-          "stop-timeout"}) {
+          "stop-timeout", "log-line-prefix-template"}) {
       names.insert("--" + name);
       std::replace(name.begin(), name.end(), '-', '_');
       names.insert("--" + name);

@@ -1,5 +1,7 @@
 // Discovery on fake /sys and /proc trees built in a temporary folder: the
 // drivers' files as they look on real machines, one kind of GPU at a time.
+#include <sched.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -205,4 +207,11 @@ TEST_CASE("Intel GPUs are the i915 and xe render nodes narrowed by ZE_AFFINITY_M
   CHECK(with("1.0,1.1,0") == std::vector<std::string>{"0000:00:02.0", "0000:4d:00.0"});
   CHECK(with("5,x").empty());
   CHECK(with("").size() == 2);
+}
+
+TEST_CASE("--nproc-per-node cpu counts the CPUs this process may run on, as torch 2.12") {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  REQUIRE(::sched_getaffinity(0, sizeof set, &set) == 0);
+  CHECK(usable_cpu_count() == CPU_COUNT(&set));
 }

@@ -69,6 +69,13 @@ TEST_CASE("prefix templates substitute like Python's Template.safe_substitute") 
   CHECK(line_prefix("$rank_x$rank", f) == "$rank_x7");
 }
 
+TEST_CASE("the prefix template names the host as torchrun 2.14's ${hostname}") {
+  prefix_fields f{"trainer", 7, 3, 1, 2, "r12i0n8"};
+  CHECK(line_prefix("${hostname}:${rank}: ", f) == "r12i0n8:7: ");
+  CHECK(line_prefix("$hostname", prefix_fields{}) == "");
+  CHECK_FALSE(this_host_name().empty());
+}
+
 TEST_CASE("prefix_console (dtrun --hosts) prefixes every console stream, files stay files") {
   log_spec spec;
   spec.prefix_console = true;

@@ -116,6 +116,20 @@ TEST_CASE("virtual local rank maps through the parent's visible devices") {
                         Catch::Contains("CUDA_VISIBLE_DEVICES='0,1' lists 2"));
 }
 
+TEST_CASE("virtual local rank maps through HIP_VISIBLE_DEVICES and sets both, as torch 2.15") {
+  std::vector<std::string> args = {"-u", "train.py"};
+  env_map env = worker_env();  // LOCAL_RANK=1
+  worker_customization c;
+  c.virtual_local_rank = true;
+  c.parent_visible_devices = "6,7";
+  c.parent_is_hip = true;
+  customize_worker(c, args, env);
+  CHECK(env.at("CUDA_VISIBLE_DEVICES") == "7");
+  CHECK(env.at("HIP_VISIBLE_DEVICES") == "7");
+  CHECK_THROWS_WITH(virtual_visible_device(2, std::string("0,1"), "HIP_VISIBLE_DEVICES"),
+                    Catch::Contains("HIP_VISIBLE_DEVICES='0,1' lists 2"));
+}
+
 TEST_CASE("virtual local rank without a device for the worker throws") {
   std::vector<std::string> args = {"-u", "train.py"};
   env_map env = worker_env();

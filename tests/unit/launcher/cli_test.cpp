@@ -46,6 +46,23 @@ TEST_CASE("torchrun's flags are all accepted") {
   CHECK(o.script == "x.py");
 }
 
+TEST_CASE("torchrun 2.14's --log-line-prefix-template is taken, both spellings") {
+  CHECK(parse({"--log-line-prefix-template=${hostname}:${rank}: ", "x.py"})
+            .log_line_prefix_template == "${hostname}:${rank}: ");
+  CHECK(parse({"--log_line_prefix_template", "[$rank]", "x.py"}).log_line_prefix_template ==
+        "[$rank]");
+}
+
+TEST_CASE("torchrun 2.14's --print-completion is refused in one line, script or not") {
+  for (const char* flag : {"--print-completion", "--print_completion"}) {
+    CHECK_THROWS_WITH(parse({flag, "bash", "x.py"}), print_completion_refusal);
+    CHECK_THROWS_WITH(parse({flag, "zsh"}), print_completion_refusal);
+  }
+  // Not one of torchrun's shells: the choice is refused first, as argparse.
+  CHECK_THROWS_WITH(parse({"--print-completion", "fish", "x.py"}),
+                    Catch::Contains("--print-completion") && Catch::Contains("fish"));
+}
+
 TEST_CASE("shutdown-timeout is an alias of stop-timeout") {
   CHECK(parse({"--shutdown-timeout=3", "x.py"}).stop_timeout == 3.0);
   CHECK(parse({"--shutdown_timeout", "4", "x.py"}).stop_timeout == 4.0);

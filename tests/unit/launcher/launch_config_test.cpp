@@ -310,6 +310,14 @@ TEST_CASE("multi-node mistakes get one-line usage errors") {
   o.rdzv_endpoint.value = "h:29400";
   o.rdzv_conf = "bogus=1";
   CHECK_THROWS_WITH(resolve_launch_config(o, {}), Catch::Contains("unknown key 'bogus'"));
+  o.rdzv_conf = "cas_backoff_max_seconds=0.5";  // torchrun 2.15's; checked, no effect
+  CHECK_NOTHROW(resolve_launch_config(o, {}));
+  for (const char* bad : {"cas_backoff_max_seconds=-1", "cas_backoff_max_seconds=nan",
+                          "cas_backoff_max_seconds=soon"}) {
+    o.rdzv_conf = bad;
+    CHECK_THROWS_WITH(resolve_launch_config(o, {}),
+                      Catch::Contains("--rdzv-conf cas_backoff_max_seconds"));
+  }
   o.rdzv_conf = "join_timeout=soon";
   CHECK_THROWS_WITH(resolve_launch_config(o, {}),
                     Catch::Contains("--rdzv-conf join_timeout: 'soon' is not a number of seconds"));
@@ -486,4 +494,18 @@ TEST_CASE("the preload flag refuses what is not a module name, and workers it ca
         "--preload forks Python workers; it cannot be used with --no-python");
   CHECK(error_of("torch", false, true) ==
         "--preload needs dtrun's start-up hook in the workers; drop --no-stack-hook");
+}
+
+TEST_CASE("torchrun 2.13's TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT is said to be ignored") {
+  launch_options o = standalone_options();
+  auto c = resolve_launch_config(o, {{"TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT", "60"}});
+  REQUIRE(c.warnings.size() == 1);
+  CHECK_THAT(c.warnings[0],
+             Catch::StartsWith("TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT=60 is ignored") &&
+                 Catch::Contains("--hang-timeout"));
+  // torch turns the check off for these; so there is nothing to say.
+  for (const char* off : {"0", "-5", "soon", ""}) {
+    CHECK(resolve_launch_config(o, {{"TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT", off}})
+              .warnings.empty());
+  }
 }

@@ -77,6 +77,16 @@ TEST_CASE("the prefix template comes from the environment") {
   CHECK(warnings.empty());
 }
 
+TEST_CASE("--log-line-prefix-template wins over the variable unless it is empty") {
+  launch_options o;
+  std::vector<std::string> warnings;
+  env_map env{{"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "[env${rank}]"}};
+  o.log_line_prefix_template = "${hostname}:${rank}: ";
+  CHECK(resolve_log_spec(o, 1, env, warnings).line_prefix_template == "${hostname}:${rank}: ");
+  o.log_line_prefix_template = "";  // torchrun: `args.template or os.getenv(...)`
+  CHECK(resolve_log_spec(o, 1, env, warnings).line_prefix_template == "[env${rank}]");
+}
+
 TEST_CASE("the dry run shows each rank's routes") {
   launch_options o;
   o.redirects = "0:2";
