@@ -5,7 +5,9 @@ prints its port on its first stdout line and serves until stopped.
   dtrun-store:  `dtrun-store serve --host 127.0.0.1 --port 0`, stopped by SIGTERM
   torch:        TCPStore(is_master=True) hosted by TORCH_HOST in a Python
                 process (with torch 2.6: inside the Debian 13 rootfs, through
-                scripts/torch2-run), stopped by closing its stdin
+                scripts/torch2-run; with a PyPI torch such as 2.15: its
+                venv's interpreter, pypi_torch_host(), whose default server
+                is libuv's), stopped by closing its stdin
 """
 
 from __future__ import annotations
@@ -31,6 +33,15 @@ store = dist.TCPStore("127.0.0.1", 0, is_master=True,
 print(store.port, flush=True)
 sys.stdin.read()
 """
+
+
+def pypi_torch_host(version: str) -> tuple[str, list[str]]:
+    """(X.Y.Z, the command that hosts its TCPStore server) for a PyPI torch
+    (--torch 2.15), through scripts/torch-python as the anchor does. From
+    2.4 TCPStore's server is libuv's by default, and TORCH_HOST keeps it."""
+    import anchor  # beside this file
+    full, python = anchor.pypi_python(version)
+    return full, [python, "-c", TORCH_HOST]
 
 
 def raise_fd_limit(needed: int, what: str) -> None:

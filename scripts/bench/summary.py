@@ -216,6 +216,17 @@ def build_rows(samples: list[dict]) -> list[Row]:
         rows.append(Row("store barrier", f"{n:,}-rank server CPU; vs torch 2.6", "s", True,
                         p(b, "server_cpu_s", dt, ranks=n), "torch 2.6 TCPStore (classic)",
                         p(b, "server_cpu_s", "torch-2.6", ranks=n)))
+        # A PyPI torch's own server (--torch 2.15: libuv's), same 2.x clients.
+        for subject in sorted({s["subject"] for s in samples if s["bench"] == b
+                               and s["subject"].startswith("torch-")
+                               and s["subject"] != "torch-2.6"}):
+            version = subject.split("-", 1)[1]
+            for metric, what, unit in (("wall_s", "init + barrier, wall", "s"),
+                                       ("server_cpu_s", "server CPU", "s")):
+                rows.append(Row("store barrier", f"{n:,}-rank {what}; vs torch {version}", unit,
+                                True, p(b, metric, dt, ranks=n),
+                                f"torch {version} TCPStore (libuv)",
+                                p(b, metric, subject, ranks=n), nodes=n))
     # 6. rendezvous
     ns = cells(samples, "rendezvous", "inprocess_seconds", "nodes")
     if ns:
@@ -250,6 +261,16 @@ def build_rows(samples: list[dict]) -> list[Row]:
     # A comparison row whose anchor this run did not measure (e.g. --quick)
     # says nothing the row above it does not.
     return [r for r in rows if r.anchor or r.target or not r.label.startswith("same;")]
+
+
+def name_anchor(rows: list[Row], anchor: str) -> None:
+    """Names the torchrun anchor in the rows ("torchrun (0.1 s)" ->
+    "torchrun 2.15.0 (0.1 s)") when it is not Debian's 1.13."""
+    if anchor == "torchrun 1.13":
+        return
+    for r in rows:
+        if r.anchor_name.startswith("torchrun"):
+            r.anchor_name = anchor + r.anchor_name[len("torchrun"):]
 
 
 def render_table(rows: list[Row]) -> list[str]:
