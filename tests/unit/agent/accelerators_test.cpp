@@ -209,7 +209,7 @@ TEST_CASE("Intel GPUs are the i915 and xe render nodes narrowed by ZE_AFFINITY_M
   CHECK(with("").size() == 2);
 }
 
-TEST_CASE("--nproc-per-node cpu counts the CPUs this process may run on, as torch 2.12") {
+TEST_CASE("nproc-per-node cpu counts the CPUs this process may run on, as torch 2.12") {
   cpu_set_t set;
   CPU_ZERO(&set);
   REQUIRE(::sched_getaffinity(0, sizeof set, &set) == 0);

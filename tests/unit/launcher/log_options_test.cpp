@@ -77,7 +77,7 @@ TEST_CASE("the prefix template comes from the environment") {
   CHECK(warnings.empty());
 }
 
-TEST_CASE("--log-line-prefix-template wins over the variable unless it is empty") {
+TEST_CASE("the log-line-prefix-template flag wins over the variable unless it is empty") {
   launch_options o;
   std::vector<std::string> warnings;
   env_map env{{"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "[env${rank}]"}};
