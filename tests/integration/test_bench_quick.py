@@ -25,6 +25,7 @@ SOURCE_DIR = Path(os.environ.get("DTRUN_SOURCE_DIR", Path(__file__).resolve().pa
 BUILD_DIR = Path(os.environ.get("DTRUN_BUILD_DIR", SOURCE_DIR / "build"))
 sys.path.insert(0, str(SOURCE_DIR / "tests" / "pyhelpers"))
 import netns_hosts  # noqa: E402
+import torch_pypi  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 ANCHOR_FAILED = "anchor torchrun failed:"
@@ -223,3 +224,38 @@ def test_a_failing_anchor_is_reported_and_dtrun_still_measured(tmp_path):
     assert {("launch", "dtrun"), ("restart", "dtrun"), ("rss", "dtrun")} <= subjects, subjects
     assert not any(subject.startswith("torchrun") for _, subject in subjects), subjects
     assert all(s["values"] and min(s["values"]) > 0 for s in samples), samples
+
+
+def test_the_torch_2_15_anchor_runs_side_by_side(tmp_path):
+    """--torch 2.15 (the contract's torch, scripts/torch-python): the launch
+    benchmark measures the real torchrun 2.15 next to dtrun in one quick run,
+    and the store barrier measures torch 2.15's own (libuv) server next to
+    dtrun-store. One run of each, no timing asserted."""
+    torch_pypi.require()
+    version = torch_pypi.TORCH_VERSION
+    raw = tmp_path / "raw.jsonl"
+    r = subprocess.run([str(SOURCE_DIR / "scripts" / "bench" / "launch"), "--quick",
+                        "--build-dir", str(BUILD_DIR), "--json", str(raw), "--torch", version],
+                       capture_output=True, text=True, timeout=300, env=bench_env())
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert ANCHOR_FAILED not in r.stderr, r.stderr[-3000:]
+    assert f"torchrun {torch_pypi.TORCH_VERSION_FULL}" in r.stdout, r.stdout
+    samples = [json.loads(line) for line in raw.read_text().splitlines()]
+    subjects = {(s["bench"], s["subject"]) for s in samples}
+    for bench in ("launch", "restart", "rss"):
+        assert {(bench, "dtrun"), (bench, "torchrun")} <= subjects, subjects
+    # torch 2.x polls at 0.1 s by default: no run at a "default interval".
+    assert not any(subject == "torchrun-default" for _, subject in subjects), subjects
+
+    r = subprocess.run([str(SOURCE_DIR / "scripts" / "bench" / "store-barrier"), "--quick",
+                        "--build-dir", str(BUILD_DIR), "--ranks", "64", "--servers", "dtrun",
+                        "--torch", version],
+                       capture_output=True, text=True, timeout=300, env=bench_env())
+    assert r.returncode == 0, r.stderr[-3000:]
+    label = f"torch {torch_pypi.TORCH_VERSION_FULL} (libuv)"
+    rows = [row for row in r.stdout.split(f"dtrun-store against {label}", 1)[1].splitlines()
+            if row.startswith("| 64 |")]
+    assert len(rows) == 1, r.stdout
+    cells = [c.strip() for c in rows[0].strip("|").split("|")]
+    assert all(number(c) > 0 for c in cells[1:7]), rows[0]
+    assert re.fullmatch(r"[\d.]+x", cells[7]), rows[0]
