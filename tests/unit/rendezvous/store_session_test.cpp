@@ -253,15 +253,15 @@ TEST_CASE("a BARRIER answers every arrival STOP_WAITING when the last one comes"
 
 TEST_CASE("a timed-out BARRIER is cancelled like a WAIT and its client stays usable") {
   logged_context ctx;
-  fake_connection late(ctx), other(ctx);
-  late.send(validate());
-  other.send(validate());
+  fake_connection late(ctx), second(ctx), third(ctx);
+  for (auto* conn : {&late, &second, &third}) conn->send(validate());
   late.send(barrier("/b", 3));
   late.send(v2, {.kind = wire::op::cancel_wait});
   CHECK(late.read() == std::string(1, '\x01'));  // WAIT_CANCELED
-  other.send(barrier("/b", 3));
-  other.send(barrier("/b", 3));  // the cancelled arrival still counts
-  CHECK(other.read() == std::string(1, '\0'));
+  second.send(barrier("/b", 3));
+  third.send(barrier("/b", 3));  // the cancelled arrival still counts
+  CHECK(second.read() == std::string(1, '\0'));
+  CHECK(third.read() == std::string(1, '\0'));
   CHECK(late.read().empty());
   late.send(v2, {.kind = wire::op::get, .keys = {"/b"}});
   CHECK(late.read() == std::string("\x01\0\0\0\0\0\0\0" "3", 9));
