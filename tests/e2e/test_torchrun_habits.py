@@ -46,7 +46,7 @@ def worker_envs(tmp_path: Path, name: str, flags: list[str], nproc: int,
     """Runs DUMP_ENV under launcher `name` and returns each rank's
     environment (rank order)."""
     out = tmp_path / name
-    out.mkdir()
+    out.mkdir(parents=True)
     args = [*flags, str(DUMP_ENV), str(out)]
     if prefix:
         # A command before the launcher (taskset): run through the venv.
