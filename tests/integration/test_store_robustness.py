@@ -137,8 +137,9 @@ def test_oversized_length_closes_only_that_connection(server, health, request_by
                  id="1.13 byte 0xff"),
     pytest.param(u8(V2["PING"]) + u32(7), "unknown command byte 13",
                  id="2.x PING without the handshake"),
-    pytest.param(sh.V2_HANDSHAKE + u8(18), "unknown command byte 18",
-                 id="2.x byte 18 after the handshake"),
+    # 18 is BARRIER (torch 2.15's newest command): the first byte past it.
+    pytest.param(sh.V2_HANDSHAKE + u8(19), "unknown command byte 19",
+                 id="2.x byte 19 after the handshake"),
     pytest.param(sh.V2_HANDSHAKE * 2, "VALIDATE sent twice",
                  id="2.x VALIDATE twice"),
     # A wrong magic is not a 2.x handshake: as 1.13 it is SET with a key
