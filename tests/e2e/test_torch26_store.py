@@ -106,22 +106,7 @@ def test_dtrun_store_client_against_torch_2_6_server(tmp_path):
         assert hello["libuv"] is False  # the classic server (see the note above)
         endpoint = f"127.0.0.1:{hello['port']}"
 
-        r = torch2.store_cli(endpoint, "get", "from_torch")
-        assert (r.returncode, r.stdout) == (0, b"\x01\x02\xfe\xff\n"), r
-        r = torch2.store_cli(endpoint, "set", "from_dtrun", "caf\u00e9 \u2603")
-        assert r.returncode == 0, r
-        r = torch2.store_cli(endpoint, "add", "counter", "3")
-        assert (r.returncode, r.stdout) == (0, b"8\n"), r
-        r = torch2.store_cli(endpoint, "delete", "to_delete")
-        assert r.returncode == 0, r
-        r = torch2.store_cli(endpoint, "delete", "to_delete")
-        assert r.returncode == sh.EXIT_NOT_READY, r
-        r = torch2.store_cli(endpoint, "check", "from_dtrun", "counter")
-        assert r.returncode == 0, r
-        r = torch2.store_cli(endpoint, "check", "missing")
-        assert r.returncode == sh.EXIT_NOT_READY, r
-        r = torch2.store_cli(endpoint, "--timeout", "0.2", "wait", "missing")
-        assert r.returncode == sh.EXIT_TIMEOUT, r
+        sh.check_verbs_against_torch_server(torch2.store_cli, endpoint)
         r = torch2.store_cli(endpoint, "num-keys")
         assert r.returncode == 0 and int(r.stdout) >= 3, r
         r = torch2.store_cli(endpoint, "set", "dtrun_done", "1")

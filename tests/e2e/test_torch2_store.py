@@ -141,22 +141,7 @@ def test_dtrun_store_client_against_torch_2_15_server(tmp_path, libuv):
         endpoint = server.endpoint
         r = torch_pypi.store_cli(endpoint, "dialect")
         assert (r.returncode, r.stdout) == (0, b"v2\n"), r
-        r = torch_pypi.store_cli(endpoint, "get", "from_torch")
-        assert (r.returncode, r.stdout) == (0, b"\x01\x02\xfe\xff\n"), r
-        r = torch_pypi.store_cli(endpoint, "set", "from_dtrun", "caf\u00e9 \u2603")
-        assert r.returncode == 0, r
-        r = torch_pypi.store_cli(endpoint, "add", "counter", "3")
-        assert (r.returncode, r.stdout) == (0, b"8\n"), r
-        r = torch_pypi.store_cli(endpoint, "delete", "to_delete")
-        assert r.returncode == 0, r
-        r = torch_pypi.store_cli(endpoint, "delete", "to_delete")
-        assert r.returncode == sh.EXIT_NOT_READY, r
-        r = torch_pypi.store_cli(endpoint, "check", "from_dtrun", "counter")
-        assert r.returncode == 0, r
-        r = torch_pypi.store_cli(endpoint, "check", "missing")
-        assert r.returncode == sh.EXIT_NOT_READY, r
-        r = torch_pypi.store_cli(endpoint, "--timeout", "0.2", "wait", "missing")
-        assert r.returncode == sh.EXIT_TIMEOUT, r
+        sh.check_verbs_against_torch_server(torch_pypi.store_cli, endpoint)
         r = torch_pypi.store_cli(endpoint, "wait", "from_torch", "from_dtrun")
         assert r.returncode == 0, r
         r = torch_pypi.store_cli(endpoint, "num-keys")

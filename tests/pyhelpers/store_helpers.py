@@ -137,6 +137,29 @@ class StoreServer:
         self.stop()
 
 
+def check_verbs_against_torch_server(store_cli, endpoint: str) -> None:
+    """dtrun-store's verbs (run by `store_cli(endpoint, *args)`) against a
+    torch TCPStore server that holds from_torch = 01 02 fe ff, counter = 5
+    and to_delete (tests/e2e/test_torch2*_store.py): what each verb reads,
+    writes and exits with. Leaves from_dtrun and counter = 8 there."""
+    r = store_cli(endpoint, "get", "from_torch")
+    assert (r.returncode, r.stdout) == (0, b"\x01\x02\xfe\xff\n"), r
+    r = store_cli(endpoint, "set", "from_dtrun", "caf\u00e9 \u2603")
+    assert r.returncode == 0, r
+    r = store_cli(endpoint, "add", "counter", "3")
+    assert (r.returncode, r.stdout) == (0, b"8\n"), r
+    r = store_cli(endpoint, "delete", "to_delete")
+    assert r.returncode == 0, r
+    r = store_cli(endpoint, "delete", "to_delete")
+    assert r.returncode == EXIT_NOT_READY, r
+    r = store_cli(endpoint, "check", "from_dtrun", "counter")
+    assert r.returncode == 0, r
+    r = store_cli(endpoint, "check", "missing")
+    assert r.returncode == EXIT_NOT_READY, r
+    r = store_cli(endpoint, "--timeout", "0.2", "wait", "missing")
+    assert r.returncode == EXIT_TIMEOUT, r
+
+
 def cli(endpoint: str, *args, dialect: str | None = None, raw_keys: bool = False,
         timeout_s: float | None = None, connect_timeout_s: float = 5,
         run_timeout_s: float = 60) -> subprocess.CompletedProcess:
