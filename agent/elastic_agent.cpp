@@ -264,6 +264,7 @@ void elastic_agent::impl::start_workers(const rendezvous::rendezvous_info& info)
   group_.clear();
   failure_.reset();
   job_restarts_.reset();
+  awaiting_restart_count_ = false;
   round_over_ = false;
   // A round after one without a machine failure here: the count of
   // failures in a row starts again (quarantine).
@@ -333,6 +334,7 @@ void elastic_agent::impl::start_workers(const rendezvous::rendezvous_info& info)
 // Another node failed, died or wants in: stop ours and meet again.
 void elastic_agent::impl::watch_round_end() {
   rendezvous_.watch_round([this](std::string reason) {
+    if (held_) return end_hold();  // the round's first end decides (elastic_agent_hold.cpp)
     if (phase_ != phase::running && phase_ != phase::exiting) return;
     const std::string stopped = rendezvous::job_stopped_prefix;
     if (reason.rfind(stopped, 0) == 0) return stopped_elsewhere(reason.substr(stopped.size()));
@@ -401,13 +403,14 @@ void elastic_agent::impl::on_worker_exit(const worker& w, const exit_status& sta
       if (record) {
         failure_->klass = parse_class(record->failure_class).value_or(failure_class::exit);
         failure_->exception_type = record->exception_type;
+        failure_->lost_peer = record->lost_peer;
       }
       ++failures_;
       // A hang's culprit failed when the job stopped progressing.
       auto failed_at = failure_->klass == failure_class::hang ? exited_at - hang_idle_ : exited_at;
       open_incident(failure_->klass, failure_->exception_type, w.rank,
                     fmt::format("worker rank {} {}", w.rank, describe(status)), failed_at);
-      count_restart(fmt::format("worker rank {} {}{}", w.rank, describe(status), failure_tag()));
+      count_or_hold(fmt::format("worker rank {} {}{}", w.rank, describe(status), failure_tag()));
       begin_stop(SIGTERM);
     } else if (group_.waited_for() == 0) {
       end_round();
@@ -498,6 +501,7 @@ void elastic_agent::impl::finish(int code) {
   keep_named_files(code);
   reporter_.agent_exiting(code);
   group_.cancel_timers();
+  hold_timer_.cancel();
   cancel_health_check();
   // What a health check left behind in a session of its own (no round's
   // end swept it: the node may never have run workers).

@@ -1,6 +1,8 @@
 // elastic_agent's implementation, shared by its files (private to agent/):
 //   elastic_agent.cpp          rounds, the workers' start and ends, the end
 //   elastic_agent_restart.cpp  after a stop: rejoin, restart or fail the job
+//   elastic_agent_hold.cpp     a failure a lost peer can cause, held until
+//                              the round's end or the departure bound
 //   elastic_agent_signals.cpp  signals, Ctrl-C across nodes, the launcher's pipe
 //   elastic_agent_watch.cpp    the file-timer watchdog, hang detection,
 //                              `dtrun status` and `dtrun stacks`
@@ -79,6 +81,7 @@ class elastic_agent::impl {
     std::string machine_fault;
     failure_class klass = failure_class::exit;
     std::string exception_type;
+    bool lost_peer = false;  // a lost peer can cause it (failure_class.h)
   };
 
   // What ended a round, from then until the workers run again (or the job
@@ -94,6 +97,9 @@ class elastic_agent::impl {
     std::chrono::system_clock::time_point detected_at;
     bool failed_at_known = false;
     std::optional<std::int64_t> step;  // --progress-file's step then
+    // A departure ended the round before this node's failure was counted:
+    // that failure, which the departure caused (elastic_agent_hold.cpp).
+    std::string caused;
   };
 
   // exiting: our workers all succeeded; waiting in the exit barrier for the
@@ -127,9 +133,15 @@ class elastic_agent::impl {
 
   // elastic_agent_restart.cpp
   void group_stopped();
+  void after_stop();
   void count_restart(const std::string& reason);
   void decide_restart();
   void leave_unclean();
+
+  // elastic_agent_hold.cpp
+  void count_or_hold(std::string reason);
+  void end_hold();
+  void failure_explained(const std::string& ended_by);
 
   // elastic_agent_signals.cpp
   void watch_launcher();
@@ -278,6 +290,10 @@ class elastic_agent::impl {
   std::optional<int> job_restarts_;
   bool unreported_ = false;  // the last failure's report never reached the rendezvous
   bool awaiting_restart_count_ = false;
+  // The held failure's reason, to report when the round ends or the
+  // departure bound passes (elastic_agent_hold.cpp); nullopt: none held.
+  std::optional<std::string> held_;
+  generation_timer hold_timer_{io_};
   // "rank 3 (pid 1234)": the first worker that did not die on SIGKILL.
   std::optional<std::string> unkillable_;
   int exit_code_ = 1;

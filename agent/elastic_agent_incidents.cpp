@@ -93,6 +93,8 @@ void elastic_agent::impl::close_incident(bool resumed) {
       {"rank", i.rank ? ojson(*i.rank) : ojson(nullptr)},
       {"culprit_host", i.here ? ojson(reporter_.host()) : ojson(nullptr)},
       {"detail", i.detail},
+      // A departure ended the round: the failure here that it caused.
+      {"caused", i.caused.empty() ? ojson(nullptr) : ojson(i.caused)},
       {"failed_at", iso8601_utc_ms(i.failed_at)},
       {"detected_at", iso8601_utc_ms(i.detected_at)},
       {"resumed_at", resumed ? ojson(iso8601_utc_ms(now)) : ojson(nullptr)},

@@ -12,6 +12,11 @@ void elastic_agent::impl::group_stopped() {
   group_.cancel_stop();
   end_round();
   say_flight_recorder_dumps();
+  after_stop();
+}
+
+// What follows the round's stop: leave, finish, rejoin or restart.
+void elastic_agent::impl::after_stop() {
   if (preempting_ && !job_stop_sent_) {  // SIGTERM with --checkpoint-signal
     leave_preempted();
     return;
@@ -51,7 +56,8 @@ void elastic_agent::impl::group_stopped() {
     return;
   }
   if (!job_restarts_) {
-    awaiting_restart_count_ = true;  // decide_restart() runs when it comes
+    // decide_restart() runs when it comes (a held failure: once reported).
+    awaiting_restart_count_ = true;
     return;
   }
   decide_restart();
@@ -61,11 +67,13 @@ void elastic_agent::impl::group_stopped() {
 // for the whole job (the rendezvous keeps the count), so every node
 // honours --max-restarts alike.
 void elastic_agent::impl::count_restart(const std::string& reason) {
-  awaiting_restart_count_ = false;
-  rendezvous_.report_failure(reason, [this](std::exception_ptr error, int restarts) {
+  rendezvous_.report_failure(reason, [this](std::exception_ptr error,
+                                            rendezvous::rendezvous_handler::failure_verdict v) {
     // The agent may have finished meanwhile (a signal, or shutdown()
     // failing this call): nothing to decide any more.
     if (phase_ == phase::done) return;
+    // The round had ended for a reason that is no failure (elastic_agent_hold.cpp).
+    if (!error && v.ended_by) return failure_explained(*v.ended_by);
     if (error) {
       log_error("could not reach the rendezvous to report the failure; not restarting");
       // The count is unknown, not used up: the summary must say so
@@ -74,8 +82,8 @@ void elastic_agent::impl::count_restart(const std::string& reason) {
       unreported_ = true;
       job_restarts_ = options_.spec.max_restarts + 1;
     } else {
-      job_restarts_ = restarts;
-      restarts_seen_ = restarts;
+      job_restarts_ = v.restarts;
+      restarts_seen_ = v.restarts;
     }
     if (awaiting_restart_count_) {
       awaiting_restart_count_ = false;

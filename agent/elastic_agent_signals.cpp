@@ -83,6 +83,7 @@ void elastic_agent::impl::on_signal(int sig) {
         stopped_elsewhere_ = false;  // the next one here means "now"
         group_.signal_all(sig);
       }
+      end_hold();  // a held failure (elastic_agent_hold.cpp): not restarted now
       break;
     case phase::starting:
     case phase::rendezvous:
@@ -138,7 +139,8 @@ void elastic_agent::impl::stopped_elsewhere(const std::string& who) {
   // store's word may come before it).
   if (phase_ == phase::running) {
     begin_stop(SIGINT);
-  } else {
+  } else if (phase_ != phase::stopping || group_.waited_for() == 0) {
+    // (Stopping, a held failure's verdict: group_stopped finishes.)
     finish_after_job_stop(128 + SIGINT);
   }
 }

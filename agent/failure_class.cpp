@@ -109,6 +109,40 @@ bool says_collective_timeout(std::string_view text) {
           (contains(text, "for recv operation") || contains(text, "for send operation")));
 }
 
+namespace {
+
+// What a worker says when a peer of its collective (or the workers'
+// store, on group rank 0's node) went away. Matching the worker's words
+// is inherent here: torch hands the agent no typed cause, only its
+// exception's text (the error file) or its stderr. Kept to this one list.
+bool says_peer_lost(std::string_view text) {
+  static constexpr std::array<std::string_view, 7> words{{
+      "Connection closed by peer",   // gloo's tcp pair: the peer's socket closed
+      "Connection reset by peer",    // ECONNRESET: gloo, the TCPStore client
+      "Broken pipe",                 // EPIPE: a write to a peer that is gone
+      "Connection was likely closed",  // torch 2.x TCPStore: "Failed to recv, got 0 bytes"
+      "remote process exited or there was a network error",  // NCCL's ncclRemoteError
+      "ncclRemoteError",
+      "NCCL communicator was aborted",  // torch: a peer's error aborted the communicator
+  }};
+  for (auto w : words) {
+    if (contains(text, w)) return true;
+  }
+  return says_collective_timeout(text);
+}
+
+}  // namespace
+
+bool lost_peer_can_cause(const failure_evidence& e) {
+  if (!e.hang.empty() || !e.watchdog.empty() || e.oom_killed) return false;
+  if (e.signal != 0 && e.signal != SIGABRT) return false;
+  if (says_peer_lost(e.message) || says_peer_lost(e.traceback)) return true;
+  for (const auto& line : e.log_tail) {
+    if (says_peer_lost(line)) return true;
+  }
+  return false;
+}
+
 failure_class classify(const failure_evidence& e) {
   // dtrun's own kills first: it knows why it sent them.
   if (!e.hang.empty()) return failure_class::hang;

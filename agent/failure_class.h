@@ -67,6 +67,18 @@ std::string exception_type(const failure_evidence& e);
 // waiting ... for recv/send operation".
 bool says_collective_timeout(std::string_view text);
 
+// Whether another node's loss can cause a failure like this one (issue 49):
+// a collective's timeout, or the words a collective or the workers' store
+// says when a peer is gone (gloo's "Connection closed by peer", a reset or
+// broken connection, NCCL's remote error, a communicator aborted), in the
+// error file, its traceback or the stderr tail, exited or aborted
+// (SIGABRT: NCCL's error handling). Never for a failure dtrun caused (a
+// hang, the watchdog), the OOM killer, another signal, or a plain
+// exception: those are decided at once. The agent holds the restart
+// decision of such a failure until the rendezvous's departure bound
+// (docs/agent.md, "A failure a departure explains").
+bool lost_peer_can_cause(const failure_evidence& e);
+
 // "[exception:TypeError]" / "[oom-kill]": appended to the reason a failed
 // round's `over` key carries, so the other nodes learn the class with the
 // round's end (class_of_round_end reads it back).

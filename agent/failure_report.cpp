@@ -237,6 +237,7 @@ failure_record make_failure_record(const worker_exit& e, const error_file_limits
   }
   r.failure_class = class_name(classify(evidence));
   r.exception_type = exception_type(evidence);
+  r.lost_peer = lost_peer_can_cause(evidence);
   r.hint = failure_hint(r, e.interpreter, own_cgroup_dir());
   return r;
 }

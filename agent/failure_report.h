@@ -47,6 +47,10 @@ struct failure_record {
   std::string hint;         // what to do, by cause (failure_hint.h); empty: none known
   std::string failure_class = "exit";  // failure_class.h's name for it
   std::string exception_type;          // "TypeError" when known
+  // A lost peer can cause a failure like this (failure_class.h,
+  // lost_peer_can_cause): its agent holds the restart decision. This
+  // node's only: not in the JSON.
+  bool lost_peer = false;
 };
 
 nlohmann::json to_json(const failure_record& r);

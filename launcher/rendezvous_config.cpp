@@ -295,6 +295,8 @@ std::optional<multi_node_config> resolve_multi_node(const launch_options& o, int
     // Every node opens a store for the workers; group rank 0's is used.
     r.worker_store_on_every_node = true;
     r.host_store = false;
+    // A dead node's will runs when its lease expires.
+    r.store_liveness = c.etcd->lease_ttl;
     c.host_decided_by = "etcd holds the rendezvous; group rank 0 hosts the workers' store";
     r.endpoint_host = c.etcd->members.front().host;
     r.endpoint_port = c.etcd->members.front().port;

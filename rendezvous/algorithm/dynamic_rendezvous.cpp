@@ -121,6 +121,9 @@ void dynamic_rendezvous::watch_round(std::function<void(std::string)> on_over) {
 void dynamic_rendezvous::report_failure(std::string reason, restart_completion done) {
   impl_->report_failure(std::move(reason), std::move(done));
 }
+std::chrono::milliseconds dynamic_rendezvous::departure_bound() const {
+  return impl_->departure_bound();
+}
 void dynamic_rendezvous::fail_job(std::string reason, std::function<void()> done) {
   impl_->fail_job(std::move(reason), std::move(done));
 }

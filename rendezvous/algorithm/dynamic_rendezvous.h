@@ -90,6 +90,11 @@ struct dynamic_rendezvous_options {
   // The etcd backend: clients of an external store (no node hosts it;
   // host_store is false). Empty: the c10d TCPStore at the endpoint.
   round_store_factory store_factory;
+  // An external store's own liveness bound: how long after an agent dies
+  // the store runs its will (etcd: lease_ttl). Zero: the c10d store, which
+  // runs it when the agent's connection closes; a node that stops without
+  // closing it is found by the heartbeat ring (keep_alive_*).
+  std::chrono::milliseconds store_liveness{0};
   // With an external store nobody hosts the workers' store either: every
   // node opens one when it joins, and the round uses group rank 0's
   // (MASTER_ADDR = rank 0's address). The others close theirs.
@@ -131,6 +136,7 @@ class dynamic_rendezvous final : public rendezvous_handler {
   void shutdown() override;
   void watch_round(std::function<void(std::string)> on_over) override;
   void report_failure(std::string reason, restart_completion done) override;
+  std::chrono::milliseconds departure_bound() const override;
   void fail_job(std::string reason, std::function<void()> done) override;
   void stop_job(std::string reason, std::function<void()> done) override;
   void stop_seen(std::function<void()> done) override;

@@ -92,6 +92,7 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   void census(std::function<void(rendezvous_handler::census_counts)> done);
   void shutdown();
 
+  std::chrono::milliseconds departure_bound() const;
   const dynamic_rendezvous_options& options() const { return options_; }
   const store_host& host() const { return *host_; }
 
@@ -146,9 +147,7 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   void round_ended(std::int64_t r, std::string reason);
   void watch_successor(std::int64_t r, int successor_arrival);
   std::string lost_store_reason(const std::exception_ptr& error) const;
-  void count_restart(std::int64_t r, std::string reason, restart_completion done);
-  void end_failed_round(std::int64_t r, const std::string& reason, std::int64_t restarts,
-                        const restart_completion& done);
+  void count_restart(std::int64_t r, std::string why, restart_completion done);
   void mark_job_failed(const std::string& why);
   void mark_failures_read(std::int64_t r, std::function<void()> done);
 

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -109,10 +110,31 @@ class rendezvous_handler {
   virtual void watch_round(std::function<void(std::string reason)> on_over) = 0;
 
   // This node's workers failed: end the round on every node and count a
-  // restart for the whole job. Completes with the job-wide restart count
-  // (so every node honours --max-restarts the same way).
-  using restart_completion = std::function<void(std::exception_ptr error, int restarts)>;
+  // restart for the whole job, unless the round had already ended for a
+  // reason that is no failure. The round's first end decides, once for
+  // every node (docs/rendezvous.md, "Ending a round"):
+  // - it is this failure: the job's restart count is raised by one;
+  // - it is another node's failure: the count that node raised;
+  // - it is a departure (a node lost, silent or gone) or another end that
+  //   is no failure (a newcomer): no restart; `ended_by` says which, and
+  //   the failure is what that end caused.
+  // Completes with the job-wide count (so every node honours
+  // --max-restarts the same way).
+  struct failure_verdict {
+    int restarts = 0;  // the job's restart count (with ended_by: as it was)
+    // Set when the round's first end is not a failure: its reason.
+    std::optional<std::string> ended_by;
+  };
+  using restart_completion = std::function<void(std::exception_ptr error, failure_verdict)>;
   virtual void report_failure(std::string reason, restart_completion done) = 0;
+
+  // How long after another node dies, at most, this rendezvous takes to
+  // end the round with its departure (etcd: its lease's TTL; c10d: the
+  // heartbeat ring's timeout, a closed connection being seen at once),
+  // with a margin for the round trips. The agent holds a failure that a
+  // lost peer can cause this long (docs/agent.md, "A failure a departure
+  // explains"). Zero: no other node can depart (a single node).
+  virtual std::chrono::milliseconds departure_bound() const = 0;
 
   // This node gives up (its restarts are used up, or its program cannot
   // start): mark the job failed for every node, then call `done`.

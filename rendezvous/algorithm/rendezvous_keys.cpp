@@ -50,9 +50,6 @@ std::string rendezvous_keys::heartbeat(std::int64_t r, int arrival) const {
 std::string rendezvous_keys::done(std::int64_t r) const { return round_key(r, "done"); }
 std::string rendezvous_keys::left(std::int64_t r) const { return round_key(r, "left"); }
 std::string rendezvous_keys::all_left(std::int64_t r) const { return round_key(r, "all_left"); }
-std::string rendezvous_keys::failure_reports(std::int64_t r) const {
-  return round_key(r, "failure_reports");
-}
 std::string rendezvous_keys::round_restarts(std::int64_t r) const {
   return round_key(r, "restarts");
 }

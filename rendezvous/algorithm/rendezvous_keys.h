@@ -58,7 +58,6 @@ class rendezvous_keys {
   std::string done(std::int64_t r) const;
   std::string left(std::int64_t r) const;
   std::string all_left(std::int64_t r) const;
-  std::string failure_reports(std::int64_t r) const;
   std::string round_restarts(std::int64_t r) const;  // r/<r>/restarts
   std::string progress(std::int64_t r) const;
   // The round's job-wide checkpoint request (--checkpoint-signal): who.

@@ -52,6 +52,20 @@ std::optional<int> departed_rank(std::string_view over) {
   return std::nullopt;
 }
 
+std::string node_failed_reason(int rank, std::string_view why) {
+  return fmt::format("node {}: {}", rank, why);
+}
+
+std::optional<int> failed_rank(std::string_view over) {
+  if (!over.starts_with(node_prefix)) return std::nullopt;
+  over.remove_prefix(node_prefix.size());
+  auto colon = over.find(": ");
+  if (colon == std::string_view::npos) return std::nullopt;
+  auto rank = parse_whole<int>(over.substr(0, colon));
+  if (!rank || *rank < 0) return std::nullopt;
+  return rank;
+}
+
 std::string returning_nodes::to_text() const { return fmt::format("{} {}", arrivals, departed); }
 
 std::optional<returning_nodes> returning_nodes::from_text(std::string_view text) {

@@ -25,6 +25,13 @@ std::string node_left_reason(int rank, std::string_view host, std::string_view w
 // newcomer, the job's end), after which every member can come back.
 std::optional<int> departed_rank(std::string_view over);
 
+// `r/<r>/over` when node `rank`'s workers failed (report_failure) or it
+// failed the job (fail_job): "node K: <why>".
+std::string node_failed_reason(int rank, std::string_view why);
+// The group rank of a failure's end as node_failed_reason spells it;
+// nullopt for every other reason.
+std::optional<int> failed_rank(std::string_view over);
+
 // What the first node back from round r fixes for round r+1 (one
 // compare_set, so every node counts with the same numbers): how many
 // arrivals round r had when it looked, and the group rank its end named as

@@ -1,6 +1,7 @@
 // While a round runs (docs/rendezvous.md, "Ending a round", "Failure
 // reports"): the WAIT on `over`, the heartbeat ring, a failure's restart
 // count, failing the job, the failure board, progress and status.
+#include <algorithm>
 #include <utility>
 
 #include <boost/asio/post.hpp>
@@ -9,6 +10,7 @@
 #include "rendezvous/algorithm/dynamic_rendezvous_impl.h"
 #include "rendezvous/base/parse_whole.h"
 #include "rendezvous/algorithm/failure_board.h"
+#include "rendezvous/algorithm/returning_nodes.h"
 #include "rendezvous/store/round_store.h"
 
 namespace dtrun::rendezvous {
@@ -116,61 +118,74 @@ void dynamic_rendezvous::impl::census(
 }
 
 // A round that ends in failure costs the job one restart, however many
-// nodes report it: workers of one collective often fail together, so
-// several nodes may get here for the same round before any has seen the
-// round end. The first reporter of the round (by ADD) counts it and
-// publishes the count; the others read that count.
+// nodes report it (workers of one collective often fail together), and
+// none when the round had already ended for a reason that is no failure:
+// the survivors' workers fail right after a node dies (their collective
+// breaks), and on etcd the dead node's will runs only when its lease
+// expires, seconds later (issue 49). So the round's first end decides,
+// once for every node: each reporter compare_sets `over` from empty; the
+// one whose reason stands counts the restart and publishes the count
+// (r/<r>/restarts); a reporter that finds another node's failure there
+// reads that count; one that finds a departure (or a newcomer) counts
+// nothing and is told what ended the round.
 void dynamic_rendezvous::impl::report_failure(std::string reason, restart_completion done) {
   end_here();  // our own doing: no on_over callback
   auto r = round_;
-  ops_->add(keys_.failure_reports(r), 1,
-            [self = shared_from_this(), r, reason, done](store_result first) {
-    if (first.error) return done(first.error, 0);
-    if (first.number == 1) return self->count_restart(r, reason, done);
+  auto ours = node_failed_reason(group_rank_, reason);
+  end_round_first(r, ours, [self = shared_from_this(), r, ours, done](store_result first) {
+    if (first.error) return done(first.error, {});
+    if (first.value == ours) return self->count_restart(r, ours, done);
+    if (!failed_rank(first.value)) {
+      return done(nullptr, failure_verdict{0, first.value});
+    }
     self->ops_->get(self->keys_.round_restarts(r), self->options_.close_timeout,
-                    [self, r, reason, done](store_result counted) {
-      if (counted.error) return done(counted.error, 0);
-      auto restarts = parse_whole<std::int64_t>(counted.value);
+                    [r, done](store_result counted) {
+      if (counted.error) return done(counted.error, {});
+      auto restarts = parse_whole<int>(counted.value);
       if (!restarts) {
         return done(store_error_ptr(fmt::format("the restart count of round {} is corrupt", r)),
-                    0);
+                    {});
       }
-      self->end_failed_round(r, reason, *restarts, done);
+      done(nullptr, failure_verdict{*restarts, std::nullopt});
     });
   });
 }
 
-// The first reporter of round r: count the job's restart and publish it.
-void dynamic_rendezvous::impl::count_restart(std::int64_t r, std::string reason,
+// The reporter whose failure ended round r: count the job's restart and
+// publish it for the round's other reporters.
+void dynamic_rendezvous::impl::count_restart(std::int64_t r, std::string why,
                                              restart_completion done) {
-  ops_->add(keys_.restarts(), 1, [self = shared_from_this(), r, reason, done](store_result n) {
-    if (n.error) return done(n.error, 0);
+  ops_->add(keys_.restarts(), 1, [self = shared_from_this(), r, why, done](store_result n) {
+    if (n.error) return done(n.error, {});
     if (n.number > self->options_.max_restarts) {
       // Out of restarts: the job is over for every node, not just us.
-      self->mark_job_failed(fmt::format("node {}: {}", self->group_rank_, reason));
+      self->mark_job_failed(why);
     }
-    self->ops_->set(self->keys_.round_restarts(r), std::to_string(n.number),
+    auto restarts_key = self->keys_.round_restarts(r);
+    self->ops_->set(restarts_key, std::to_string(n.number),
                     self->unheeded_("record the round's restart count"));
-    self->end_failed_round(r, reason, n.number, done);
+    // A round trip before we answer: the caller may start the next round
+    // at once, which closes this client, and the others must read it.
+    self->ops_->check({restarts_key}, [done, restarts = static_cast<int>(n.number)](
+                                          store_result) {
+      done(nullptr, failure_verdict{restarts, std::nullopt});
+    });
   });
 }
 
-// Tells every node that round r is over, then answers with the job's
-// restart count.
-void dynamic_rendezvous::impl::end_failed_round(std::int64_t r, const std::string& reason,
-                                                std::int64_t restarts,
-                                                const restart_completion& done) {
-  auto over = keys_.over(r);
-  // From empty, as every reason but the job's failure: when a node's loss
-  // ended the round first (its workers' peers then fail too), that loss
-  // stays what every node reads, and the next round need not wait for it
-  // (round_return.cpp).
-  end_round_first(r, fmt::format("node {}: {}", group_rank_, reason));
-  // A round trip before we answer: the caller may start the next round at
-  // once, which closes this client, and the others must be told.
-  ops_->check({over}, [done, restarts = static_cast<int>(restarts)](store_result) {
-    done(nullptr, restarts);
-  });
+// How long a node's death may take to end the round (rendezvous_handler):
+// an external store's liveness (its lease), else the heartbeat ring's
+// (max_attempt reads that find the counter standing, after the last one
+// that moved); plus one second for the round trips of the will or the
+// ring and the WAIT that tells the others.
+std::chrono::milliseconds dynamic_rendezvous::impl::departure_bound() const {
+  constexpr std::chrono::milliseconds margin = std::chrono::seconds(1);
+  if (external_store()) return bounded(options_.store_liveness + margin);
+  auto interval = bounded(options_.keep_alive_interval);
+  auto beats = std::max(options_.keep_alive_max_attempt, 0) + 1;
+  // Without overflow: settings that large mean no bound worth holding for.
+  if (interval.count() > (no_timeout - margin).count() / beats) return no_timeout;
+  return interval * beats + margin;
 }
 
 // Marks the job failed for every node. `failed_round` goes first, on the
@@ -184,7 +199,7 @@ void dynamic_rendezvous::impl::mark_job_failed(const std::string& why) {
 
 void dynamic_rendezvous::impl::fail_job(std::string reason, std::function<void()> done) {
   end_here();
-  auto why = fmt::format("node {}: {}", group_rank_, reason);
+  auto why = node_failed_reason(group_rank_, reason);
   mark_job_failed(why);
   ops_->set(keys_.over(round_), why, unheeded_("end the round"));
   // A round trip, so both are applied before we leave (and close).

@@ -69,7 +69,7 @@ void standalone_rendezvous::watch_round(std::function<void(std::string)> on_over
 // This node's restarts are the job's.
 void standalone_rendezvous::report_failure(std::string reason, restart_completion done) {
   (void)reason;
-  done(nullptr, ++local_restarts_);
+  done(nullptr, failure_verdict{++local_restarts_, std::nullopt});
 }
 
 void standalone_rendezvous::fail_job(std::string reason, std::function<void()> done) {

@@ -10,6 +10,7 @@
 // multi-node events complete inline.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <exception>
 #include <functional>
@@ -52,6 +53,8 @@ class standalone_rendezvous final : public rendezvous_handler {
 
   void watch_round(std::function<void(std::string reason)> on_over) override;
   void report_failure(std::string reason, restart_completion done) override;
+  // No other node to lose.
+  std::chrono::milliseconds departure_bound() const override { return {}; }
   void fail_job(std::string reason, std::function<void()> done) override;
   void stop_job(std::string reason, std::function<void()> done) override;
   void stop_seen(std::function<void()> done) override;

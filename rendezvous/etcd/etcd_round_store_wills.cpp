@@ -31,7 +31,7 @@ void etcd_round_store::withdraw_will(std::string will, store_callback done) {
 
 // Every member watches the wills of its round: a will that vanishes
 // with its text (its agent's lease expired) is executed by whoever sees
-// it first; the others set the same value again, which changes nothing.
+// it first; the others find the target set, and change nothing.
 void etcd_round_store::watch_wills(const std::string& dir) {
   if (!will_dirs_.insert(dir).second) return;
   auto self = shared_from_this();
@@ -51,13 +51,23 @@ void etcd_round_store::watch_wills(const std::string& dir) {
   watches_.push_back(w);
 }
 
+// Only when the target is absent: the first reason wins, as on the
+// TCPStore server (store_session::execute_wills). A plain put overwrote a
+// survivor's failure that had ended the round first, so two survivors
+// could read two different ends of one round (issue 49).
 void etcd_round_store::execute_will(const std::string& target, const std::string& value) {
   // Its own connection: this client's may be busy with a long wait.
   auto c = etcd_connection::create(io_, options_, session_->tls());
-  json body{{"key", base64_encode(target)},
-            {"value", base64_encode(value)},
-            {"lease", job_lease_}};
-  c->post("/v3/kv/put", body.dump(), options_.request_timeout, [c](etcd_reply) {});
+  auto key = base64_encode(target);
+  json body{{"compare", json::array({json{{"key", key},
+                                          {"result", "EQUAL"},
+                                          {"target", "CREATE"},
+                                          {"create_revision", "0"}}})},
+            {"success", json::array({json{{"request_put",
+                                           {{"key", key},
+                                            {"value", base64_encode(value)},
+                                            {"lease", job_lease_}}}}})}};
+  c->post("/v3/kv/txn", body.dump(), options_.request_timeout, [c](etcd_reply) {});
 }
 
 }  // namespace dtrun::rendezvous::etcd_client

@@ -142,8 +142,8 @@ class round_store {
 
   // A last will: when this client's agent dies (its connection closes, or
   // its etcd lease expires) while the will stands, `target` is set to
-  // `value`: on the TCPStore server and in memory only while `target` is
-  // empty (the first reason wins), on etcd by a plain put. `will` names the
+  // `value`, only while `target` is empty or absent (the first reason
+  // wins; on etcd a put only if the key was never created). `will` names the
   // will; set_will again or withdraw_will replaces or withdraws it.
   // Leaving on purpose withdraws it first.
   virtual void set_will(std::string will, std::string target, std::string value,

@@ -128,3 +128,46 @@ TEST_CASE("a round's end tells the other nodes its class", "[failure_class]") {
   for (auto name : class_names()) CHECK(parse_class(name));
   CHECK_FALSE(parse_class("oom"));
 }
+
+TEST_CASE("a failure a lost peer can cause is told from the worker's words, and only then",
+          "[failure_class]") {
+  auto gloo = exited(1);
+  gloo.message = "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:598] "
+                 "Connection closed by peer [10.0.0.3]:47100";
+  CHECK(lost_peer_can_cause(gloo));
+  auto reset = exited(1);
+  reset.log_tail = {"Traceback (most recent call last):",
+                    "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:589] Read "
+                    "error [10.0.0.2]:1234: Connection reset by peer"};
+  CHECK(lost_peer_can_cause(reset));
+  auto nccl = exited(1);
+  nccl.traceback = "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, "
+                   "remote process exited or there was a network error, NCCL version 2.20.5";
+  CHECK(lost_peer_can_cause(nccl));
+  // NCCL's error handling aborts the process.
+  auto aborted = killed(SIGABRT);
+  aborted.log_tail = {"[rank1]:[E] Exception (either an error or timeout) detected by watchdog: "
+                      "NCCL communicator was aborted on rank 1."};
+  CHECK(lost_peer_can_cause(aborted));
+  auto timeout = exited(1);
+  timeout.message = "RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] "
+                    "Timed out waiting 5000ms for recv operation to complete";
+  CHECK(lost_peer_can_cause(timeout));
+
+  // Decided at once: the training's own error, the OOM killer, another
+  // signal, dtrun's own kills, or nothing said.
+  auto own = exited(1);
+  own.message = "TypeError: unsupported operand type(s)";
+  CHECK_FALSE(lost_peer_can_cause(own));
+  CHECK_FALSE(lost_peer_can_cause(exited(1)));
+  auto oom = killed(SIGKILL);
+  oom.oom_killed = true;
+  oom.log_tail = gloo.log_tail;
+  CHECK_FALSE(lost_peer_can_cause(oom));
+  auto segv = killed(SIGSEGV);
+  segv.message = gloo.message;
+  CHECK_FALSE(lost_peer_can_cause(segv));
+  auto hung = gloo;
+  hung.hang = "no progress from any worker for 60.0 s";
+  CHECK_FALSE(lost_peer_can_cause(hung));
+}

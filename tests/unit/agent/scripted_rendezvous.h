@@ -8,6 +8,7 @@
 #include <exception>
 #include <functional>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -17,6 +18,7 @@
 #include <boost/asio/post.hpp>
 
 #include "rendezvous/algorithm/rendezvous_handler.h"
+#include "rendezvous/algorithm/returning_nodes.h"
 
 namespace dtrun::agent::testing {
 
@@ -46,9 +48,13 @@ class scripted_rendezvous : public rendezvous::rendezvous_handler {
   std::vector<std::string> departures;  // leave_job() reasons
   bool was_shut_down = false;
   int restarts = 0;  // the job's count, as the store keeps it
+  // What departure_bound() says (0: the agent holds no failure).
+  std::chrono::milliseconds bound{0};
 
-  // Another node ends the round (it failed, died or wants in).
+  // Another node ends the round (it failed, died or wants in). The first
+  // end of a round is the one report_failure() finds, as in the store.
   void end_round(const std::string& reason) {
+    if (!ended_with_) ended_with_ = reason;
     auto on_over = std::exchange(on_over_, nullptr);
     if (on_over) boost::asio::post(io_, [on_over, reason] { on_over(reason); });
   }
@@ -57,6 +63,7 @@ class scripted_rendezvous : public rendezvous::rendezvous_handler {
   void next_round(completion done) override {
     rendezvous::rendezvous_info round = info;
     round.round = rounds_started++;
+    ended_with_.reset();
     std::exception_ptr error = std::exchange(next_error, nullptr);
     boost::asio::post(io_, [done, round, error] { done(error, round); });
   }
@@ -65,15 +72,25 @@ class scripted_rendezvous : public rendezvous::rendezvous_handler {
   void watch_round(std::function<void(std::string)> on_over) override {
     on_over_ = std::move(on_over);
   }
+  // The round's first end decides (dynamic_rendezvous): this failure is
+  // counted, another node's failure was, anything else counts nothing.
   void report_failure(std::string reason, restart_completion done) override {
     failures_reported.push_back(reason);
     if (failure_reports_fail) {
       auto error = std::make_exception_ptr(std::runtime_error("the store is unreachable"));
-      return boost::asio::post(io_, [done, error] { done(error, 0); });
+      return boost::asio::post(io_, [done, error] { done(error, {}); });
     }
-    int count = ++restarts;
-    boost::asio::post(io_, [done, count] { done(nullptr, count); });
+    failure_verdict verdict{restarts, std::nullopt};
+    if (!ended_with_) {
+      ended_with_ = rendezvous::node_failed_reason(info.group_rank, reason);
+      verdict.restarts = ++restarts;
+    } else if (!rendezvous::failed_rank(*ended_with_)) {
+      verdict.ended_by = ended_with_;
+    }
+    on_over_ = nullptr;  // our own end: the watch is not called
+    boost::asio::post(io_, [done, verdict] { done(nullptr, verdict); });
   }
+  std::chrono::milliseconds departure_bound() const override { return bound; }
   void fail_job(std::string reason, std::function<void()> done) override {
     job_failures.push_back(std::move(reason));
     boost::asio::post(io_, std::move(done));
@@ -169,6 +186,7 @@ class scripted_rendezvous : public rendezvous::rendezvous_handler {
   boost::asio::io_context& io_;
   std::string run_id_ = "policy-test";
   std::function<void(std::string)> on_over_;
+  std::optional<std::string> ended_with_;  // the round's first end
   std::map<std::int64_t, std::vector<std::string>> published_;
   std::int64_t progress_ = 0;
   std::function<void(std::string)> on_checkpoint_;

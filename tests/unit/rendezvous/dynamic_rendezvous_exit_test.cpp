@@ -139,7 +139,7 @@ TEST_CASE("an exit barrier that a failure ended does not time out in the next ro
       if (++first_done < 2) return;
       // Node 0's workers succeed; node 1's fail.
       c.nodes[0]->finish([&](std::exception_ptr e) { barrier0 = e ? message_of(e) : ""; });
-      c.nodes[1]->report_failure("worker exited with 1", [&](std::exception_ptr e, int) {
+      c.nodes[1]->report_failure("worker exited with 1", [&](std::exception_ptr e, auto) {
         REQUIRE_FALSE(e);
         start_second(1);
       });
@@ -273,7 +273,7 @@ TEST_CASE("failure reports reach every node, and the store's host waits until al
       c.nodes[0]->publish_failure(0, R"({"rank": 1, "message": "boom 42"})", [&] {
         c.nodes[0]->publish_failure(0, R"({"rank": 0, "message": "later"})", [&] {
           c.nodes[0]->report_failure("worker rank 1 exited with code 1",
-                                     [&](std::exception_ptr, int) {
+                                     [&](std::exception_ptr, auto) {
                                        c.nodes[0]->fail_job("out of restarts",
                                                             [&] { read_failures(0, 0); });
                                      });

@@ -153,7 +153,7 @@ TEST_CASE("after a worker failure the round closes when every member is back",
     join(*c.nodes[i], second[i], [&, i] {
       if (i != 1) c.nodes[i]->watch_round([&, i](std::string) { in_round_2(i); });
       if (++second_done < 3) return;
-      c.nodes[1]->report_failure("worker 0 exited with 1", [&](std::exception_ptr e, int) {
+      c.nodes[1]->report_failure("worker 0 exited with 1", [&](std::exception_ptr e, auto) {
         REQUIRE_FALSE(e);
         in_round_2(1);
       });

@@ -78,9 +78,9 @@ TEST_CASE("a failure on one node ends the round everywhere, and ranks survive th
       });
       if (++first_done < 3) return;
       // Every node runs round 0; now node 1's workers fail.
-      c.nodes[1]->report_failure("worker 3 exited with 1", [&](std::exception_ptr e, int n) {
+      c.nodes[1]->report_failure("worker 3 exited with 1", [&](std::exception_ptr e, auto v) {
         REQUIRE_FALSE(e);
-        restarts = n;
+        restarts = v.restarts;
         start_second(1);
       });
     });
@@ -119,9 +119,9 @@ TEST_CASE("nodes whose workers fail together in one round count one restart",
         auto reported = std::make_shared<int>(0);
         for (int n = 0; n < 2; ++n) {
           c.nodes[n]->report_failure("worker exited with 3",
-                                     [&, n, round, reported](std::exception_ptr e, int k) {
+                                     [&, n, round, reported](std::exception_ptr e, auto v) {
                                        REQUIRE_FALSE(e);
-                                       counts[n].push_back(k);
+                                       counts[n].push_back(v.restarts);
                                        if (++*reported < 2) return;
                                        if (round == 0) {
                                          start_round(1);

@@ -343,3 +343,41 @@ TEST_CASE("etcd: a wait whose watch start was compacted reads its keys again, as
   CHECK(value == "v");
   CHECK(counts == 2);
 }
+
+TEST_CASE("etcd: a vanished will sets its target only if absent: the round's first end stands") {
+  // Issue 49: a plain put overwrote a survivor's failure that had ended
+  // the round first, so two survivors could read two ends of one round.
+  asio::io_context io;
+  const std::string target = "/t/over", text = "node 1 (10.0.0.2) was lost";
+  std::string will_txn, will_put;
+  fake_etcd_member m(io, [&](const std::string& path, const std::string& body) {
+    bool names_target = body.find(base64_encode(target)) != std::string::npos;
+    if (path == "/v3/kv/txn" && names_target) {
+      will_txn = body;
+      io.stop();
+    }
+    if (path == "/v3/kv/put" && names_target) will_put = body;
+    if (path != "/v3/watch") return etcd_like(path, body);
+    // The wills' watch: the will's lease expired, its key deleted.
+    auto key = base64_encode("/w/1");
+    auto event = fmt::format(
+        R"({{"result":{{"header":{{"revision":"5"}},"events":[{{"type":"DELETE",)"
+        R"("kv":{{"key":"{}","mod_revision":"5"}},"prev_kv":{{"key":"{}","value":"{}"}}}}]}}}})",
+        key, key, base64_encode(target + "\n" + text));
+    return fake_etcd_member::reply{
+        http_chunked_head() + http_chunk(R"({"result":{"header":{"revision":"4"},"created":true}})") +
+            http_chunk(event),
+        fake_etcd_member::then::hold};
+  });
+  auto store = connected_store(io, options_for(m), [&](std::shared_ptr<round_store> s) {
+    s->set_will("w/1", "t/over", text, [](store_result) {});
+  });
+  asio::steady_timer guard(io, 5s);  // a bound, not a pause: the txn stops the loop
+  guard.async_wait([&](const boost::system::error_code&) { io.stop(); });
+  io.run();
+  store->close();
+  REQUIRE_FALSE(will_txn.empty());
+  CHECK_THAT(will_txn, Contains(R"("target":"CREATE")") && Contains(R"("create_revision":"0")"));
+  CHECK_THAT(will_txn, Contains(base64_encode(text)));
+  CHECK(will_put.empty());
+}

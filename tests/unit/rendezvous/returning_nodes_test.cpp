@@ -72,3 +72,20 @@ TEST_CASE("a round closes with at most MAX nodes, in whole units", "[returning_n
   CHECK(closing_count(9, 8, 4) == 8);
   CHECK(closing_count(3, 3, 0) == 3);  // no unit given
 }
+
+TEST_CASE("a failure's end names the failed node, and no other end does", "[returning_nodes]") {
+  CHECK(node_failed_reason(1, "worker rank 3 exited with code 1") ==
+        "node 1: worker rank 3 exited with code 1");
+  CHECK(failed_rank(node_failed_reason(1, "worker rank 3 exited with code 1")) == 1);
+  CHECK(failed_rank(node_failed_reason(0, "out of restarts: node 2 (10.0.0.3) was lost")) == 0);
+  // Departures, newcomers, stops and the barrier's release are no failure:
+  // a failure reported after them spends no restart (report_failure).
+  CHECK_FALSE(failed_rank(node_lost_reason(2, "10.77.0.3")));
+  CHECK_FALSE(failed_rank(node_silent_reason(7)));
+  CHECK_FALSE(failed_rank(node_left_reason(3, "h4", "preempted: SIGTERM")));
+  CHECK_FALSE(failed_rank("a node is waiting to join"));
+  CHECK_FALSE(failed_rank("every node finished"));
+  CHECK_FALSE(failed_rank("job stopped on node 0 (host h1) by SIGINT (Ctrl-C there)"));
+  CHECK_FALSE(failed_rank("node x: worker 3 exited"));
+  CHECK_FALSE(failed_rank(""));
+}
