@@ -117,6 +117,7 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   void warn_if_no_host();
   // `at_least`: the round to join at the earliest (a latecomer's next).
   void read_job(const round_ticket& t, std::int64_t at_least = -1);
+  void await_failure_count(const round_ticket& t, std::function<void()> then);
   void report_job_failed();
   void join(std::int64_t r);
   void joined(std::int64_t r, int index);
@@ -207,6 +208,9 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   completion done_;  // the pending next_round() call
   std::function<void(std::string)> on_over_;  // the agent's watch of the round
   std::string pending_over_;  // why the round ended, before the agent watched
+  // The round another node's failure ended (-1: none): the next round reads
+  // the job's state only once that failure is counted (await_failure_count).
+  std::int64_t failure_ended_round_ = -1;
   std::function<void(std::exception_ptr)> finish_done_;  // the exit barrier's caller
   // The watch of the round's checkpoint request (watch_checkpoint): clients
   // of their own, since the watch lane already holds the WAIT on `over`.

@@ -31,7 +31,29 @@ void dynamic_rendezvous::impl::next_round(completion done) {
   barrier_timer_.cancel();
   reconnect([self = shared_from_this(), t = ticket()](std::exception_ptr error) {
     if (error) return self->fail(error);
-    self->read_job(t);
+    self->await_failure_count(t, [self, t] { self->read_job(t); });
+  });
+}
+
+// After a round that another node's failure ended: its reporter wins `over`
+// first and only then counts the restart and, out of restarts, marks the
+// job failed (round_run.cpp, report_failure), so reading the job at once
+// could miss that it failed and join a round nobody else comes to. Wait
+// for the round's published count (r/<r>/restarts, set after `failed` on
+// the reporter's connection), unless `failed` is already there (a refusal
+// marks it before it ends the round); a reporter that died before
+// counting costs at most close_timeout.
+void dynamic_rendezvous::impl::await_failure_count(const round_ticket& t,
+                                                   std::function<void()> then) {
+  auto r = std::exchange(failure_ended_round_, -1);
+  if (r < 0) return then();
+  ops_->read_now({keys_.failed()}, [self = shared_from_this(), t, r, then](store_result f) {
+    if (!self->current(t)) return;  // a stale round's reply
+    if (f.error || !f.values.at(0).empty()) return then();
+    self->ops_->get(self->keys_.round_restarts(r), self->options_.close_timeout,
+                    [self, t, then](store_result) {
+      if (self->current(t)) then();
+    });
   });
 }
 

@@ -36,6 +36,7 @@ void dynamic_rendezvous::impl::watch_over(std::int64_t r) {
 // it watches, and end an exit barrier this node waits in.
 void dynamic_rendezvous::impl::round_ended(std::int64_t r, std::string reason) {
   phase_ = round_phase::over;
+  if (failed_rank(reason)) failure_ended_round_ = r;
   ring_->stop();
   barrier_timer_.cancel();
   if (auto cb = std::exchange(on_over_, nullptr)) {
