@@ -74,6 +74,7 @@ void dynamic_rendezvous::impl::end_here() {
 }
 
 void dynamic_rendezvous::impl::fail(std::exception_ptr error) {
+  if (join_again(error)) return;
   deadline_timer_.cancel();
   warning_timer_.cancel();
   if (phase_ == round_phase::joining) phase_ = round_phase::idle;

@@ -121,6 +121,10 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   void report_job_failed();
   void join(std::int64_t r);
   void joined(std::int64_t r, int index);
+
+  // --- round_session_lost.cpp -------------------------------------------------
+  bool join_again(const std::exception_ptr& why);
+  void resume_arrival(std::int64_t r, int index);
   node_descriptor describe_self(int worker_store_port) const;
   void arm_last_call(std::int64_t r);
   // `why`, when given, is logged if this node's count closes the round.
@@ -198,6 +202,12 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   std::int64_t round_ = -1;  // the round joined or being joined
   std::int64_t last_round_ = -1;  // the last round this node was ranked in
   int arrival_ = 0, group_rank_ = -1, members_ = 0;
+  // This next_round() call's join: the round it has arrived in (-1: none
+  // yet), and how long and how often it may take a new store session
+  // (round_session_lost.cpp).
+  std::int64_t arrived_round_ = -1;
+  std::chrono::steady_clock::time_point join_deadline_;
+  int sessions_taken_ = 0;
   // Where this node comes from when it joins a round: the round it last
   // joined (-1: none), its arrival index there and its group rank there
   // (-1: it waited as a spare). Set by join() from the round it leaves.

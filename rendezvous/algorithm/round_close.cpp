@@ -42,6 +42,7 @@ void dynamic_rendezvous::impl::join_timed_out(std::int64_t r, const store_result
     case store_error_kind::none:
     case store_error_kind::timeout:
     case store_error_kind::connection_lost:
+    case store_error_kind::session_lost:
     case store_error_kind::closed:
     case store_error_kind::corrupt_reply:
     case store_error_kind::other:

@@ -20,6 +20,9 @@ void dynamic_rendezvous::impl::next_round(completion done) {
   done_ = std::move(done);
   on_over_ = nullptr;
   pending_over_.clear();
+  arrived_round_ = -1;
+  join_deadline_ = std::chrono::steady_clock::now() + options_.join_timeout;
+  sessions_taken_ = 0;
   // Callbacks of the previous round (its WAIT on `over` fails when
   // reconnect() closes its client) must not touch this round's state.
   ++epoch_;
@@ -198,6 +201,7 @@ void dynamic_rendezvous::impl::join(std::int64_t r) {
 // the round when it is ours to close.
 void dynamic_rendezvous::impl::joined(std::int64_t r, int index) {
   arrival_ = index;
+  arrived_round_ = r;
   // Beat from now on, before anyone knows our rank (heartbeat_ring.h).
   ring_->start(ops_, keys_.heartbeat(r, index));
   int worker_store_port = 0;

@@ -50,6 +50,10 @@ std::exception_ptr connection_error(const std::string& message) {
   return std::make_exception_ptr(store_connection_error(message));
 }
 
+std::exception_ptr session_lost_error(const std::string& message) {
+  return std::make_exception_ptr(store_session_lost(message));
+}
+
 std::exception_ptr closed_here() {
   return std::make_exception_ptr(store_closed_error("the etcd client was closed"));
 }
@@ -86,7 +90,7 @@ void etcd_round_store::enqueue(std::function<void(finish)> start, store_callback
 void etcd_round_store::run_next() {
   if (busy_ || queue_.empty() || !connected_) return;
   if (!lost_.empty()) {
-    return fail_queued(connection_error(lost_));
+    return fail_queued(session_lost_ ? session_lost_error(lost_) : connection_error(lost_));
   }
   busy_ = true;
   auto op = std::move(queue_.front());
@@ -98,6 +102,10 @@ void etcd_round_store::run_next() {
   finish complete = [self, once, done, generation](store_result r) {
     if (*once) return;
     *once = true;
+    // Once the agent's lease is lost, that is why whatever failed failed
+    // (a put refused on it, a call cut short by the shut): the rendezvous
+    // then takes a new lease instead of giving up.
+    if (r.error && self->session_lost_) r = store_result::failed(session_lost_error(self->lost_));
     // Always from the loop, never inside the call that finished it.
     asio::post(self->io_, [self, done, generation, r = std::move(r)]() mutable {
       if (generation == self->op_generation_) {
@@ -228,7 +236,8 @@ void etcd_round_store::connect(store_callback done) {
       if (!s) return;
       s->listener_ = 0;
       s->lost_ = why;
-      s->shut(connection_error(why));
+      s->session_lost_ = true;
+      s->shut(session_lost_error(why));
     });
     // A first request on our own connection: it proves a member answers
     // and gives local_address() the address the cluster sees.

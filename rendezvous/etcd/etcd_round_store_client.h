@@ -49,6 +49,8 @@ nlohmann::json range_request(const std::string& key, bool count_only);
 nlohmann::json range_txn(const std::vector<std::string>& keys, std::size_t from, std::size_t end,
                          bool count_only);
 
+// The agent's lease was lost (store_session_lost): a new one may be taken.
+std::exception_ptr session_lost_error(const std::string& message);
 std::exception_ptr connection_error(const std::string& message);
 // close() or the destructor: requests still pending are dropped.
 std::exception_ptr closed_here();
@@ -170,6 +172,7 @@ class etcd_round_store final : public round_store,
   std::vector<std::shared_ptr<boost::asio::steady_timer>> wait_timers_;
   std::set<std::string> will_dirs_;
   std::string lost_;
+  bool session_lost_ = false;  // shut because the agent's lease was lost
   std::uint64_t listener_ = 0;
   std::uint64_t add_seq_ = 0;
   std::uint64_t op_generation_ = 0;

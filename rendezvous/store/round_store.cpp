@@ -19,6 +19,8 @@ store_error_kind kind_of(const std::exception_ptr& error) {
     return store_error_kind::timeout;
   } catch (const store_closed_error&) {
     return store_error_kind::closed;
+  } catch (const store_session_lost&) {
+    return store_error_kind::session_lost;
   } catch (const store_connection_error&) {
     return store_error_kind::connection_lost;
   } catch (const store_corrupt_reply&) {
@@ -34,6 +36,7 @@ const char* describe(store_error_kind kind) {
     case store_error_kind::timeout: return "timeout";
     case store_error_kind::wait_timeout: return "wait timeout";
     case store_error_kind::connection_lost: return "connection lost";
+    case store_error_kind::session_lost: return "session lost";
     case store_error_kind::closed: return "closed here";
     case store_error_kind::corrupt_reply: return "corrupt reply";
     case store_error_kind::other: return "store error";

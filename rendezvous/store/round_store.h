@@ -36,6 +36,7 @@ enum class store_error_kind {
   timeout,          // the store stopped answering in time (store_timeout)
   wait_timeout,     // a WAIT's own deadline passed; the store answered
   connection_lost,  // the connection could not be made or was lost
+  session_lost,     // the store dropped this client's session (etcd: its lease)
   closed,           // this side closed the client; pending requests dropped
   corrupt_reply,    // the store answered something that is not a reply
   other,            // any other store_error (a value that is not a number...)

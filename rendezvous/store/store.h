@@ -59,6 +59,15 @@ class store_connection_error : public store_error {
   using store_error::store_error;
 };
 
+// The store dropped this client's session, through no fault of the
+// request: on etcd, the agent's lease expired (the agent stopped, or was
+// cut off, for longer than lease_ttl) and took the keys written under it.
+// The connection may be fine; a new session (lease) can be taken.
+class store_session_lost : public store_connection_error {
+ public:
+  using store_connection_error::store_connection_error;
+};
+
 // This side closed the client (a round's end, a shutdown): what was still
 // pending is dropped. Not the store's failure, so nobody needs telling.
 class store_closed_error : public store_connection_error {

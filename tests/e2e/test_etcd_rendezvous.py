@@ -8,6 +8,7 @@ etcd-server), one member per network-namespace host, with real PyTorch DDP
 - the host running group rank 0 lost (its agent and its etcd member): the
   survivors meet again, a new rank 0 hosts the workers' store, training
   resumes from the checkpoint;
+- an agent stopped past its lease's TTL: counted gone, then back on a new lease;
 - quorum lost: one clear error on every node, workers stopped, nothing left;
 - TLS: members on https with a test CA; a wrong CA is one clear error.
 """
@@ -145,6 +146,41 @@ def test_losing_the_host_of_group_rank_0_is_an_ordinary_node_loss(tmp_path):
     rs = check_trained(tmp_path, 2 * NPROC)
     assert all(r["start_epoch"] >= 1 for r in rs)
     assert all(r["host"] != f"h{rank0}" for r in rs)
+
+
+def test_an_agent_whose_own_lease_expired_takes_a_new_one_and_rejoins(tmp_path):
+    """An agent stopped past its lease's TTL (a suspended VM, a long stall)
+    is rightly counted gone by the others; once it runs again it takes a
+    new lease and rejoins, spending no restart (--max-restarts=0). Which of
+    its paths it takes (its lease lost while its round ran, or while it
+    joined the next) depends on which it learns first; the second is
+    pinned by dynamic_rendezvous_session_test.cpp."""
+    with netns_hosts.Hosts(3) as hosts, etcd_cluster.EtcdCluster(hosts, tmp_path) as etcd:
+        e = env()
+        fifo = dh.Fifo(tmp_path)
+        args = dtrun_args(etcd, 2, "own-lease", "--max-restarts=0", *train_args(
+            tmp_path, "--resume", "--epochs", "8", "--step-sleep", "0.05",
+            "--progress", str(fifo.path)))
+        first = hosts.start(1, args, e)
+        second = hosts.start(2, args, e)
+        fifo.lines(1, timeout=120)  # epoch 0 is checkpointed: training runs
+        os.kill(second.pid, signal.SIGSTOP)
+        try:
+            # Host 2's lease expires (TTL 3 s) and takes its will with it
+            # (a will withdrawn is emptied, never deleted).
+            etcd.wait_for_delete("/dtrun/will/own-lease/0/")
+        finally:
+            os.kill(second.pid, signal.SIGCONT)
+        outs = finish([first, second])
+        for code, _, stderr in outs:
+            assert code == 0, [err for _, _, err in outs]
+        stderr = outs[1][2]
+        # It learnt that its lease was gone, and rejoined on a new one.
+        assert "etcd let this agent's lease expire" in stderr, stderr
+        assert "round 1: node" in stderr, stderr
+    # Both exited 0 under --max-restarts=0: no restart was spent.
+    # (restart_count is the round in dtrun: 1 here; docs/compatibility.md.)
+    check_trained(tmp_path, 2 * NPROC)
 
 
 def test_quorum_lost_stops_the_job_with_a_clear_error(tmp_path):

@@ -188,3 +188,25 @@ class EtcdCluster:
             proc.wait()
         if not first:
             raise AssertionError(f"{key} did not appear in etcd within {timeout} s")
+
+    def wait_for_delete(self, prefix: str, timeout: float = 60) -> str:
+        """Blocks until a key under `prefix` is deleted (a lease that expired
+        takes its keys with a DELETE); returns that key. From revision 1, so
+        a delete before the call counts too."""
+        host = self.alive()[0]
+        proc = subprocess.Popen(
+            self.hosts.command(host, ["etcdctl", f"--endpoints={self.endpoints}", "watch",
+                                      "--rev=1", "--prefix", prefix]),
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        timer = threading.Timer(timeout, proc.kill)
+        timer.start()
+        try:
+            # Events come as "PUT\nkey\nvalue\n" and "DELETE\nkey\n".
+            for line in proc.stdout:
+                if line.rstrip("\n") == "DELETE":
+                    return proc.stdout.readline().rstrip("\n")
+        finally:
+            timer.cancel()
+            proc.kill()
+            proc.wait()
+        raise AssertionError(f"no key under {prefix} was deleted within {timeout} s")

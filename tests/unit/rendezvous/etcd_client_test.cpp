@@ -381,3 +381,32 @@ TEST_CASE("etcd: a vanished will sets its target only if absent: the round's fir
   CHECK_THAT(will_txn, Contains(base64_encode(text)));
   CHECK(will_put.empty());
 }
+
+TEST_CASE("etcd: a wait on a client whose lease etcd dropped fails as a lost session, not a lost "
+          "connection") {
+  // The rendezvous takes a new lease for a lost session (round_session_lost.cpp)
+  // and gives up on a lost connection: the kind is what tells them apart.
+  asio::io_context io;
+  fake_etcd_member m(io, [](const std::string& path, const std::string& body) {
+    // A lease etcd no longer has: the keep-alive answers without a TTL.
+    if (path == "/v3/lease/keepalive") return fake_etcd_member::reply{http_json(R"({"result":{"ID":"7"}})")};
+    return etcd_like(path, body);
+  });
+  store_result waited;
+  waited.fail(std::make_exception_ptr(std::runtime_error("never answered")));
+  asio::steady_timer guard(io, 10s);  // a bound: the lost lease ends the wait
+  guard.async_wait([&](const boost::system::error_code& ec) {
+    if (!ec) io.stop();
+  });
+  auto store = connected_store(io, options_for(m), [&](std::shared_ptr<round_store> s) {
+    s->wait({"k"}, 60s, [&](store_result r) {
+      waited = std::move(r);
+      guard.cancel();
+      io.stop();
+    });
+  });
+  REQUIRE_NOTHROW(io.run());
+  store->close();
+  CHECK(waited.kind == store_error_kind::session_lost);
+  CHECK_THAT(what_of(waited.error), Contains("etcd let this agent's lease expire"));
+}

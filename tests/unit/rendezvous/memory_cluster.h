@@ -138,6 +138,9 @@ struct cluster {
   int next_port = 41000;       // the workers' stores'
   std::vector<std::unique_ptr<bool>> hung;  // per node: hang(i)
   std::vector<std::unique_ptr<dynamic_rendezvous>> nodes;
+  // When set, wraps each client a node connects (node index, client): a
+  // test's faults on the way to the store.
+  std::function<std::shared_ptr<round_store>(int, std::shared_ptr<round_store>)> wrap;
 
   dynamic_rendezvous_options options(int min_nodes, int max_nodes, int nproc) {
     // No socket: no need to wait long for latecomers.
@@ -151,9 +154,14 @@ struct cluster {
     rendezvous_parts parts;
     parts.os = std::make_shared<fake_os>(index);
     parts.host = std::make_unique<fake_store_host>(o.host_store ? port : 0, next_port);
-    parts.connect = [this, &h = *hung.back()](std::chrono::milliseconds) {
-      return round_store_clients{std::make_shared<hanging_store>(store.client(), h),
-                                 std::make_shared<hanging_store>(store.client(), h)};
+    parts.connect = [this, index, &h = *hung.back()](std::chrono::milliseconds) {
+      auto client = [&]() -> std::shared_ptr<round_store> {
+        auto c = std::make_shared<hanging_store>(store.client(), h);
+        if (wrap) return wrap(index, c);
+        return c;
+      };
+      auto ops = client();
+      return round_store_clients{ops, client()};
     };
     nodes.push_back(std::make_unique<dynamic_rendezvous>(io, std::move(o), std::move(parts)));
     return *nodes.back();
