@@ -143,14 +143,27 @@ std::vector<std::string> empty_values_apart(const CLI::App& app, int argc, char*
   return args;
 }
 
-}  // namespace
+// `serve`'s options.
+struct serve_flags {
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 0;
+  std::uint64_t max_value_bytes = wire::limits{}.max_value_bytes;
+  unsigned threads = 1;
+  store_access_options access{.same_user_opt_out = "leaving out --same-user",
+                              .networks_option = "--allow-networks"};
+  std::string allow_networks;
+};
 
-int main(int argc, char** argv) {
-  CLI::App app{"dtrun-store: a PyTorch TCPStore-compatible key-value server and client"};
-  app.require_subcommand(1);
-  app.set_version_flag("--version", fmt::format("dtrun-store {}", dtrun::build_version()),
-                       "print the version and the git commit it was built from");
-  client_flags flags;
+// The client subcommands and their arguments.
+struct client_commands {
+  std::string key, value;
+  std::int64_t delta = 1;
+  std::vector<std::string> keys;
+  CLI::App *set = nullptr, *get = nullptr, *add = nullptr, *wait = nullptr, *check = nullptr,
+           *erase = nullptr, *num_keys = nullptr, *dialect = nullptr;
+};
+
+void add_client_flags(CLI::App& app, client_flags& flags) {
   app.add_option("--endpoint", flags.endpoint, "store address, host:port")
       ->envname("DTRUN_STORE_ENDPOINT");
   app.add_flag("--raw-keys", flags.raw_keys,
@@ -166,58 +179,133 @@ int main(int argc, char** argv) {
                  "seconds to keep retrying the connection")
       ->check(dtrun::seconds_within("--connect-timeout", client_duration_limits))
       ->capture_default_str();
+}
 
-  std::string host = "127.0.0.1";
-  std::uint16_t port = 0;
-  std::uint64_t max_value_bytes = wire::limits{}.max_value_bytes;
-  unsigned threads = 1;
+CLI::App* add_serve_command(CLI::App& app, serve_flags& f) {
   auto* serve_cmd = app.add_subcommand("serve", "run a store server until SIGINT/SIGTERM");
-  serve_cmd->add_option("--host", host, "address to listen on ('' for all interfaces)")
+  serve_cmd->add_option("--host", f.host, "address to listen on ('' for all interfaces)")
       ->capture_default_str();
-  serve_cmd->add_option("--port", port, "port; 0 picks a free one (printed)")
+  serve_cmd->add_option("--port", f.port, "port; 0 picks a free one (printed)")
       ->check(dtrun::whole_number("--port", 0, dtrun::max_port))
       ->capture_default_str();
-  serve_cmd->add_option("--max-value-bytes", max_value_bytes, "largest value a client may set")
+  serve_cmd->add_option("--max-value-bytes", f.max_value_bytes, "largest value a client may set")
       ->check(dtrun::whole_number("--max-value-bytes", 1, max_value_bytes_limit))
       ->capture_default_str();
-  serve_cmd->add_option("--threads", threads,
+  serve_cmd->add_option("--threads", f.threads,
                         "threads serving connections; more than 1 uses more cores for "
                         "thousands of clients (docs/store.md)")
       ->check(dtrun::whole_number("--threads", 1, max_store_threads))
       ->capture_default_str();
-  store_access_options access{.same_user_opt_out = "leaving out --same-user",
-                              .networks_option = "--allow-networks"};
-  std::string allow_networks;
-  serve_cmd->add_flag("--same-user", access.same_user_only,
+  serve_cmd->add_flag("--same-user", f.access.same_user_only,
                       "admit only this user's processes on this machine (docs/store.md)");
-  serve_cmd->add_option("--allow-networks", allow_networks,
+  serve_cmd->add_option("--allow-networks", f.allow_networks,
                         "admit clients from these networks only (and this machine), "
                         "e.g. 10.0.0.0/8,fd00::/8");
+  return serve_cmd;
+}
 
-  std::string key, value;
-  std::int64_t delta = 1;
-  std::vector<std::string> keys;
-  auto* set_cmd = app.add_subcommand("set", "set KEY to VALUE");
-  set_cmd->add_option("key", key)->required();
-  set_cmd->add_option("value", value)->required();
-  auto* get_cmd = app.add_subcommand("get", "print the value of KEY (waits for it)");
-  get_cmd->add_option("key", key)->required();
-  auto* add_cmd = app.add_subcommand("add", "add DELTA to the counter KEY, print the result");
-  add_cmd->add_option("key", key)->required();
-  add_cmd->add_option("delta", delta)
+void add_client_commands(CLI::App& app, client_commands& c) {
+  c.set = app.add_subcommand("set", "set KEY to VALUE");
+  c.set->add_option("key", c.key)->required();
+  c.set->add_option("value", c.value)->required();
+  c.get = app.add_subcommand("get", "print the value of KEY (waits for it)");
+  c.get->add_option("key", c.key)->required();
+  c.add = app.add_subcommand("add", "add DELTA to the counter KEY, print the result");
+  c.add->add_option("key", c.key)->required();
+  c.add->add_option("delta", c.delta)
       ->check(dtrun::whole_number("add DELTA", std::numeric_limits<std::int64_t>::min(),
-                                            std::numeric_limits<std::int64_t>::max()))
+                                  std::numeric_limits<std::int64_t>::max()))
       ->capture_default_str();
-  auto* wait_cmd = app.add_subcommand("wait", "wait until every KEY exists");
-  wait_cmd->add_option("keys", keys)->required();
-  auto* check_cmd = app.add_subcommand("check", "exit 0 when every KEY exists, else 1");
-  check_cmd->add_option("keys", keys)->required();
-  auto* delete_cmd = app.add_subcommand("delete", "delete KEY; exit 1 when it did not exist");
-  delete_cmd->add_option("key", key)->required();
-  auto* num_keys_cmd = app.add_subcommand("num-keys", "print the number of keys");
-  auto* dialect_cmd = app.add_subcommand(
+  c.wait = app.add_subcommand("wait", "wait until every KEY exists");
+  c.wait->add_option("keys", c.keys)->required();
+  c.check = app.add_subcommand("check", "exit 0 when every KEY exists, else 1");
+  c.check->add_option("keys", c.keys)->required();
+  c.erase = app.add_subcommand("delete", "delete KEY; exit 1 when it did not exist");
+  c.erase->add_option("key", c.key)->required();
+  c.num_keys = app.add_subcommand("num-keys", "print the number of keys");
+  c.dialect = app.add_subcommand(
       "dialect", "print the dialect in use: v2 (PyTorch 2.x, dtrun) or v1.13 (PyTorch 1.13)");
+}
 
+// The parsed client subcommand against `client`; its exit code.
+int run_client_command(const client_commands& c, tcp_store_client& client) {
+  if (c.set->parsed()) {
+    client.set(c.key, c.value);
+    // SET has no reply; a round trip proves the server took it before
+    // we exit and close the connection.
+    client.check({c.key});
+  } else if (c.get->parsed()) {
+    auto v = client.get(c.key);
+    std::fwrite(v.data(), 1, v.size(), stdout);
+    std::fputc('\n', stdout);
+  } else if (c.add->parsed()) {
+    fmt::print("{}\n", client.add(c.key, c.delta));
+  } else if (c.wait->parsed()) {
+    client.wait(c.keys);
+  } else if (c.check->parsed()) {
+    bool ready = client.check(c.keys);
+    fmt::print("{}\n", ready ? "ready" : "not ready");
+    return ready ? 0 : 1;
+  } else if (c.erase->parsed()) {
+    bool existed = client.delete_key(c.key);
+    fmt::print("{}\n", existed ? "deleted" : "not found");
+    return existed ? 0 : 1;
+  } else if (c.num_keys->parsed()) {
+    fmt::print("{}\n", client.num_keys());
+  } else if (c.dialect->parsed()) {
+    fmt::print("{}\n", client.dialect() == wire::dialect::v2 ? "v2" : "v1.13");
+  }
+  return 0;
+}
+
+int run_serve(serve_flags& f) {
+  try {
+    f.access.allowed_networks = parse_client_networks(f.allow_networks);
+  } catch (const std::invalid_argument& e) {
+    return usage(fmt::format("--allow-networks: {}", e.what()));
+  }
+  try {
+    return serve(f.host, f.port, f.max_value_bytes, f.threads, std::move(f.access));
+  } catch (const std::exception& e) {  // cannot listen: port in use, bad host
+    return fail(exit_store_error, e);
+  }
+}
+
+int run_client(const client_flags& flags, const client_commands& commands) {
+  std::unique_ptr<tcp_store_client> client;
+  try {
+    client = connect(flags);
+  } catch (const usage_error& e) {
+    return usage(e.what());
+  } catch (const store_error& e) {
+    // Refused, unresolvable, or nothing answered within --connect-timeout
+    // (that last one is a store_timeout, but the store was never reached).
+    return fail(exit_unreachable, e);
+  }
+  try {
+    return run_client_command(commands, *client);
+  } catch (const store_timeout& e) {
+    return fail(exit_timeout, e);
+  } catch (const store_connection_error& e) {
+    return fail(exit_unreachable, e);
+  } catch (const std::exception& e) {
+    return fail(exit_store_error, e);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"dtrun-store: a PyTorch TCPStore-compatible key-value server and client"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", fmt::format("dtrun-store {}", dtrun::build_version()),
+                       "print the version and the git commit it was built from");
+  client_flags flags;
+  add_client_flags(app, flags);
+  serve_flags serving;
+  auto* serve_cmd = add_serve_command(app, serving);
+  client_commands commands;
+  add_client_commands(app, commands);
   try {
     auto args = empty_values_apart(app, argc, argv);
     app.parse(args);
@@ -229,64 +317,6 @@ int main(int argc, char** argv) {
   } catch (const usage_error& e) {  // a bad number (number_checks.h)
     return usage(e.what());
   }
-
-  try {
-    if (serve_cmd->parsed()) {
-      try {
-        access.allowed_networks = parse_client_networks(allow_networks);
-      } catch (const std::invalid_argument& e) {
-        return usage(fmt::format("--allow-networks: {}", e.what()));
-      }
-      return serve(host, port, max_value_bytes, threads, std::move(access));
-    }
-  } catch (const std::exception& e) {  // cannot listen: port in use, bad host
-    return fail(exit_store_error, e);
-  }
-
-  std::unique_ptr<tcp_store_client> client;
-  try {
-    client = connect(flags);
-  } catch (const usage_error& e) {
-    return usage(e.what());
-  } catch (const store_error& e) {
-    // Refused, unresolvable, or nothing answered within --connect-timeout
-    // (that last one is a store_timeout, but the store was never reached).
-    return fail(exit_unreachable, e);
-  }
-
-  try {
-    if (set_cmd->parsed()) {
-      client->set(key, value);
-      // SET has no reply; a round trip proves the server took it before
-      // we exit and close the connection.
-      client->check({key});
-    } else if (get_cmd->parsed()) {
-      auto v = client->get(key);
-      std::fwrite(v.data(), 1, v.size(), stdout);
-      std::fputc('\n', stdout);
-    } else if (add_cmd->parsed()) {
-      fmt::print("{}\n", client->add(key, delta));
-    } else if (wait_cmd->parsed()) {
-      client->wait(keys);
-    } else if (check_cmd->parsed()) {
-      bool ready = client->check(keys);
-      fmt::print("{}\n", ready ? "ready" : "not ready");
-      return ready ? 0 : 1;
-    } else if (delete_cmd->parsed()) {
-      bool existed = client->delete_key(key);
-      fmt::print("{}\n", existed ? "deleted" : "not found");
-      return existed ? 0 : 1;
-    } else if (num_keys_cmd->parsed()) {
-      fmt::print("{}\n", client->num_keys());
-    } else if (dialect_cmd->parsed()) {
-      fmt::print("{}\n", client->dialect() == wire::dialect::v2 ? "v2" : "v1.13");
-    }
-    return 0;
-  } catch (const store_timeout& e) {
-    return fail(exit_timeout, e);
-  } catch (const store_connection_error& e) {
-    return fail(exit_unreachable, e);
-  } catch (const std::exception& e) {
-    return fail(exit_store_error, e);
-  }
+  if (serve_cmd->parsed()) return run_serve(serving);
+  return run_client(flags, commands);
 }

@@ -282,8 +282,8 @@ void store_session::handle(wire::request& r) {
       wire::put_nonce_reply(out, r.nonce);
       break;
     case op::set:
-      remember_will(r.keys[0], r.values[0]);
-      table.set(r.keys[0], std::move(r.values[0]));
+    case op::multi_set:
+      set_all(r);
       return;
     case op::compare_set:
       if (!reply_compare_set(r, out)) return;
@@ -318,17 +318,8 @@ void store_session::handle(wire::request& r) {
     case op::multi_get:
       if (!reply_multi_get(r, out)) return;
       break;
-    case op::multi_set:
-      for (std::size_t i = 0; i < r.keys.size(); ++i) {
-        remember_will(r.keys[i], r.values[i]);
-        table.set(r.keys[i], std::move(r.values[i]));
-      }
-      return;
     case op::cancel_wait:
-      table.cancel(waits_);
-      waits_.clear();
-      waits_kept_ = 0;
-      wire::put_cancel_reply(out);
+      cancel_waits(out);
       break;
     case op::queue_push:
       table.queue_push(r.keys[0], std::move(r.values[0]));
@@ -346,6 +337,21 @@ void store_session::handle(wire::request& r) {
       break;
   }
   reply(std::move(out));
+}
+
+// SET (one key) and MULTI_SET: no reply.
+void store_session::set_all(wire::request& r) {
+  for (std::size_t i = 0; i < r.keys.size(); ++i) {
+    remember_will(r.keys[i], r.values[i]);
+    ctx_.table.set(r.keys[i], std::move(r.values[i]));
+  }
+}
+
+void store_session::cancel_waits(std::string& out) {
+  ctx_.table.cancel(waits_);
+  waits_.clear();
+  waits_kept_ = 0;
+  wire::put_cancel_reply(out);
 }
 
 void store_session::reply(std::string bytes) {

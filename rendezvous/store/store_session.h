@@ -141,6 +141,8 @@ class store_session {
   void process();
   void handle_requests();
   void handle(wire::request& r);
+  void set_all(wire::request& r);
+  void cancel_waits(std::string& out);
   // The ops of handle() that take more than a few lines: each writes its
   // reply into `out`, or fails the session and returns false (no reply).
   bool reply_compare_set(const wire::request& r, std::string& out);
