@@ -110,6 +110,17 @@ struct session_cluster : cluster {
 
 const rendezvous_keys keys("job1");
 
+// Both nodes met in round 0, each with its own group rank.
+void check_both_ranked(const std::vector<round_result>& results) {
+  for (const auto& r : results) {
+    REQUIRE(r.done);
+    REQUIRE_FALSE(r.error);
+    CHECK(r.info.round == 0);
+    CHECK(r.info.group_world_size == 2);
+  }
+  CHECK(results[0].info.group_rank != results[1].info.group_rank);
+}
+
 }  // namespace
 
 TEST_CASE("a join whose session is lost before it arrives takes a new one and arrives once",
@@ -120,14 +131,7 @@ TEST_CASE("a join whose session is lost before it arrives takes a new one and ar
   });
   c.add(2, 2);
   c.add(2, 2);
-  auto results = run_round(c);
-  for (auto& r : results) {
-    REQUIRE(r.done);
-    REQUIRE_FALSE(r.error);
-    CHECK(r.info.round == 0);
-    CHECK(r.info.group_world_size == 2);
-  }
-  CHECK(results[0].info.group_rank != results[1].info.group_rank);
+  check_both_ranked(run_round(c));
   CHECK(c.arrivals == 2);  // no ghost arrival
   CHECK(c.connects.at(1) == 4);  // two sessions of two clients each
   CHECK(c.log_count("round 0: the rendezvous store dropped this agent's session "
@@ -142,13 +146,7 @@ TEST_CASE("a join whose session is lost after it arrived goes on as the same arr
   });
   c.add(2, 2);
   c.add(2, 2);
-  auto results = run_round(c);
-  for (auto& r : results) {
-    REQUIRE(r.done);
-    REQUIRE_FALSE(r.error);
-    CHECK(r.info.round == 0);
-    CHECK(r.info.group_world_size == 2);
-  }
+  check_both_ranked(run_round(c));
   CHECK(drops >= 1);
   CHECK(c.arrivals == 2);  // the round was not joined twice
   CHECK(c.connects.at(0) == 4);
