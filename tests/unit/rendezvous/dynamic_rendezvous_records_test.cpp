@@ -1,8 +1,9 @@
-// A job of mixed versions (docs/rendezvous.md, "Mixed versions"; issue
-// 47): a scripted peer writes what a dtrun from before round records wrote
-// (its descriptor, its assignments, its sentences), and this dtrun must
-// refuse to run with it, in one line naming both formats, and never read
-// its sentences as a decision.
+// Round records in the store (docs/rendezvous.md, "Round records", "Mixed
+// versions"; issue 47): a job's failure is read from its record, never
+// from its words; and a scripted peer writes what a dtrun from before
+// round records wrote (its descriptor, its assignments, its sentences),
+// with which this dtrun must refuse to run, in one line naming both
+// formats, never reading its sentences as a decision.
 #include <catch2/catch.hpp>
 
 #include <chrono>
@@ -151,6 +152,57 @@ TEST_CASE("an older newcomer's sentence ends a running round as no failure, said
   CHECK(c.log_count("round 0 was ended by another dtrun version") == 2);
   // No failure ended it: nothing waits for a restart count.
   CHECK_FALSE(c.store.value(keys.round_restarts(0)));
+}
+
+TEST_CASE("a job failed with \"not restarted:\" in a worker's words is no refusal: its restarts "
+          "are used up",
+          "[dynamic_rendezvous][records]") {
+  // The words an exception or a worker's end may hold are the record's
+  // detail; whether the restart policy refused is its `refused` field.
+  cluster c;
+  auto peer = older_peer(c);
+  round_result result;
+  dtrun::records::round_record failure;
+  failure.kind = dtrun::records::record_kind::worker_failed;
+  failure.node = 1;
+  failure.rank = 2;
+  failure.klass = dtrun::records::failure_class::exception;
+  failure.exception_type = "ValueError";
+  failure.exit_code = 1;
+  failure.detail = "worker rank 2 exited with code 1: ValueError: not restarted: bad input";
+  peer->set(keys.failed_round(), "0", [](store_result) {});
+  peer->set(keys.failed(), dtrun::records::to_text(failure), [&](store_result) {
+    join(c.add(1, 2), result, [&] { c.shutdown_all(); });
+  });
+  c.io.run();
+  REQUIRE(result.done);
+  REQUIRE(result.error);
+  try {
+    std::rethrow_exception(result.error);
+  } catch (const job_failed_error& e) {
+    CHECK_FALSE(e.refused);
+    CHECK(e.round == 0);
+    CHECK(std::string(e.what()) ==
+          "the job failed on another node (node 1: worker rank 2 exited with code 1: ValueError: "
+          "not restarted: bad input [exception:ValueError]); its restarts (--max-restarts=10) are "
+          "used up");
+  } catch (...) {
+    FAIL("not a job_failed_error: " << message_of(result.error));
+  }
+  // And a refusal is one because its record says so, whatever its words.
+  failure.kind = dtrun::records::record_kind::job_failed;
+  failure.refused = true;
+  failure.detail = "restarts would not help";
+  cluster again;
+  auto peer2 = older_peer(again);
+  round_result refused;
+  peer2->set(keys.failed(), dtrun::records::to_text(failure), [&](store_result) {
+    join(again.add(1, 2), refused, [&] { again.shutdown_all(); });
+  });
+  again.io.run();
+  REQUIRE(refused.error);
+  CHECK(message_of(refused.error) ==
+        "the job failed on another node (node 1: restarts would not help)");
 }
 
 }  // namespace memory_cluster
