@@ -56,7 +56,7 @@ def test_a_job_of_this_dtrun_and_an_older_one_is_refused_by_both_in_their_own_wo
             "writes round records of format 1; run the same dtrun version on every node") in line
     assert ("a node of round 0 (host " in line) or ("the node that closed round 0 " in line)
     # The older one read a refused failure, not a newcomer: no restart.
-    assert procs[0].returncode == 1, older_err
+    assert procs[0].returncode != 0, older_err
     assert "the job failed on another node (node " in older_err, older_err
     assert ": not restarted: " + refusal in older_err, older_err
     assert "restarting the workers" not in older_err
