@@ -178,8 +178,7 @@ void elastic_agent::impl::start_round() {
         return finish(0);
       } catch (const rendezvous::job_failed_error& e) {
         log_error(e.what());
-        bool refused = std::string_view(e.what()).find("not restarted:") != std::string::npos;
-        auto outcome = refused ? std::string("failed on another node, not restarted there")
+        auto outcome = e.refused ? std::string("failed on another node, not restarted there")
                                : fmt::format("failed on another node, --max-restarts={} used up",
                                              options_.spec.max_restarts);
         reporter_.summarize_failure(e.round, failure_context(outcome), [this](int code) {
@@ -317,7 +316,7 @@ void elastic_agent::impl::start_workers(const rendezvous::rendezvous_info& info)
       reporter_.group_stopping(spawned.error);
       failure_ = failure{local_rank, rank, -1, {spawned.exit_code, 0}, {}, true};
       open_incident(failure_class::exit, "", rank, spawned.error, std::nullopt);
-      count_restart(spawned.error + failure_tag());
+      count_restart(failure_record(records::record_kind::worker_failed, spawned.error));
       begin_stop(SIGTERM);
       return;
     }
@@ -333,14 +332,16 @@ void elastic_agent::impl::start_workers(const rendezvous::rendezvous_info& info)
 
 // Another node failed, died or wants in: stop ours and meet again.
 void elastic_agent::impl::watch_round_end() {
-  rendezvous_.watch_round([this](std::string reason) {
+  rendezvous_.watch_round([this](records::round_record end) {
     if (held_) return end_hold();  // the round's first end decides (elastic_agent_hold.cpp)
     if (phase_ != phase::running && phase_ != phase::exiting) return;
-    const std::string stopped = rendezvous::job_stopped_prefix;
-    if (reason.rfind(stopped, 0) == 0) return stopped_elsewhere(reason.substr(stopped.size()));
-    log(fmt::format("the group must restart: {}; stopping the workers to rejoin", reason));
-    reporter_.membership_change(reason);
-    round_end_incident(reason);
+    if (end.kind == records::record_kind::job_stopped) {
+      return stopped_elsewhere(records::stopped_by(end));
+    }
+    log(fmt::format("the group must restart: {}; stopping the workers to rejoin",
+                    records::describe(end)));
+    reporter_.membership_change(end);
+    round_end_incident(end);
     round_over_ = true;
     if (phase_ == phase::exiting) {
       start_round();
@@ -410,7 +411,8 @@ void elastic_agent::impl::on_worker_exit(const worker& w, const exit_status& sta
       auto failed_at = failure_->klass == failure_class::hang ? exited_at - hang_idle_ : exited_at;
       open_incident(failure_->klass, failure_->exception_type, w.rank,
                     fmt::format("worker rank {} {}", w.rank, describe(status)), failed_at);
-      count_or_hold(fmt::format("worker rank {} {}{}", w.rank, describe(status), failure_tag()));
+      count_or_hold(failure_record(records::record_kind::worker_failed,
+                                   fmt::format("worker rank {} {}", w.rank, describe(status))));
       begin_stop(SIGTERM);
     } else if (group_.waited_for() == 0) {
       end_round();
@@ -458,7 +460,7 @@ void elastic_agent::impl::kills_overdue(
                                                  : failure_class::signal;
     ++failures_;
     open_incident(failure_->klass, "", first->rank, reason, std::nullopt);
-    count_restart(reason + failure_tag());
+    count_restart(failure_record(records::record_kind::worker_failed, reason));
     begin_stop(SIGTERM);
   } else if (phase_ == phase::stopping && group_.waited_for() == 0) {
     group_stopped();

@@ -83,7 +83,7 @@ void elastic_agent::impl::leave_unhealthy(const std::string& reason) {
   departed_ = false;
   phase_ = phase::stopping;
   if (progress_) progress_->stop();
-  rendezvous_.leave_job(reason, [this] {
+  rendezvous_.leave_job(records::leaving(failure_class::health, reason), [this] {
     departed_ = true;
     if (phase_ != phase::stopping) return;
     begin_stop(SIGTERM);

@@ -17,20 +17,19 @@
 
 namespace dtrun::agent {
 
-// The failure of this round (failure_, `reason` its words and class tag):
-// reported now, or held when a lost peer can cause it and another node
-// can be lost.
-void elastic_agent::impl::count_or_hold(std::string reason) {
+// The failure of this round (failure_, `reported` its record): reported
+// now, or held when a lost peer can cause it and another node can be lost.
+void elastic_agent::impl::count_or_hold(records::round_record reported) {
   auto bound = rendezvous_.departure_bound();
   if (!failure_ || !failure_->lost_peer || bound <= std::chrono::milliseconds::zero() ||
       round_info_.group_world_size <= 1) {
-    return count_restart(reason);
+    return count_restart(std::move(reported));
   }
   double bound_s = std::chrono::duration<double>(bound).count();
   log(fmt::format("worker rank {} failed as a lost peer makes it fail; holding the restart "
                   "decision up to {:.1f} s for another node's departure",
                   failure_->rank, bound_s));
-  held_ = std::move(reason);
+  held_ = std::move(reported);
   hold_timer_.arm_after(bound, [this, bound_s] {
     if (!held_) return;
     log(fmt::format("no node departed within {:.1f} s: the failure counts", bound_s));
@@ -45,9 +44,9 @@ void elastic_agent::impl::count_or_hold(std::string reason) {
 void elastic_agent::impl::end_hold() {
   if (!held_) return;
   hold_timer_.cancel();
-  std::string reason = std::move(*held_);
+  auto reported = std::move(*held_);
   held_.reset();
-  if (stop_signal_ == 0) return count_restart(reason);
+  if (stop_signal_ == 0) return count_restart(std::move(reported));
   if (awaiting_restart_count_) {
     awaiting_restart_count_ = false;
     after_stop();
@@ -58,21 +57,22 @@ void elastic_agent::impl::end_hold() {
 // node's failure was reported: a node departed (the failure is what its
 // loss caused), a newcomer asked in, or the job was stopped. No restart is
 // counted; the incident is the round's end, with the failure it caused.
-void elastic_agent::impl::failure_explained(const std::string& ended_by) {
-  const std::string stopped = rendezvous::job_stopped_prefix;
-  if (ended_by.rfind(stopped, 0) == 0) return stopped_elsewhere(ended_by.substr(stopped.size()));
+void elastic_agent::impl::failure_explained(const records::round_record& ended_by) {
+  if (ended_by.kind == records::record_kind::job_stopped) {
+    return stopped_elsewhere(records::stopped_by(ended_by));
+  }
+  auto reason = records::describe(ended_by);
   log(fmt::format("the round ended before the failure was counted: {}; the failure is what it "
                   "caused, not a restart",
-                  printable(ended_by)));
+                  printable(reason)));
   reporter_.membership_change(ended_by);
   if (incident_) {
-    std::string type;
     incident_->caused = incident_->detail + failure_tag();
-    incident_->klass = class_of_round_end(ended_by, &type);
-    incident_->exception_type = type;
+    incident_->klass = records::round_end_class(ended_by);
+    incident_->exception_type = ended_by.exception_type;
     incident_->rank.reset();
     incident_->here = false;
-    incident_->detail = ended_by;
+    incident_->detail = reason;
   } else {
     round_end_incident(ended_by);
   }

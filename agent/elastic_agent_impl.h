@@ -100,6 +100,9 @@ class elastic_agent::impl {
     // A departure ended the round before this node's failure was counted:
     // that failure, which the departure caused (elastic_agent_hold.cpp).
     std::string caused;
+    // Another node failed the job (a job_failed record): no round follows,
+    // so this node counts nothing for --max-no-progress-restarts.
+    bool ends_job = false;
   };
 
   // exiting: our workers all succeeded; waiting in the exit barrier for the
@@ -134,14 +137,14 @@ class elastic_agent::impl {
   // elastic_agent_restart.cpp
   void group_stopped();
   void after_stop();
-  void count_restart(const std::string& reason);
+  void count_restart(records::round_record failure);
   void decide_restart();
   void leave_unclean();
 
   // elastic_agent_hold.cpp
-  void count_or_hold(std::string reason);
+  void count_or_hold(records::round_record failure);
   void end_hold();
-  void failure_explained(const std::string& ended_by);
+  void failure_explained(const records::round_record& ended_by);
 
   // elastic_agent_signals.cpp
   void watch_launcher();
@@ -177,7 +180,7 @@ class elastic_agent::impl {
                      std::string detail,
                      std::optional<std::chrono::system_clock::time_point> failed_at,
                      bool here = true);
-  void round_end_incident(const std::string& reason);
+  void round_end_incident(const records::round_record& end);
   void workers_running();
   void workers_stopped();
   void close_incident(bool resumed);
@@ -185,6 +188,9 @@ class elastic_agent::impl {
   std::optional<std::string> no_progress_stop(int restarts_left);
   std::optional<std::int64_t> read_step();
   std::string failure_tag() const;
+  // This node's failure (failure_) as a round record of `kind`
+  // (worker_failed, job_failed), with `detail` as its words.
+  records::round_record failure_record(records::record_kind kind, std::string detail) const;
   void say_flight_recorder_dumps();
   // elastic_agent_preempt.cpp
   bool preemption_signal(int sig);
@@ -292,7 +298,7 @@ class elastic_agent::impl {
   bool awaiting_restart_count_ = false;
   // The held failure's reason, to report when the round ends or the
   // departure bound passes (elastic_agent_hold.cpp); nullopt: none held.
-  std::optional<std::string> held_;
+  std::optional<records::round_record> held_;
   generation_timer hold_timer_{io_};
   // "rank 3 (pid 1234)": the first worker that did not die on SIGKILL.
   std::optional<std::string> unkillable_;

@@ -21,21 +21,6 @@ double seconds_between(clock::time_point from, clock::time_point to) {
   return std::chrono::duration<double>(to - from).count();
 }
 
-// "worker rank 3 ..." in another node's reason: the culprit's rank.
-std::optional<int> rank_in(const std::string& reason) {
-  const std::string marker = "worker rank ";
-  auto at = reason.find(marker);
-  if (at == std::string::npos) return std::nullopt;
-  int rank = 0;
-  std::size_t i = at + marker.size();
-  std::size_t digits = 0;
-  while (i < reason.size() && reason[i] >= '0' && reason[i] <= '9' && digits < 9) {
-    rank = rank * 10 + (reason[i++] - '0');
-    ++digits;
-  }
-  return digits > 0 ? std::optional<int>(rank) : std::nullopt;
-}
-
 }  // namespace
 
 // The first cause of a round's end is its incident; what follows (the
@@ -59,11 +44,11 @@ void elastic_agent::impl::open_incident(failure_class klass, std::string excepti
   incident_ = std::move(i);
 }
 
-// Another node ended the round: its reason says why.
-void elastic_agent::impl::round_end_incident(const std::string& reason) {
-  std::string type;
-  failure_class klass = class_of_round_end(reason, &type);
-  open_incident(klass, std::move(type), rank_in(reason), reason, std::nullopt, false);
+// Another node ended the round: its record says why.
+void elastic_agent::impl::round_end_incident(const records::round_record& end) {
+  open_incident(records::round_end_class(end), end.exception_type, end.rank,
+                records::describe(end), std::nullopt, false);
+  if (incident_) incident_->ends_job = end.kind == records::record_kind::job_failed;
 }
 
 void elastic_agent::impl::workers_running() {
@@ -125,10 +110,24 @@ void elastic_agent::impl::say_flight_recorder_dumps() {
                         dumps, printable(dir.string()), nccl_trace_prefix));
 }
 
-// "[exception:TypeError]": this node's failure's class, for the reason
-// the other nodes read (failure_class.h, class_of_round_end).
+// " [exception:TypeError]": this node's failure's class, as the event
+// log's `caused` shows it (rendered, never read back).
 std::string elastic_agent::impl::failure_tag() const {
   return failure_ ? " " + class_tag(failure_->klass, failure_->exception_type) : std::string();
+}
+
+records::round_record elastic_agent::impl::failure_record(records::record_kind kind,
+                                                         std::string detail) const {
+  records::round_record r;
+  r.kind = kind;
+  r.detail = std::move(detail);
+  if (!failure_) return r;
+  r.rank = failure_->rank;
+  r.klass = failure_->klass;
+  r.exception_type = failure_->exception_type;
+  r.exit_code = failure_->status.code;
+  if (failure_->status.signal != 0) r.signal = failure_->status.signal;
+  return r;
 }
 
 // --progress-file's step now; a problem is said once until it changes.

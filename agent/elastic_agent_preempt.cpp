@@ -111,7 +111,7 @@ void elastic_agent::impl::leave_preempted() {
   preempt_timer_.cancel();
   preempting_ = false;
   phase_ = phase::stopping;  // until the others are told: no round, no rejoin
-  rendezvous_.leave_job("preempted", [this] {
+  rendezvous_.leave_job(records::leaving(failure_class::preemption, "preempted"), [this] {
     log(fmt::format("left the job: preempted (exit {}: requeue)", exit_preempted));
     reporter_.node_left("preempted");
     finish(exit_preempted);

@@ -81,7 +81,7 @@ void elastic_agent::impl::machine_failed(const std::string& reason, int rank,
   log(fmt::format("{}; this node stays out of the job and checks again in {} s ({} of {} "
                   "failures in a row before quarantine)",
                   reason, seconds_text(again), machine_failures_, after));
-  rendezvous_.leave_job(reason, [this, again] {
+  rendezvous_.leave_job(records::leaving(failure_class::health, reason), [this, again] {
     if (phase_ == phase::done || signalled_meanwhile()) return;
     sit_out(again);
   });
@@ -110,7 +110,8 @@ void elastic_agent::impl::enter_quarantine(const std::string& reason, int rank,
                         reason, seconds_text(cooldown), machine_failures_, quarantines_));
   reporter_.quarantined(record);
   auto why = fmt::format("quarantined for {} s: {}", seconds_text(cooldown), reason);
-  rendezvous_.quarantine(record.machine, record.to_json(), why, [this, cooldown] {
+  rendezvous_.quarantine(record.machine, record.to_json(),
+                         records::leaving(failure_class::health, why), [this, cooldown] {
     if (phase_ == phase::done || signalled_meanwhile()) return;
     write_quarantine_file();
     sit_out(cooldown);

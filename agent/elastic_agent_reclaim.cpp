@@ -47,7 +47,8 @@ void elastic_agent::impl::after_gpus_reclaimed(std::function<void()> then) {
     if (options_.quarantine.enabled()) return machine_failed(r.reason, -1, "gpu-reclaim");
     log_error(r.reason);
     reporter_.node_left(r.reason);
-    rendezvous_.leave_job(r.reason, [this] { finish(exit_node_unhealthy); });
+    rendezvous_.leave_job(records::leaving(failure_class::health, r.reason),
+                          [this] { finish(exit_node_unhealthy); });
   });
 }
 

@@ -38,10 +38,12 @@ void elastic_agent::impl::after_stop() {
     // failure elsewhere still counts for --max-no-progress-restarts here,
     // where the progress file may be (a shared folder, or rank 0's node);
     // a lost node or a newcomer is not the training failing again.
-    if (incident_ && is_worker_failure(incident_->klass)) {
+    if (incident_ && is_worker_failure(incident_->klass) && !incident_->ends_job) {
       if (auto stop = no_progress_stop(options_.spec.max_restarts - restarts_seen_)) {
         log_error(*stop);
-        rendezvous_.fail_job(*stop, [this, stop = *stop] {
+        auto refusal = failure_record(records::record_kind::job_failed, *stop);
+        refusal.refused = true;
+        rendezvous_.fail_job(std::move(refusal), [this, stop = *stop] {
           reporter_.job_failed(stop);
           finish(1);
         });
@@ -66,8 +68,8 @@ void elastic_agent::impl::after_stop() {
 // A failure ends the round on every node at once and counts one restart
 // for the whole job (the rendezvous keeps the count), so every node
 // honours --max-restarts alike.
-void elastic_agent::impl::count_restart(const std::string& reason) {
-  rendezvous_.report_failure(reason, [this](std::exception_ptr error,
+void elastic_agent::impl::count_restart(records::round_record reported) {
+  rendezvous_.report_failure(std::move(reported), [this](std::exception_ptr error,
                                             rendezvous::rendezvous_handler::failure_verdict v) {
     // The agent may have finished meanwhile (a signal, or shutdown()
     // failing this call): nothing to decide any more.
@@ -122,9 +124,13 @@ void elastic_agent::impl::decide_restart() {
       : options_.spec.max_restarts == 0
           ? std::string("no restarts allowed: --max-restarts=0")
           : fmt::format("all {} restart(s) used", options_.spec.max_restarts);
-  rendezvous_.fail_job(
+  auto failed = failure_record(
+      records::record_kind::job_failed,
       refused ? *refused
-              : fmt::format("worker rank {} {}", failure_->rank, describe(failure_->status)),
+              : fmt::format("worker rank {} {}", failure_->rank, describe(failure_->status)));
+  failed.refused = refused.has_value();
+  rendezvous_.fail_job(
+      std::move(failed),
       [this, code, said_why, outcome] {
         if (phase_ == phase::done) return;  // finished meanwhile
         if (said_why) {

@@ -7,20 +7,6 @@
 namespace dtrun::agent {
 namespace {
 
-constexpr std::array<std::pair<failure_class, std::string_view>, 11> names{{
-    {failure_class::exception, "exception"},
-    {failure_class::exit, "exit"},
-    {failure_class::signal, "signal"},
-    {failure_class::oom_kill, "oom-kill"},
-    {failure_class::collective_timeout, "collective-timeout"},
-    {failure_class::hang, "hang"},
-    {failure_class::watchdog, "watchdog"},
-    {failure_class::node, "node"},
-    {failure_class::health, "health"},
-    {failure_class::membership, "membership"},
-    {failure_class::preemption, "preemption"},
-}};
-
 bool contains(std::string_view text, std::string_view part) {
   return text.find(part) != std::string_view::npos;
 }
@@ -60,48 +46,6 @@ std::string type_of_line(std::string_view line) {
 }
 
 }  // namespace
-
-bool is_worker_failure(failure_class c) {
-  switch (c) {
-    case failure_class::exception:
-    case failure_class::exit:
-    case failure_class::signal:
-    case failure_class::oom_kill:
-    case failure_class::collective_timeout:
-    case failure_class::hang:
-    case failure_class::watchdog:
-      return true;
-    case failure_class::node:
-    case failure_class::health:
-    case failure_class::membership:
-    case failure_class::preemption:
-      return false;
-  }
-  return false;
-}
-
-std::string_view class_name(failure_class c) {
-  for (const auto& [value, name] : names) {
-    if (value == c) return name;
-  }
-  return "exit";
-}
-
-std::optional<failure_class> parse_class(std::string_view name) {
-  for (const auto& [value, text] : names) {
-    if (text == name) return value;
-  }
-  return std::nullopt;
-}
-
-const std::vector<std::string_view>& class_names() {
-  static const std::vector<std::string_view> all = [] {
-    std::vector<std::string_view> v;
-    for (const auto& entry : names) v.push_back(entry.second);
-    return v;
-  }();
-  return all;
-}
 
 bool says_collective_timeout(std::string_view text) {
   return contains(text, "Watchdog caught collective operation timeout") ||
@@ -173,45 +117,6 @@ std::string exception_type(const failure_evidence& e) {
     if (auto t = type_of_line(line); !t.empty()) last = t;
   }
   return last;
-}
-
-std::string class_tag(failure_class c, const std::string& exception) {
-  std::string tag = "[" + std::string(class_name(c));
-  if (c == failure_class::exception && !exception.empty()) tag += ":" + exception;
-  return tag + "]";
-}
-
-failure_class class_of_round_end(std::string_view reason, std::string* exception) {
-  // A failure's tag, at the end of its reason.
-  if (!reason.empty() && reason.back() == ']') {
-    auto open = reason.rfind('[');
-    if (open != std::string_view::npos) {
-      std::string_view tag = reason.substr(open + 1, reason.size() - open - 2);
-      std::string_view type;
-      if (auto colon = tag.find(':'); colon != std::string_view::npos) {
-        type = tag.substr(colon + 1);
-        tag = tag.substr(0, colon);
-      }
-      if (auto c = parse_class(tag)) {
-        if (exception != nullptr) *exception = std::string(type);
-        return *c;
-      }
-    }
-  }
-  if (auto left = reason.find("left the job: "); left != std::string_view::npos) {
-    // Why it left, after the host's name: a host or a health check's
-    // words may say "preempt" too ("gke-...-preemptible-pool-...").
-    auto why = reason.substr(left + std::string_view("left the job: ").size());
-    return why.starts_with("preempted") ? failure_class::preemption : failure_class::health;
-  }
-  if (contains(reason, "left the job")) return failure_class::health;
-  // After a node that left: its health check's last line may say "lost".
-  if (contains(reason, " was lost") || contains(reason, "stopped sending heartbeats")) {
-    return failure_class::node;
-  }
-  if (contains(reason, "waiting to join")) return failure_class::membership;
-  // A failure reported by a dtrun without tags, or a node's other end.
-  return contains(reason, "worker rank") ? failure_class::exit : failure_class::membership;
 }
 
 }  // namespace dtrun::agent

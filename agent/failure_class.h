@@ -15,32 +15,19 @@
 #include <string_view>
 #include <vector>
 
+#include "rendezvous/record/failure_class.h"
+
 namespace dtrun::agent {
 
-enum class failure_class {
-  exception,           // exited non-zero with a traceback or an error file
-  exit,                // exited non-zero, nothing else known
-  signal,              // killed by a signal dtrun did not send
-  oom_kill,            // killed by the kernel's OOM killer (its cgroup's count rose)
-  collective_timeout,  // the NCCL or gloo watchdog gave up on a collective
-  hang,                // dtrun's hang detector (--hang-timeout) killed it
-  watchdog,            // torch's file-timer watchdog killed it
-  node,                // a node was lost
-  health,              // a node left the job unhealthy
-  membership,          // a node joined (not a fault)
-  preemption,          // a node left the job to be preempted
-};
-
-// A class a worker's failure can have (exception ... watchdog); the
-// others (node, health, membership, preemption) end a round without the
-// training failing.
-bool is_worker_failure(failure_class c);
-
-// "oom-kill", "collective-timeout", ...: the names users write.
-std::string_view class_name(failure_class c);
-std::optional<failure_class> parse_class(std::string_view name);
-// Every class name, in the enum's order (for help texts and metrics).
-const std::vector<std::string_view>& class_names();
+// The classes themselves, their names and tags live below the agent and
+// the rendezvous (rendezvous/record/failure_class.h): a round record
+// carries one.
+using records::class_name;
+using records::class_names;
+using records::class_tag;
+using records::failure_class;
+using records::is_worker_failure;
+using records::parse_class;
 
 // What is known of one failed worker.
 struct failure_evidence {
@@ -78,16 +65,5 @@ bool says_collective_timeout(std::string_view text);
 // decision of such a failure until the rendezvous's departure bound
 // (docs/agent.md, "A failure a departure explains").
 bool lost_peer_can_cause(const failure_evidence& e);
-
-// "[exception:TypeError]" / "[oom-kill]": appended to the reason a failed
-// round's `over` key carries, so the other nodes learn the class with the
-// round's end (class_of_round_end reads it back).
-std::string class_tag(failure_class c, const std::string& exception);
-
-// The class of a round that another node ended, from the reason the
-// rendezvous gave ("node 2 (10.0.0.3) was lost", "... left the job: ...",
-// "a node is waiting to join", "node 1: worker rank 3 exited with code 1
-// [exception:TypeError]"). `exception` gets the type when the tag has one.
-failure_class class_of_round_end(std::string_view reason, std::string* exception = nullptr);
 
 }  // namespace dtrun::agent

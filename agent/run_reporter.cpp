@@ -159,9 +159,10 @@ void run_reporter::group_stopping(std::string_view reason) {
                ojson{{"round", current_round()}, {"reason", std::string(reason)}});
 }
 
-void run_reporter::membership_change(std::string_view reason) {
-  events_.emit("membership_change",
-               ojson{{"round", current_round()}, {"reason", std::string(reason)}});
+void run_reporter::membership_change(const records::round_record& end) {
+  events_.emit("membership_change", ojson{{"round", current_round()},
+                                          {"reason", records::describe(end)},
+                                          {"record", ojson::parse(records::to_text(end))}});
 }
 
 void run_reporter::node_health(const health_verdict& verdict, std::string_view when) {

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "agent/agent_log.h"
+#include "rendezvous/record/round_record.h"
 #include "agent/event_log.h"
 #include "agent/exit_status.h"
 #include "agent/failure_report.h"
@@ -62,7 +63,10 @@ class run_reporter {
   void worker_unkillable(int local_rank, int rank, long pid, char state);
   void restart(int count, int max);
   void group_stopping(std::string_view reason);
-  void membership_change(std::string_view reason);
+  // Another node ended the round (or a departure explained this node's
+  // failure): its record, and the sentence it renders (docs/agent.md,
+  // "The event log"; `dtrun report` reads the record).
+  void membership_change(const records::round_record& end);
   // A node health check's findings (node_health.h); `when`: "before
   // joining" or "while running".
   void node_health(const health_verdict& verdict, std::string_view when);

@@ -11,7 +11,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "agent/failure_class.h"
+#include "launcher/legacy_round_end.h"
+#include "rendezvous/record/round_record.h"
 #include "rendezvous/base/printable.h"
 
 namespace dtrun::launcher {
@@ -191,10 +192,17 @@ bool is_stop_reason(const std::string& reason) {
   return reason.rfind("received ", 0) == 0 || reason.rfind("stopped on ", 0) == 0;
 }
 
-// The agent's own reading of a round's end (failure_class.h): the tag a
-// failed round's reason carries, a lost node, a node that left or joined.
-std::string class_of_reason(const std::string& reason) {
-  return std::string(agent::class_name(agent::class_of_round_end(reason)));
+// The class of the round's end a `membership_change` event tells: from its
+// record; a log written before round records has only the sentence.
+std::string class_of_round_end(const json& fields) {
+  auto at = fields.find("record");
+  if (at != fields.end() && at->is_object()) {
+    auto end = records::record_from_text(at->dump());
+    if (end.kind != records::record_kind::foreign) {
+      return std::string(records::class_name(records::round_end_class(end)));
+    }
+  }
+  return std::string(records::class_name(class_of_legacy_round_end(text(fields, "reason"))));
 }
 
 std::string describe_failure(const json& f) {
@@ -253,7 +261,7 @@ std::optional<report_incident> derive_incident(std::int64_t round, const round_e
     const json& f = first_ender->fields;
     std::string reason = text(f, "reason");
     if (first_ender->name == "membership_change") {
-      i.incident_class = class_of_reason(reason);
+      i.incident_class = class_of_round_end(f);
     } else if (first_ender->name == "node_left" || first_ender->name == "node_health") {
       i.incident_class = "health";
       i.culprit_host = first_ender->host;

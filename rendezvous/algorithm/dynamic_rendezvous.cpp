@@ -116,17 +116,17 @@ dynamic_rendezvous::~dynamic_rendezvous() { impl_->shutdown(); }
 void dynamic_rendezvous::next_round(completion done) { impl_->next_round(std::move(done)); }
 const std::string& dynamic_rendezvous::run_id() const { return impl_->options().run_id; }
 void dynamic_rendezvous::shutdown() { impl_->shutdown(); }
-void dynamic_rendezvous::watch_round(std::function<void(std::string)> on_over) {
+void dynamic_rendezvous::watch_round(std::function<void(round_record)> on_over) {
   impl_->watch_round(std::move(on_over));
 }
-void dynamic_rendezvous::report_failure(std::string reason, restart_completion done) {
-  impl_->report_failure(std::move(reason), std::move(done));
+void dynamic_rendezvous::report_failure(round_record failure, restart_completion done) {
+  impl_->report_failure(std::move(failure), std::move(done));
 }
 std::chrono::milliseconds dynamic_rendezvous::departure_bound() const {
   return impl_->departure_bound();
 }
-void dynamic_rendezvous::fail_job(std::string reason, std::function<void()> done) {
-  impl_->fail_job(std::move(reason), std::move(done));
+void dynamic_rendezvous::fail_job(round_record failure, std::function<void()> done) {
+  impl_->fail_job(std::move(failure), std::move(done));
 }
 void dynamic_rendezvous::stop_job(std::string reason, std::function<void()> done) {
   impl_->stop_job(std::move(reason), std::move(done));
@@ -135,8 +135,8 @@ void dynamic_rendezvous::stop_seen(std::function<void()> done) {
   impl_->stop_seen(std::move(done));
 }
 
-void dynamic_rendezvous::leave_job(std::string reason, std::function<void()> done) {
-  impl_->leave_job(std::move(reason), std::move(done));
+void dynamic_rendezvous::leave_job(round_record departure, std::function<void()> done) {
+  impl_->leave_job(std::move(departure), std::move(done));
 }
 
 void dynamic_rendezvous::request_checkpoint(std::string who, std::function<void(bool)> done) {
@@ -152,8 +152,8 @@ void dynamic_rendezvous::read_machine(std::string machine_key, record_completion
 }
 
 void dynamic_rendezvous::quarantine(std::string machine_key, std::string record,
-                                    std::string reason, std::function<void()> done) {
-  impl_->quarantine(std::move(machine_key), std::move(record), std::move(reason),
+                                    round_record departure, std::function<void()> done) {
+  impl_->quarantine(std::move(machine_key), std::move(record), std::move(departure),
                     std::move(done));
 }
 

@@ -38,10 +38,6 @@
 
 namespace dtrun::rendezvous {
 
-// `r/<r>/over` when the round ended because every node finished: the exit
-// barrier's release. No failure reason reads like it (they name a node).
-inline constexpr std::string_view every_node_finished = "every node finished";
-
 // Where this node stands in its current round. Replaces the flags of old
 // (round_over_, all_done_, whichever callback was pending): each phase says
 // what may still happen, and the data it owns is named beside it.
@@ -70,16 +66,16 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
 
   // --- rendezvous_handler's calls (dynamic_rendezvous.h) -------------------
   void next_round(completion done);
-  void watch_round(std::function<void(std::string)> on_over);
-  void report_failure(std::string reason, restart_completion done);
-  void fail_job(std::string reason, std::function<void()> done);
+  void watch_round(std::function<void(round_record)> on_over);
+  void report_failure(round_record failure, restart_completion done);
+  void fail_job(round_record failure, std::function<void()> done);
   void stop_job(std::string reason, std::function<void()> done);
   void stop_seen(std::function<void()> done);
-  void leave_job(std::string reason, std::function<void()> done);
+  void leave_job(round_record departure, std::function<void()> done);
   void request_checkpoint(std::string who, std::function<void(bool)> done);
   void watch_checkpoint(std::function<void(std::string)> on_request);
   void read_machine(std::string machine_key, record_completion done);
-  void quarantine(std::string machine_key, std::string record, std::string reason,
+  void quarantine(std::string machine_key, std::string record, round_record departure,
                   std::function<void()> done);
   void quarantine_list(std::function<void(std::vector<std::string>)> done);
   void wait_outside(std::chrono::milliseconds timeout,
@@ -138,9 +134,12 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   void read_assignment(std::int64_t r);
   void wait_for_next_round(std::int64_t r, int members);
   void stopped_while_joining(std::int64_t r, std::string who);
-  bool fail_if_stopped(const std::string& over);
+  bool fail_if_stopped(const round_record& over);
   // Without `done`, a failure is logged once (unheeded_).
-  void end_round_first(std::int64_t r, std::string reason, store_callback done = {});
+  void end_round_first(std::int64_t r, const round_record& end, store_callback done = {});
+  // The round's assignment says an older dtrun is in it (docs/rendezvous.md,
+  // "Mixed versions"): fail the job in words it reads, and refuse here.
+  void refuse_mixed_versions(std::int64_t r, int theirs, const std::string& where);
   void fail_job_finished(std::int64_t r);
   void fail_corrupt_count(std::int64_t r);
   void complete_round(std::int64_t r, int members, const std::string& assignment_text);
@@ -149,11 +148,12 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
 
   // --- round_run.cpp --------------------------------------------------------
   void watch_over(std::int64_t r);
-  void round_ended(std::int64_t r, std::string reason);
+  void round_ended(std::int64_t r, round_record end);
   void watch_successor(std::int64_t r, int successor_arrival);
   std::string lost_store_reason(const std::exception_ptr& error) const;
-  void count_restart(std::int64_t r, std::string why, restart_completion done);
-  void mark_job_failed(const std::string& why);
+  void count_restart(std::int64_t r, std::string failure_text, restart_completion done);
+  // `failure_text`: the job_failed (or worker_failed) record as stored.
+  void mark_job_failed(const std::string& failure_text);
   void mark_failures_read(std::int64_t r, std::function<void()> done);
 
   // --- round_return.cpp -----------------------------------------------------
@@ -216,8 +216,8 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   bool waiting_as_spare_ = false;  // arrived when the job was full (wait_for_next_round)
   std::string advertised_addr_;
   completion done_;  // the pending next_round() call
-  std::function<void(std::string)> on_over_;  // the agent's watch of the round
-  std::string pending_over_;  // why the round ended, before the agent watched
+  std::function<void(round_record)> on_over_;  // the agent's watch of the round
+  std::optional<round_record> pending_over_;  // the round's end, before the agent watched
   // The round another node's failure ended (-1: none): the next round reads
   // the job's state only once that failure is counted (await_failure_count).
   std::int64_t failure_ended_round_ = -1;

@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "rendezvous/record/round_record.h"
+
 namespace dtrun::rendezvous {
 
 using json = nlohmann::json;
@@ -32,7 +34,7 @@ void read_required(const json& j, const char* name, T& into, Rest&&... rest) {
 std::string to_text(const node_descriptor& d) {
   return compact(json{{"addr", d.addr}, {"host", d.hostname}, {"pid", d.pid}, {"nproc", d.nproc},
                       {"prev_rank", d.prev_rank}, {"master_port", d.master_port},
-                      {"worker_store_port", d.worker_store_port}});
+                      {"worker_store_port", d.worker_store_port}, {"records", d.records}});
 }
 
 node_descriptor descriptor_from_text(const std::string& text) {
@@ -43,6 +45,7 @@ node_descriptor descriptor_from_text(const std::string& text) {
   d.master_port = j.value("master_port", 0);
   // Absent in descriptors of older dtrun versions: no worker store.
   d.worker_store_port = j.value("worker_store_port", 0);
+  d.records = j.value("records", 0);
   return d;
 }
 
@@ -105,6 +108,16 @@ std::vector<rank_assignment> make_assignments(const std::vector<node_descriptor>
       }
     }
   }
+  if (n > 0) {
+    common.records_min = common.records_max = nodes[0].records;
+  }
+  for (const auto& d : nodes) {
+    common.records_min = std::min(common.records_min, d.records);
+    common.records_max = std::max(common.records_max, d.records);
+    if (d.records != records::record_version && common.odd_host.empty()) {
+      common.odd_host = d.hostname;
+    }
+  }
   std::vector<rank_assignment> out(n, common);
   for (std::size_t i = 0; i < n; ++i) {
     out[i].group_rank = ranks[i];
@@ -122,6 +135,9 @@ std::string to_text(const rank_assignment& a) {
          {"worker_port", a.worker_port}, {"next", a.successor_arrival}};
   // Absent: the endpoint host's store.
   if (!a.worker_addr.empty()) j["worker_addr"] = a.worker_addr;
+  j["records_min"] = a.records_min;
+  j["records_max"] = a.records_max;
+  if (!a.odd_host.empty()) j["odd_host"] = a.odd_host;
   return compact(j);
 }
 
@@ -133,6 +149,10 @@ rank_assignment assignment_from_text(const std::string& text) {
                 "worker_port", a.worker_port);
   a.worker_addr = j.value("worker_addr", std::string());
   a.successor_arrival = j.value("next", 0);
+  // Absent when a closer of an older dtrun wrote it: format 0.
+  a.records_min = j.value("records_min", 0);
+  a.records_max = j.value("records_max", 0);
+  a.odd_host = j.value("odd_host", std::string());
   // Workers get these as RANK/WORLD_SIZE: nonsense must not reach them.
   if (a.group_rank < 0 || a.nproc < 1 || a.world_size < a.nproc || a.first_rank < 0 ||
       a.first_rank > a.world_size - a.nproc) {

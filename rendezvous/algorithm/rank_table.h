@@ -20,6 +20,9 @@ struct node_descriptor {
   // The port of the fresh store it opened for this round's workers (0 if
   // none): the endpoint's host under c10d, every node under etcd.
   int worker_store_port = 0;
+  // The round record format it writes and reads (round_record.h); 0: an
+  // older dtrun, whose round ends are sentences (absent in its text).
+  int records = 0;
 };
 
 // JSON text, and back (throws std::exception on corrupt text). Names that
@@ -56,6 +59,14 @@ struct rank_assignment {
   // round's size: its heartbeat counter is the one this node reads. 0:
   // not known (a closer of an older dtrun wrote the assignment).
   int successor_arrival = 0;
+  // The lowest and highest round record format among the round's nodes
+  // (0: an older dtrun's, or a closer of an older dtrun wrote this), and
+  // the host of a node whose format differs from the closer's ("": none,
+  // or not known): a node runs the round only when both are its own
+  // (docs/rendezvous.md, "Mixed versions").
+  int records_min = 0;
+  int records_max = 0;
+  std::string odd_host;
 };
 
 // The closer's work: one assignment per node, in arrival order (entry i

@@ -25,7 +25,11 @@
 #include <string>
 #include <vector>
 
+#include "rendezvous/record/round_record.h"
+
 namespace dtrun::rendezvous {
+
+using records::round_record;
 
 struct rendezvous_info {
   // 0 for the first round; each restart or re-admission is a new round.
@@ -60,13 +64,16 @@ class job_finished_error : public std::runtime_error {
 };
 
 // next_round() fails with this when the job already failed on another
-// node (its restarts are used up): the job is over here too. `round` is
-// the round that failed, whose failures round_failures() returns.
+// node (its restarts are used up, or its restart policy refused one): the
+// job is over here too. `round` is the round that failed, whose failures
+// round_failures() returns; `refused`: the other node's policy refused a
+// restart (its record says so), restarts may be left.
 class job_failed_error : public std::runtime_error {
  public:
-  job_failed_error(const std::string& what, std::int64_t failed_round)
-      : std::runtime_error(what), round(failed_round) {}
+  job_failed_error(const std::string& what, std::int64_t failed_round, bool was_refused)
+      : std::runtime_error(what), round(failed_round), refused(was_refused) {}
   std::int64_t round;
+  bool refused;
 };
 
 // next_round() fails with this when a person stopped the job on another
@@ -78,10 +85,6 @@ class job_stopped_error : public std::runtime_error {
       : std::runtime_error("the job was stopped on " + stopped_by), who(stopped_by) {}
   std::string who;
 };
-
-// The reason a round ends with when its job was stopped (stop_job):
-// job_stopped_prefix + who. watch_round callers tell it from a restart.
-inline constexpr const char* job_stopped_prefix = "job stopped on ";
 
 class rendezvous_handler {
  public:
@@ -106,8 +109,9 @@ class rendezvous_handler {
 
   // After a round completed: calls `on_over` (once, on the loop) when the
   // round ends because of another node: it failed, died, or a node wants
-  // to join. The agent then stops its workers and calls next_round().
-  virtual void watch_round(std::function<void(std::string reason)> on_over) = 0;
+  // to join, or the job was stopped (a job_stopped record). The agent
+  // then stops its workers and calls next_round().
+  virtual void watch_round(std::function<void(round_record end)> on_over) = 0;
 
   // This node's workers failed: end the round on every node and count a
   // restart for the whole job, unless the round had already ended for a
@@ -122,11 +126,12 @@ class rendezvous_handler {
   // --max-restarts the same way).
   struct failure_verdict {
     int restarts = 0;  // the job's restart count (with ended_by: as it was)
-    // Set when the round's first end is not a failure: its reason.
-    std::optional<std::string> ended_by;
+    // Set when the round's first end is not a failure: that end.
+    std::optional<round_record> ended_by;
   };
   using restart_completion = std::function<void(std::exception_ptr error, failure_verdict)>;
-  virtual void report_failure(std::string reason, restart_completion done) = 0;
+  // `failure`: a worker_failed record; the handler sets its node.
+  virtual void report_failure(round_record failure, restart_completion done) = 0;
 
   // How long after another node dies, at most, this rendezvous takes to
   // end the round with its departure (etcd: its lease's TTL; c10d: the
@@ -138,12 +143,13 @@ class rendezvous_handler {
 
   // This node gives up (its restarts are used up, or its program cannot
   // start): mark the job failed for every node, then call `done`.
-  virtual void fail_job(std::string reason, std::function<void()> done) = 0;
+  // `failure`: a job_failed record; the handler sets its node.
+  virtual void fail_job(round_record failure, std::function<void()> done) = 0;
 
   // A person stopped this node (Ctrl-C): end the job on every node. Marks
   // it stopped (`reason`: "by SIGINT (Ctrl-C there)"; the handler adds
   // which node) so that nodes joining later learn it too, ends the current
-  // round with job_stopped_prefix + who, then calls `done` once both are
+  // round with a job_stopped record, then calls `done` once both are
   // stored (or could not be). Stopped while a round still gathers, it
   // wakes the nodes that joined it (they fail with job_stopped_error) and
   // drops its own pending next_round(), which is never called. Single
@@ -152,12 +158,13 @@ class rendezvous_handler {
 
   // This node leaves the job on its own, healthy workers or not (its node
   // health check failed: docs/agent.md, "Node health"): ends the current
-  // round on every node with `reason` as a membership change (no restart
-  // is counted: the others rejoin without it, or with a spare), withdraws
-  // its will, then calls `done` once the others can read it. It then
-  // leaves without next_round(). Before its first round, or single node:
-  // nothing to tell, `done` at once.
-  virtual void leave_job(std::string reason, std::function<void()> done) = 0;
+  // round on every node with `departure` (a node_left record: its class,
+  // health or preemption, and why; the handler sets its node and host), a
+  // membership change (no restart is counted: the others rejoin without
+  // it, or with a spare), withdraws its will, then calls `done` once the
+  // others can read it. It then leaves without next_round(). Before its
+  // first round, or single node: nothing to tell, `done` at once.
+  virtual void leave_job(round_record departure, std::function<void()> done) = 0;
 
   // A job-wide checkpoint (--checkpoint-signal; docs/agent.md,
   // "Preemption"): asks every node of the current round to have its
@@ -187,9 +194,9 @@ class rendezvous_handler {
 
   // Stores this machine's record and appends it to the job-wide list that
   // `dtrun status` shows; when this node is in a round, ends it as
-  // leave_job() does, with `reason`. `done` once stored, or not (best
+  // leave_job() does, with `departure`. `done` once stored, or not (best
   // effort: the node stays out either way).
-  virtual void quarantine(std::string machine_key, std::string record, std::string reason,
+  virtual void quarantine(std::string machine_key, std::string record, round_record departure,
                           std::function<void()> done) = 0;
 
   // The job-wide list of quarantine records, oldest first (bounded).
@@ -202,7 +209,7 @@ class rendezvous_handler {
                             std::function<void(bool job_ended, std::string why)> done) = 0;
 
   // This node learnt that another node stopped the job (a round ended with
-  // job_stopped_prefix): counts it in, so the node that stopped it may
+  // a job_stopped record): counts it in, so the node that stopped it may
   // leave, then calls `done`. Single node: `done` at once.
   virtual void stop_seen(std::function<void()> done) = 0;
 

@@ -14,6 +14,13 @@ namespace dtrun::rendezvous {
 
 namespace {
 
+// Who stopped the job, from `stopped`: a job_stopped record; the value as
+// found when another dtrun wrote it (it is shown, never read further).
+std::string stopper(const std::string& stopped) {
+  auto rec = records::record_from_text(stopped);
+  return rec.kind == records::record_kind::job_stopped ? records::stopped_by(rec) : rec.detail;
+}
+
 // A member count as the closer wrote it; false for anything else.
 bool parse_member_count(const std::string& text, int& out) {
   auto count = parse_whole<int>(text);
@@ -75,7 +82,9 @@ void dynamic_rendezvous::impl::read_assignment(std::int64_t r) {
                    [self = shared_from_this(), r, t = ticket()](store_result got) {
     if (!self->current(t)) return;  // a stale round's reply
     if (got.error) return self->fail(got.error);
-    if (!got.values.at(2).empty()) return self->stopped_while_joining(r, got.values.at(2));
+    if (!got.values.at(2).empty()) {
+      return self->stopped_while_joining(r, stopper(got.values.at(2)));
+    }
     int members = 0;
     if (!parse_member_count(got.values.at(0), members)) return self->fail_corrupt_count(r);
     // We came in after the round closed: wait for the next one.
@@ -97,10 +106,9 @@ void dynamic_rendezvous::impl::stopped_while_joining(std::int64_t r, std::string
 
 // `over` of a round we waited on says a person stopped the job: fail with
 // who did (the agent stops and exits 130) instead of joining the next round.
-bool dynamic_rendezvous::impl::fail_if_stopped(const std::string& over) {
-  std::string_view prefix = job_stopped_prefix;
-  if (over.compare(0, prefix.size(), prefix) != 0) return false;
-  fail(std::make_exception_ptr(job_stopped_error(over.substr(prefix.size()))));
+bool dynamic_rendezvous::impl::fail_if_stopped(const round_record& over) {
+  if (over.kind != records::record_kind::job_stopped) return false;
+  fail(std::make_exception_ptr(job_stopped_error(records::stopped_by(over))));
   return true;
 }
 
@@ -117,11 +125,12 @@ void dynamic_rendezvous::impl::wait_for_next_round(std::int64_t r, int members) 
     // Only if the round is still running: a SET would overwrite the exit
     // barrier's release (every node would then read "a node is waiting to
     // join" and restart a finished job) or another node's reason.
-    end_round_first(r, "a node is waiting to join", [self, r, t](store_result o) {
+    end_round_first(r, records::newcomer(), [self, r, t](store_result o) {
       if (!self->current(t)) return;  // a stale round's reply
       if (o.error) return self->fail(o.error);
-      if (o.value == every_node_finished) return self->fail_job_finished(r);
-      if (self->fail_if_stopped(o.value)) return;
+      auto end = records::record_from_text(o.value);
+      if (end.kind == records::record_kind::finished) return self->fail_job_finished(r);
+      if (self->fail_if_stopped(end)) return;
       // Through the job's state: a round that ended because the job failed
       // ends this node's wait too, not after join_timeout in the next.
       self->read_job(self->ticket(), r + 1);
@@ -141,22 +150,23 @@ void dynamic_rendezvous::impl::wait_for_next_round(std::int64_t r, int members) 
   waits_->get(keys_.over(r), no_timeout, [self, r, t](store_result w) {
     if (!self->current(t)) return;  // a stale round's reply
     if (w.error) return self->fail(w.error);
-    if (w.value == every_node_finished) {
+    auto end = records::record_from_text(w.value);
+    if (end.kind == records::record_kind::finished) {
       return self->fail(std::make_exception_ptr(job_finished_error(fmt::format(
           "the job finished (round {}) without needing this spare node", r))));
     }
-    if (self->fail_if_stopped(w.value)) return;
+    if (self->fail_if_stopped(end)) return;
     self->read_job(self->ticket(), r + 1);
   });
 }
 
-// Ends round r with `reason` unless someone ended it first: the first
-// reason in `over` wins, so neither the exit barrier's release nor a
-// reported loss can be overwritten. `done` gets what `over` holds after.
-void dynamic_rendezvous::impl::end_round_first(std::int64_t r, std::string reason,
+// Ends round r with `end` unless someone ended it first: the first record
+// in `over` wins, so neither the exit barrier's release nor a reported
+// loss can be overwritten. `done` gets what `over` holds after.
+void dynamic_rendezvous::impl::end_round_first(std::int64_t r, const round_record& end,
                                                store_callback done) {
   if (!done) done = unheeded_("end the round");
-  ops_->compare_set(keys_.over(r), "", std::move(reason), std::move(done));
+  ops_->compare_set(keys_.over(r), "", records::to_text(end), std::move(done));
 }
 
 void dynamic_rendezvous::impl::fail_job_finished(std::int64_t r) {
@@ -178,6 +188,11 @@ void dynamic_rendezvous::impl::complete_round(std::int64_t r, int members,
   } catch (const std::exception& e) {
     return fail(store_error_ptr(
         fmt::format("this node's rank assignment in round {} is corrupt: {}", r, e.what())));
+  }
+  if (mine.records_min != records::record_version || mine.records_max != records::record_version) {
+    int theirs = mine.records_min != records::record_version ? mine.records_min : mine.records_max;
+    group_rank_ = mine.group_rank;
+    return refuse_mixed_versions(r, theirs, mine.odd_host);
   }
   if (mine.successor_arrival > members) {
     return fail(store_error_ptr(fmt::format(
@@ -238,13 +253,41 @@ void dynamic_rendezvous::impl::point_workers(rendezvous_info& info, const rank_a
   }
 }
 
+// Round r has a node of another dtrun version (docs/rendezvous.md, "Mixed
+// versions"): it would misread this node's round records, or this node
+// its sentences (an older dtrun reads a record it does not know as a
+// newcomer and restarts without spending a restart). So nobody runs it:
+// the job is failed in the other version's own words (an older dtrun
+// reads sentences, and "not restarted:" tells it that restarts were not
+// the cause), round r is ended the same way for those that did start,
+// and this node refuses with one line naming both versions.
+void dynamic_rendezvous::impl::refuse_mixed_versions(std::int64_t r, int theirs,
+                                                     const std::string& host) {
+  auto where = host.empty() ? fmt::format("the node that closed round {}", r)
+                            : fmt::format("a node of round {} (host {})", r, host);
+  auto line = records::version_mismatch_line(theirs, where);
+  round_record refusal;
+  refusal.kind = records::record_kind::job_failed;
+  refusal.node = group_rank_;
+  refusal.refused = true;
+  refusal.detail = "not restarted: " + line;
+  auto text = theirs < records::record_version ? records::describe(refusal) : records::to_text(refusal);
+  ring_->stop();
+  mark_job_failed(text);
+  ops_->compare_set(keys_.over(r), "", text, unheeded_("end the round"));
+  // A round trip, so that the others can read both before this node leaves.
+  ops_->check({keys_.failed()}, [self = shared_from_this(), line, t = ticket()](store_result) {
+    if (self->current(t)) self->fail(store_error_ptr(line));
+  });
+}
+
 // Ranked: the round runs. If this node dies, its connection closes and the
 // server ends the round for everyone at once (its last will).
 void dynamic_rendezvous::impl::start_round(std::int64_t r, const rank_assignment& mine) {
   if (phase_ == round_phase::joining) phase_ = round_phase::running;
   deadline_timer_.cancel();
   ops_->set_will(keys_.will(round_, group_rank_), keys_.over(r),
-                 node_lost_reason(group_rank_, advertised_addr_),
+                 records::to_text(records::node_lost(group_rank_, advertised_addr_)),
                  unheeded_("set this node's will"));
   watch_over(r);
   watch_successor(r, mine.successor_arrival);

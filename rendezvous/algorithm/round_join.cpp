@@ -19,7 +19,7 @@ void dynamic_rendezvous::impl::next_round(completion done) {
   abandon_pending_call();
   done_ = std::move(done);
   on_over_ = nullptr;
-  pending_over_.clear();
+  pending_over_.reset();
   arrived_round_ = -1;
   join_deadline_ = std::chrono::steady_clock::now() + options_.join_timeout;
   sessions_taken_ = 0;
@@ -135,7 +135,10 @@ void dynamic_rendezvous::impl::read_job(const round_ticket& t, std::int64_t at_l
     if (!r.values.at(0).empty()) return self->report_job_failed();
     // A person stopped the job on another node (Ctrl-C there).
     if (!r.values.at(2).empty()) {
-      return self->fail(std::make_exception_ptr(job_stopped_error(r.values.at(2))));
+      auto stop = records::record_from_text(r.values.at(2));
+      return self->fail(std::make_exception_ptr(job_stopped_error(
+          stop.kind == records::record_kind::job_stopped ? records::stopped_by(stop)
+                                                        : stop.detail)));
     }
     const auto& round = r.values.at(1);
     // Join at once, without asking first whether the round has closed: a
@@ -164,16 +167,31 @@ void dynamic_rendezvous::impl::report_job_failed() {
       if (!self->current(t)) return;  // a stale round's reply
       std::int64_t failed_round = self->last_round_;
       if (!r.error) failed_round = parse_whole<std::int64_t>(r.value).value_or(failed_round);
-      std::string reason = why.error ? std::string("reason unknown") : why.value;
+      if (why.error) {
+        return self->fail(std::make_exception_ptr(job_failed_error(
+            fmt::format("the job failed on another node (reason unknown); its restarts "
+                        "(--max-restarts={}) are used up",
+                        self->options_.max_restarts),
+            failed_round, false)));
+      }
+      auto failure = records::record_from_text(why.value);
+      // Failed by a dtrun of another version (or refused for one): its
+      // words are shown, as found, beside both versions.
+      if (failure.kind == records::record_kind::foreign) {
+        return self->fail(store_error_ptr(fmt::format(
+            "{}: {}",
+            records::version_mismatch_line(failure.version, "the node that failed this job"),
+            failure.detail)));
+      }
       // A failure the restart policy refused (--no-restart-on, no
-      // progress) says so itself; restarts may be left.
-      bool refused = reason.find("not restarted:") != std::string::npos;
+      // progress) says so in its record; restarts may be left.
+      auto reason = records::describe(failure);
       self->fail(std::make_exception_ptr(job_failed_error(
-          refused ? fmt::format("the job failed on another node ({})", reason)
-                  : fmt::format("the job failed on another node ({}); its restarts "
-                                "(--max-restarts={}) are used up",
-                                reason, self->options_.max_restarts),
-          failed_round)));
+          failure.refused ? fmt::format("the job failed on another node ({})", reason)
+                          : fmt::format("the job failed on another node ({}); its restarts "
+                                        "(--max-restarts={}) are used up",
+                                        reason, self->options_.max_restarts),
+          failed_round, failure.refused)));
     });
   });
 }
@@ -246,7 +264,8 @@ node_descriptor dynamic_rendezvous::impl::describe_self(int worker_store_port) c
       .nproc = options_.local_world_size,
       .prev_rank = options_.fixed_rank >= 0 ? options_.fixed_rank : group_rank_,
       .master_port = options_.workers_use_agent_store ? 0 : os_->reserve_port(advertised_addr_),
-      .worker_store_port = worker_store_port};
+      .worker_store_port = worker_store_port,
+      .records = records::record_version};
 }
 
 // Enough nodes: give latecomers last_call_timeout, then close with whoever

@@ -21,16 +21,18 @@ void dynamic_rendezvous::impl::stop_job(std::string reason, std::function<void()
   if (joining) done_ = nullptr;
   end_here();
   // Before its first round this node has no rank yet: the host says where.
-  auto who = last_round_ >= 0
-                 ? fmt::format("node {} (host {}) {}", group_rank_, os_->host_name(), reason)
-                 : fmt::format("host {} {}", os_->host_name(), reason);
+  round_record stop;
+  stop.kind = records::record_kind::job_stopped;
+  stop.node = last_round_ >= 0 ? group_rank_ : -1;
+  stop.host = os_->host_name();
+  stop.detail = std::move(reason);
   // One request after the other: an external store (etcd) may apply
   // requests sent together in any order, and the release must come last.
   ops_->set(keys_.ended(), "was stopped", unheeded_("mark the job ended"));
-  ops_->set(keys_.stopped(), who, [self = shared_from_this(), who, done, joining](store_result) {
+  ops_->set(keys_.stopped(), records::to_text(stop), [self = shared_from_this(), stop, done,
+                                                     joining](store_result) {
     if (self->round_ < 0) return self->await_stop_seen(done);
-    self->end_round_first(self->round_, job_stopped_prefix + who, [self, done, joining](
-                                                                      store_result) {
+    self->end_round_first(self->round_, stop, [self, done, joining](store_result) {
       if (!joining) return self->await_stop_seen(done);
       self->wake_joiners(done);
     });
@@ -90,14 +92,16 @@ void dynamic_rendezvous::impl::stop_seen(std::function<void()> done) {
 // keeps its reason) and rejoin without it; no restart is counted. The will
 // goes first, so that closing our connection adds nothing. A round trip
 // before `done`: the caller exits next, and the others must be told.
-void dynamic_rendezvous::impl::leave_job(std::string reason, std::function<void()> done) {
+void dynamic_rendezvous::impl::leave_job(round_record departure, std::function<void()> done) {
   if (!ops_ || last_round_ < 0) return done();
   bool running = phase_ == round_phase::running || phase_ == round_phase::finishing;
   end_here();
   ops_->withdraw_will(keys_.will(round_, group_rank_), unheeded_("withdraw this node's will"));
   if (!running) return done();
-  auto why = node_left_reason(group_rank_, os_->host_name(), reason);
-  end_round_first(round_, std::move(why), [done](store_result) { done(); });
+  departure.kind = records::record_kind::node_left;
+  departure.node = group_rank_;
+  departure.host = os_->host_name();
+  end_round_first(round_, departure, [done](store_result) { done(); });
 }
 
 // Each node of the round counts itself once it knows the job was stopped;
@@ -110,7 +114,7 @@ void dynamic_rendezvous::impl::count_stop_seen(std::function<void(bool last)> do
 }
 
 // Exit barrier: count ourselves done; the last node releases everyone by
-// ending the round with `every_node_finished`. The WAIT on `over` that
+// ending the round with a `finished` record. The WAIT on `over` that
 // every node holds anyway (watch_over) is the barrier: a node lost
 // meanwhile ends it too, with its own reason, and a node needs no second
 // connection (10,000 nodes finishing together would otherwise open 10,000
@@ -135,8 +139,8 @@ void dynamic_rendezvous::impl::finish(std::function<void(std::exception_ptr)> do
     if (n.number < self->members_) return;
     // Only if no one ended the round first: a node lost just now must not
     // be covered up. `ended` is for nodes outside the round (quarantine).
-    self->end_round_first(r, std::string(every_node_finished), [self](store_result o) {
-      if (!o.error && o.value == every_node_finished) {
+    self->end_round_first(r, records::finished(), [self](store_result o) {
+      if (!o.error && records::record_from_text(o.value).kind == records::record_kind::finished) {
         self->ops_->set(self->keys_.ended(), "finished", self->unheeded_("mark the job ended"));
       }
     });

@@ -31,9 +31,9 @@ void dynamic_rendezvous::impl::read_machine(std::string machine_key, record_comp
 // The record first, then its place in the list; then, in a round, the
 // round ends as when a node leaves (no restart counted).
 void dynamic_rendezvous::impl::quarantine(std::string machine_key, std::string record,
-                                          std::string reason, std::function<void()> done) {
+                                          round_record departure, std::function<void()> done) {
   auto self = shared_from_this();
-  outside_connected([self, machine_key, record, reason, done](std::exception_ptr error) {
+  outside_connected([self, machine_key, record, departure, done](std::exception_ptr error) {
     if (error) {
       self->log(fmt::format("could not record this machine's quarantine in the store: {}",
                             error_message(error)));
@@ -42,12 +42,12 @@ void dynamic_rendezvous::impl::quarantine(std::string machine_key, std::string r
     self->ops_->set(self->keys_.machine(machine_key), record,
                     self->unheeded_("record this machine's quarantine"));
     self->ops_->add(self->keys_.quarantine_count(), 1,
-                    [self, record, reason, done](store_result n) {
+                    [self, record, departure, done](store_result n) {
       if (!n.error && n.number <= max_quarantine_entries) {
         self->ops_->set(self->keys_.quarantine_entry(n.number - 1), record,
                         self->unheeded_("add this machine to the quarantine list"));
       }
-      self->leave_job(reason, done);
+      self->leave_job(departure, done);
     });
   });
 }

@@ -39,7 +39,8 @@ void dynamic_rendezvous::impl::count_returner(std::int64_t r, int index) {
 
 void dynamic_rendezvous::impl::fix_returning(std::int64_t r, int index, std::int64_t arrivals,
                                              const std::string& over) {
-  returning_nodes mine{static_cast<int>(arrivals), departed_rank(over).value_or(-1)};
+  auto end = records::record_from_text(over);
+  returning_nodes mine{static_cast<int>(arrivals), records::departed_rank(end).value_or(-1)};
   ops_->compare_set(keys_.returning(r), "", mine.to_text(), [self = shared_from_this(), r, index,
                                                              t = ticket()](store_result c) {
     if (!self->current(t)) return;  // a stale round's reply

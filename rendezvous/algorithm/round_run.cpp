@@ -24,25 +24,39 @@ void dynamic_rendezvous::impl::watch_over(std::int64_t r) {
     // Once every node is done the host leaves and its store with it: a
     // lost connection then is the end of the job, not of the round.
     if (o.error && self->phase_ == round_phase::released) return;
+    round_record end;
+    if (o.error) {
+      end.kind = records::record_kind::store_lost;
+      end.detail = self->lost_store_reason(o.error);
+    } else {
+      end = records::record_from_text(o.value);
+    }
     // The exit barrier's release (finish): the round ended well.
-    if (!o.error && o.value == every_node_finished && self->phase_ == round_phase::finishing) {
+    if (end.kind == records::record_kind::finished && self->phase_ == round_phase::finishing) {
       return self->leave(r, true);
     }
-    self->round_ended(r, o.error ? self->lost_store_reason(o.error) : o.value);
+    // Another dtrun's writing (a newcomer of an older version asking in):
+    // not a failure; the next round's close refuses the mixed job.
+    if (end.kind == records::record_kind::foreign) {
+      self->log(fmt::format("round {} was ended by another dtrun version ({}); rejoining", r,
+                            records::version_mismatch_line(end.version, "its writer")));
+    }
+    self->round_ended(r, std::move(end));
   });
 }
 
 // Another node (or the store) ended round r: tell the agent, now or when
 // it watches, and end an exit barrier this node waits in.
-void dynamic_rendezvous::impl::round_ended(std::int64_t r, std::string reason) {
+void dynamic_rendezvous::impl::round_ended(std::int64_t r, round_record end) {
   phase_ = round_phase::over;
-  if (failed_rank(reason)) failure_ended_round_ = r;
+  if (records::is_failure(end)) failure_ended_round_ = r;
   ring_->stop();
   barrier_timer_.cancel();
+  auto reason = records::describe(end);
   if (auto cb = std::exchange(on_over_, nullptr)) {
-    cb(reason);
+    cb(std::move(end));
   } else {
-    pending_over_ = reason;
+    pending_over_ = std::move(end);
   }
   if (auto f = std::exchange(finish_done_, nullptr)) {
     f(store_error_ptr(fmt::format("round {} ended before every node finished: {}", r, reason)));
@@ -62,7 +76,7 @@ void dynamic_rendezvous::impl::watch_successor(std::int64_t r, int successor_arr
                  // From empty only: once every node finished, a successor
                  // that stopped beating because it left is not lost, and the
                  // release must not be overwritten.
-                 self->end_round_first(r, node_silent_reason(lost));
+                 self->end_round_first(r, records::node_silent(lost));
                });
 }
 
@@ -73,10 +87,11 @@ std::string dynamic_rendezvous::impl::lost_store_reason(const std::exception_ptr
   return fmt::format("the rendezvous store was lost: {}", error_message(error));
 }
 
-void dynamic_rendezvous::impl::watch_round(std::function<void(std::string)> on_over) {
-  if (!pending_over_.empty()) {
-    auto reason = std::exchange(pending_over_, std::string());
-    asio::post(io_, [on_over, reason] { on_over(reason); });
+void dynamic_rendezvous::impl::watch_round(std::function<void(round_record)> on_over) {
+  if (pending_over_) {
+    auto end = std::move(*pending_over_);
+    pending_over_.reset();
+    asio::post(io_, [on_over, end] { on_over(end); });
     return;
   }
   on_over_ = std::move(on_over);
@@ -129,16 +144,17 @@ void dynamic_rendezvous::impl::census(
 // (r/<r>/restarts); a reporter that finds another node's failure there
 // reads that count; one that finds a departure (or a newcomer) counts
 // nothing and is told what ended the round.
-void dynamic_rendezvous::impl::report_failure(std::string reason, restart_completion done) {
+void dynamic_rendezvous::impl::report_failure(round_record failure, restart_completion done) {
   end_here();  // our own doing: no on_over callback
   auto r = round_;
-  auto ours = node_failed_reason(group_rank_, reason);
-  end_round_first(r, ours, [self = shared_from_this(), r, ours, done](store_result first) {
+  failure.node = group_rank_;
+  // Our own text, as stored: `over` holding exactly it means ours stood.
+  auto ours = records::to_text(failure);
+  end_round_first(r, failure, [self = shared_from_this(), r, ours, done](store_result first) {
     if (first.error) return done(first.error, {});
     if (first.value == ours) return self->count_restart(r, ours, done);
-    if (!failed_rank(first.value)) {
-      return done(nullptr, failure_verdict{0, first.value});
-    }
+    auto end = records::record_from_text(first.value);
+    if (!records::is_failure(end)) return done(nullptr, failure_verdict{0, std::move(end)});
     self->ops_->get(self->keys_.round_restarts(r), self->options_.close_timeout,
                     [r, done](store_result counted) {
       if (counted.error) return done(counted.error, {});
@@ -154,13 +170,14 @@ void dynamic_rendezvous::impl::report_failure(std::string reason, restart_comple
 
 // The reporter whose failure ended round r: count the job's restart and
 // publish it for the round's other reporters.
-void dynamic_rendezvous::impl::count_restart(std::int64_t r, std::string why,
+void dynamic_rendezvous::impl::count_restart(std::int64_t r, std::string failure_text,
                                              restart_completion done) {
-  ops_->add(keys_.restarts(), 1, [self = shared_from_this(), r, why, done](store_result n) {
+  ops_->add(keys_.restarts(), 1, [self = shared_from_this(), r, failure_text,
+                                  done](store_result n) {
     if (n.error) return done(n.error, {});
     if (n.number > self->options_.max_restarts) {
       // Out of restarts: the job is over for every node, not just us.
-      self->mark_job_failed(why);
+      self->mark_job_failed(failure_text);
     }
     auto restarts_key = self->keys_.round_restarts(r);
     self->ops_->set(restarts_key, std::to_string(n.number),
@@ -192,17 +209,18 @@ std::chrono::milliseconds dynamic_rendezvous::impl::departure_bound() const {
 // Marks the job failed for every node. `failed_round` goes first, on the
 // same connection, so a node woken by `failed` finds the round whose
 // failure reports to read (report_job_failed).
-void dynamic_rendezvous::impl::mark_job_failed(const std::string& why) {
+void dynamic_rendezvous::impl::mark_job_failed(const std::string& failure_text) {
   ops_->set(keys_.failed_round(), std::to_string(round_), unheeded_("record the failed round"));
-  ops_->set(keys_.failed(), why, unheeded_("mark the job failed"));
+  ops_->set(keys_.failed(), failure_text, unheeded_("mark the job failed"));
   ops_->set(keys_.ended(), "failed", unheeded_("mark the job ended"));
 }
 
-void dynamic_rendezvous::impl::fail_job(std::string reason, std::function<void()> done) {
+void dynamic_rendezvous::impl::fail_job(round_record failure, std::function<void()> done) {
   end_here();
-  auto why = node_failed_reason(group_rank_, reason);
-  mark_job_failed(why);
-  ops_->set(keys_.over(round_), why, unheeded_("end the round"));
+  failure.node = group_rank_;
+  auto text = records::to_text(failure);
+  mark_job_failed(text);
+  ops_->set(keys_.over(round_), text, unheeded_("end the round"));
   // A round trip, so both are applied before we leave (and close).
   ops_->check({keys_.failed()}, [done](store_result) { done(); });
 }

@@ -62,18 +62,18 @@ void standalone_rendezvous::shutdown() {
 }
 
 // No other node to end the round.
-void standalone_rendezvous::watch_round(std::function<void(std::string)> on_over) {
+void standalone_rendezvous::watch_round(std::function<void(round_record)> on_over) {
   (void)on_over;
 }
 
 // This node's restarts are the job's.
-void standalone_rendezvous::report_failure(std::string reason, restart_completion done) {
-  (void)reason;
+void standalone_rendezvous::report_failure(round_record failure, restart_completion done) {
+  (void)failure;
   done(nullptr, failure_verdict{++local_restarts_, std::nullopt});
 }
 
-void standalone_rendezvous::fail_job(std::string reason, std::function<void()> done) {
-  (void)reason;
+void standalone_rendezvous::fail_job(round_record failure, std::function<void()> done) {
+  (void)failure;
   done();
 }
 
@@ -84,7 +84,7 @@ void standalone_rendezvous::stop_job(std::string reason, std::function<void()> d
 
 void standalone_rendezvous::stop_seen(std::function<void()> done) { done(); }
 
-void standalone_rendezvous::leave_job(std::string, std::function<void()> done) { done(); }
+void standalone_rendezvous::leave_job(round_record, std::function<void()> done) { done(); }
 
 // The only node: its request is the round's when it is the first, and its
 // own watch hears it (posted, as a store's reply would come).
@@ -109,7 +109,7 @@ void standalone_rendezvous::read_machine(std::string, record_completion done) {
   done(nullptr, {});
 }
 
-void standalone_rendezvous::quarantine(std::string, std::string record, std::string,
+void standalone_rendezvous::quarantine(std::string, std::string record, round_record,
                                        std::function<void()> done) {
   quarantined_.push_back(std::move(record));
   done();

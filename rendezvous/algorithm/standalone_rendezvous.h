@@ -51,18 +51,18 @@ class standalone_rendezvous final : public rendezvous_handler {
   const std::string& run_id() const override { return options_.run_id; }
   void shutdown() override;
 
-  void watch_round(std::function<void(std::string reason)> on_over) override;
-  void report_failure(std::string reason, restart_completion done) override;
+  void watch_round(std::function<void(round_record end)> on_over) override;
+  void report_failure(round_record failure, restart_completion done) override;
   // No other node to lose.
   std::chrono::milliseconds departure_bound() const override { return {}; }
-  void fail_job(std::string reason, std::function<void()> done) override;
+  void fail_job(round_record failure, std::function<void()> done) override;
   void stop_job(std::string reason, std::function<void()> done) override;
   void stop_seen(std::function<void()> done) override;
-  void leave_job(std::string reason, std::function<void()> done) override;
+  void leave_job(round_record departure, std::function<void()> done) override;
   void request_checkpoint(std::string who, std::function<void(bool)> done) override;
   void watch_checkpoint(std::function<void(std::string)> on_request) override;
   void read_machine(std::string machine_key, record_completion done) override;
-  void quarantine(std::string machine_key, std::string record, std::string reason,
+  void quarantine(std::string machine_key, std::string record, round_record departure,
                   std::function<void()> done) override;
   void quarantine_list(std::function<void(std::vector<std::string>)> done) override;
   void wait_outside(std::chrono::milliseconds timeout,

@@ -71,10 +71,10 @@ struct hold_test {
   }
 
   // Another node ends the round once the agent says it holds the failure.
-  void end_round_when_held(const std::string& reason) {
-    on_line = [this, reason](const std::string& line) {
+  void end_round_when_held(const records::round_record& end) {
+    on_line = [this, end](const std::string& line) {
       if (line.find("holding the restart decision") != std::string::npos) {
-        boost::asio::post(io, [this, reason] { rdzv.end_round(reason); });
+        boost::asio::post(io, [this, end] { rdzv.end_round(end); });
       }
     };
   }
@@ -101,7 +101,7 @@ TEST_CASE("a broken collective, then another node's departure within the bound: 
           "[policy]") {
   hold_test t(gloo_peer_closed);
   t.rdzv.bound = 60s;  // never waited for: the departure ends the hold
-  t.end_round_when_held("node 1 (10.0.0.3) was lost");
+  t.end_round_when_held(records::node_lost(1, "10.0.0.3"));
   auto start = steady::now();
   CHECK(t.run() == 0);
   CHECK(steady::now() - start < 30s);
@@ -135,7 +135,15 @@ TEST_CASE("a broken collective, then another node's failure ends the round: its 
   hold_test t(gloo_peer_closed);
   t.rdzv.bound = 60s;
   t.rdzv.restarts = 1;  // the other node counted its failure
-  t.end_round_when_held("node 1: worker rank 1 exited with code 1 [exception:TypeError]");
+  records::round_record failure;  // "node 1: worker rank 1 exited with code 1 [exception:TypeError]"
+  failure.kind = records::record_kind::worker_failed;
+  failure.node = 1;
+  failure.rank = 1;
+  failure.klass = records::failure_class::exception;
+  failure.exception_type = "TypeError";
+  failure.exit_code = 1;
+  failure.detail = "worker rank 1 exited with code 1";
+  t.end_round_when_held(failure);
   CHECK(t.run() == 0);
   CHECK(t.rdzv.restarts == 1);
   CHECK(t.logged("restarting the workers (restart 1 of 3)"));

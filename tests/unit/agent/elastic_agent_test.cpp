@@ -216,7 +216,7 @@ TEST_CASE("a membership change restarts the group without spending a restart", "
   t.workers([&t](int round, int, pid_t pid) {
     if (round == 0) {
       // Once the agent watches the round (after its workers started).
-      boost::asio::post(t.io, [&t] { t.rdzv.end_round("node 2 wants to join"); });
+      boost::asio::post(t.io, [&t] { t.rdzv.end_round(records::newcomer()); });
     } else {
       t.runner.exit(pid, 0);
     }
@@ -224,7 +224,7 @@ TEST_CASE("a membership change restarts the group without spending a restart", "
   CHECK(t.run() == 0);
   CHECK(t.rdzv.rounds_started == 2);
   CHECK(t.rdzv.failures_reported.empty());
-  CHECK(t.logged("the group must restart: node 2 wants to join; stopping the workers to rejoin"));
+  CHECK(t.logged("the group must restart: a node is waiting to join; stopping the workers to rejoin"));
   CHECK(t.runner.signals_to(t.round_pids(0)[0]) == std::vector<int>{SIGTERM, SIGCONT});
 }
 

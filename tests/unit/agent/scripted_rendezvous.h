@@ -18,9 +18,19 @@
 #include <boost/asio/post.hpp>
 
 #include "rendezvous/algorithm/rendezvous_handler.h"
-#include "rendezvous/algorithm/returning_nodes.h"
+#include "rendezvous/record/round_record.h"
 
 namespace dtrun::agent::testing {
+
+// The words of a record the agent handed over, as the tests compare them:
+// a failure's with its class tag ("worker rank 1 exited with code 1
+// [exit]"), a refusal's or a departure's detail.
+inline std::string words(const records::round_record& r) {
+  if (r.kind == records::record_kind::worker_failed && r.klass) {
+    return r.detail + " " + records::class_tag(*r.klass, r.exception_type);
+  }
+  return r.detail;
+}
 
 class scripted_rendezvous : public rendezvous::rendezvous_handler {
  public:
@@ -46,6 +56,8 @@ class scripted_rendezvous : public rendezvous::rendezvous_handler {
   std::vector<std::string> job_failures;
   std::vector<std::string> stops;
   std::vector<std::string> departures;  // leave_job() reasons
+  // The same, as the records the agent handed over.
+  std::vector<records::round_record> failure_records, job_failure_records, departure_records;
   bool was_shut_down = false;
   int restarts = 0;  // the job's count, as the store keeps it
   // What departure_bound() says (0: the agent holds no failure).
@@ -53,10 +65,10 @@ class scripted_rendezvous : public rendezvous::rendezvous_handler {
 
   // Another node ends the round (it failed, died or wants in). The first
   // end of a round is the one report_failure() finds, as in the store.
-  void end_round(const std::string& reason) {
-    if (!ended_with_) ended_with_ = reason;
+  void end_round(const records::round_record& end) {
+    if (!ended_with_) ended_with_ = end;
     auto on_over = std::exchange(on_over_, nullptr);
-    if (on_over) boost::asio::post(io_, [on_over, reason] { on_over(reason); });
+    if (on_over) boost::asio::post(io_, [on_over, end] { on_over(end); });
   }
   bool watching() const { return static_cast<bool>(on_over_); }
 
@@ -69,30 +81,33 @@ class scripted_rendezvous : public rendezvous::rendezvous_handler {
   }
   const std::string& run_id() const override { return run_id_; }
   void shutdown() override { was_shut_down = true; }
-  void watch_round(std::function<void(std::string)> on_over) override {
+  void watch_round(std::function<void(records::round_record)> on_over) override {
     on_over_ = std::move(on_over);
   }
   // The round's first end decides (dynamic_rendezvous): this failure is
   // counted, another node's failure was, anything else counts nothing.
-  void report_failure(std::string reason, restart_completion done) override {
-    failures_reported.push_back(reason);
+  void report_failure(records::round_record failure, restart_completion done) override {
+    failures_reported.push_back(words(failure));
+    failure.node = info.group_rank;
+    failure_records.push_back(failure);
     if (failure_reports_fail) {
       auto error = std::make_exception_ptr(std::runtime_error("the store is unreachable"));
       return boost::asio::post(io_, [done, error] { done(error, {}); });
     }
     failure_verdict verdict{restarts, std::nullopt};
     if (!ended_with_) {
-      ended_with_ = rendezvous::node_failed_reason(info.group_rank, reason);
+      ended_with_ = failure;
       verdict.restarts = ++restarts;
-    } else if (!rendezvous::failed_rank(*ended_with_)) {
+    } else if (!records::is_failure(*ended_with_)) {
       verdict.ended_by = ended_with_;
     }
     on_over_ = nullptr;  // our own end: the watch is not called
     boost::asio::post(io_, [done, verdict] { done(nullptr, verdict); });
   }
   std::chrono::milliseconds departure_bound() const override { return bound; }
-  void fail_job(std::string reason, std::function<void()> done) override {
-    job_failures.push_back(std::move(reason));
+  void fail_job(records::round_record failure, std::function<void()> done) override {
+    job_failures.push_back(words(failure));
+    job_failure_records.push_back(std::move(failure));
     boost::asio::post(io_, std::move(done));
   }
   void stop_job(std::string reason, std::function<void()> done) override {
@@ -113,11 +128,11 @@ class scripted_rendezvous : public rendezvous::rendezvous_handler {
     std::string record = it == machines.end() ? std::string() : it->second;
     boost::asio::post(io_, [done, record] { done(nullptr, record); });
   }
-  void quarantine(std::string key, std::string record, std::string reason,
+  void quarantine(std::string key, std::string record, records::round_record departure,
                   std::function<void()> done) override {
     machines[key] = record;
     quarantine_records.push_back(record);
-    quarantine_reasons.push_back(std::move(reason));
+    quarantine_reasons.push_back(words(departure));
     boost::asio::post(io_, std::move(done));
   }
   void quarantine_list(std::function<void(std::vector<std::string>)> done) override {
@@ -130,8 +145,9 @@ class scripted_rendezvous : public rendezvous::rendezvous_handler {
     bool ended = job_ends_outside;
     boost::asio::post(io_, [done, ended] { done(ended, ended ? "the job finished" : ""); });
   }
-  void leave_job(std::string reason, std::function<void()> done) override {
-    departures.push_back(std::move(reason));
+  void leave_job(records::round_record departure, std::function<void()> done) override {
+    departures.push_back(words(departure));
+    departure_records.push_back(std::move(departure));
     boost::asio::post(io_, std::move(done));
   }
   // Job-wide checkpoints: the requests made here, and the round's watch;
@@ -185,8 +201,8 @@ class scripted_rendezvous : public rendezvous::rendezvous_handler {
  private:
   boost::asio::io_context& io_;
   std::string run_id_ = "policy-test";
-  std::function<void(std::string)> on_over_;
-  std::optional<std::string> ended_with_;  // the round's first end
+  std::function<void(records::round_record)> on_over_;
+  std::optional<records::round_record> ended_with_;  // the round's first end
   std::map<std::int64_t, std::vector<std::string>> published_;
   std::int64_t progress_ = 0;
   std::function<void(std::string)> on_checkpoint_;

@@ -124,7 +124,7 @@ TEST_CASE("an exit barrier that a failure ended does not time out in the next ro
   auto start_second = [&](int i) {
     join(*c.nodes[i], second[i], [&, i] {
       REQUIRE_FALSE(second[i].error);
-      c.nodes[i]->watch_round([&](std::string why) { round1_over.push_back(why); });
+      c.nodes[i]->watch_round([&](said why) { round1_over.push_back(why); });
       if (++second_done < 2) return;
       // Round 1 runs well past node 0's round-0 barrier timeout, then both
       // nodes finish.
@@ -135,11 +135,11 @@ TEST_CASE("an exit barrier that a failure ended does not time out in the next ro
   for (int i = 0; i < 2; ++i) {
     join(*c.nodes[i], first[i], [&, i] {
       REQUIRE_FALSE(first[i].error);
-      if (i == 0) c.nodes[0]->watch_round([&](std::string) { start_second(0); });
+      if (i == 0) c.nodes[0]->watch_round([&](said) { start_second(0); });
       if (++first_done < 2) return;
       // Node 0's workers succeed; node 1's fail.
       c.nodes[0]->finish([&](std::exception_ptr e) { barrier0 = e ? message_of(e) : ""; });
-      c.nodes[1]->report_failure("worker exited with 1", [&](std::exception_ptr e, auto) {
+      c.nodes[1]->report_failure(worker_failure("worker exited with 1"), [&](std::exception_ptr e, auto) {
         REQUIRE_FALSE(e);
         start_second(1);
       });
@@ -230,7 +230,7 @@ TEST_CASE("a node arriving below MAX after every node finished is told the job f
   CHECK_THAT(message_of(newcomer.error),
              Catch::Contains("the job finished (round 0) before this node could join"));
   // The release stays in `over`: the latecomer's request did not cover it.
-  CHECK(c.store.value(rendezvous_keys("job1").over(0)).value_or("(absent)") ==
+  CHECK(said_in_store(c.store.value(rendezvous_keys("job1").over(0)).value_or("(absent)")) ==
         "every node finished");
 }
 
@@ -257,7 +257,7 @@ TEST_CASE("failure reports reach every node, and the store's host waits until al
   for (int i = 0; i < 2; ++i) {
     join(*c.nodes[i], first[i], [&, i] {
       if (i == 1) {
-        c.nodes[1]->watch_round([&](std::string) {
+        c.nodes[1]->watch_round([&](said) {
           join(*c.nodes[1], second[1], [&] {
             try {
               std::rethrow_exception(second[1].error);
@@ -272,9 +272,9 @@ TEST_CASE("failure reports reach every node, and the store's host waits until al
       if (++first_done < 2) return;
       c.nodes[0]->publish_failure(0, R"({"rank": 1, "message": "boom 42"})", [&] {
         c.nodes[0]->publish_failure(0, R"({"rank": 0, "message": "later"})", [&] {
-          c.nodes[0]->report_failure("worker rank 1 exited with code 1",
+          c.nodes[0]->report_failure(worker_failure("worker rank 1 exited with code 1"),
                                      [&](std::exception_ptr, auto) {
-                                       c.nodes[0]->fail_job("out of restarts",
+                                       c.nodes[0]->fail_job(job_failure("out of restarts"),
                                                             [&] { read_failures(0, 0); });
                                      });
         });
@@ -313,7 +313,7 @@ TEST_CASE("a stop on the host ends the round everywhere and the host waits until
     join(*c.nodes[i], first[i], [&, i] {
       REQUIRE_FALSE(first[i].error);
       if (i == 1) {
-        c.nodes[1]->watch_round([&](std::string why) {
+        c.nodes[1]->watch_round([&](said why) {
           told = why;
           c.nodes[1]->stop_seen([&] { both_done("node 1 saw the stop"); });
         });
@@ -325,7 +325,7 @@ TEST_CASE("a stop on the host ends the round everywhere and the host waits until
   c.io.run();
   auto who = fmt::format("node {} (host host0) by SIGINT (Ctrl-C there)",
                          first[0].info.group_rank);
-  CHECK(told == job_stopped_prefix + who);
+  CHECK(told == "job stopped on " + who);
   CHECK(order == std::vector<std::string>{"node 1 saw the stop", "host left"});
   CHECK(c.log_count("keeping the store up until the other nodes have seen the stop") == 1);
   REQUIRE(later.error);

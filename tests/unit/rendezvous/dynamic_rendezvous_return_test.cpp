@@ -51,7 +51,7 @@ TEST_CASE("after a node is lost the survivors' round closes at once, not after t
   for (int i = 0; i < 3; ++i) {
     join(*c.nodes[i], first[i], [&, i] {
       if (i < 2) {
-        c.nodes[i]->watch_round([&, i](std::string) {
+        c.nodes[i]->watch_round([&, i](said) {
           join(*c.nodes[i], second[i], [&] {
             if (++second_done == 2) c.shutdown_all();
           });
@@ -102,7 +102,7 @@ TEST_CASE("a survivor slow to rejoin is awaited, even when a newcomer arrives be
 
   auto in_round_1 = [&](int i) {
     join(*c.nodes[i], second[i], [&, i] {
-      c.nodes[i]->watch_round([&, i](std::string) {
+      c.nodes[i]->watch_round([&, i](said) {
         if (i == 0) join(*c.nodes[0], third[0], third_round_done);
         if (i == 1) node1_rejoins();
       });
@@ -111,7 +111,7 @@ TEST_CASE("a survivor slow to rejoin is awaited, even when a newcomer arrives be
   };
   for (int i = 0; i < 4; ++i) {
     join(*c.nodes[i], first[i], [&, i] {
-      if (i < 3) c.nodes[i]->watch_round([&, i](std::string) { in_round_1(i); });
+      if (i < 3) c.nodes[i]->watch_round([&, i](said) { in_round_1(i); });
       if (++first_done == 4) c.nodes[3]->shutdown();
     });
   }
@@ -151,9 +151,9 @@ TEST_CASE("after a worker failure the round closes when every member is back",
   };
   auto in_round_1 = [&](int i) {
     join(*c.nodes[i], second[i], [&, i] {
-      if (i != 1) c.nodes[i]->watch_round([&, i](std::string) { in_round_2(i); });
+      if (i != 1) c.nodes[i]->watch_round([&, i](said) { in_round_2(i); });
       if (++second_done < 3) return;
-      c.nodes[1]->report_failure("worker 0 exited with 1", [&](std::exception_ptr e, auto) {
+      c.nodes[1]->report_failure(worker_failure("worker 0 exited with 1"), [&](std::exception_ptr e, auto) {
         REQUIRE_FALSE(e);
         in_round_2(1);
       });
@@ -161,7 +161,7 @@ TEST_CASE("after a worker failure the round closes when every member is back",
   };
   for (int i = 0; i < 4; ++i) {
     join(*c.nodes[i], first[i], [&, i] {
-      if (i < 3) c.nodes[i]->watch_round([&, i](std::string) { in_round_1(i); });
+      if (i < 3) c.nodes[i]->watch_round([&, i](said) { in_round_1(i); });
       if (++first_done == 4) c.nodes[3]->shutdown();
     });
   }
@@ -191,9 +191,9 @@ TEST_CASE("a node started after a restart joins the newest round, not round 0",
   for (int i = 0; i < 3; ++i) {
     join(*c.nodes[i], first[i], [&, i] {
       if (i < 2) {
-        c.nodes[i]->watch_round([&, i](std::string) {
+        c.nodes[i]->watch_round([&, i](said) {
           join(*c.nodes[i], second[i], [&, i] {
-            c.nodes[i]->watch_round([&, i](std::string) {
+            c.nodes[i]->watch_round([&, i](said) {
               join(*c.nodes[i], third[i], third_round_done);
             });
             if (++second_done < 2) return;

@@ -72,13 +72,13 @@ TEST_CASE("a failure on one node ends the round everywhere, and ranks survive th
   };
   for (int i = 0; i < 3; ++i) {
     join(*c.nodes[i], first[i], [&, i] {
-      c.nodes[i]->watch_round([&, i](std::string reason) {
+      c.nodes[i]->watch_round([&, i](said reason) {
         reasons[i] = reason;
         start_second(i);
       });
       if (++first_done < 3) return;
       // Every node runs round 0; now node 1's workers fail.
-      c.nodes[1]->report_failure("worker 3 exited with 1", [&](std::exception_ptr e, auto v) {
+      c.nodes[1]->report_failure(worker_failure("worker 3 exited with 1"), [&](std::exception_ptr e, auto v) {
         REQUIRE_FALSE(e);
         restarts = v.restarts;
         start_second(1);
@@ -118,7 +118,7 @@ TEST_CASE("nodes whose workers fail together in one round count one restart",
         for (const auto& r : *results) REQUIRE_FALSE(r.error);
         auto reported = std::make_shared<int>(0);
         for (int n = 0; n < 2; ++n) {
-          c.nodes[n]->report_failure("worker exited with 3",
+          c.nodes[n]->report_failure(worker_failure("worker exited with 3"),
                                      [&, n, round, reported](std::exception_ptr e, auto v) {
                                        REQUIRE_FALSE(e);
                                        counts[n].push_back(v.restarts);
@@ -150,7 +150,7 @@ TEST_CASE("a node whose connection dies ends the round at once (last will)",
   for (int i = 0; i < 3; ++i) {
     join(*c.nodes[i], first[i], [&, i] {
       if (i < 2) {
-        c.nodes[i]->watch_round([&, i](std::string why) {
+        c.nodes[i]->watch_round([&, i](said why) {
           reason = why;
           join(*c.nodes[i], second[i], [&] {
             if (++second_done == 2) c.shutdown_all();
@@ -182,7 +182,7 @@ TEST_CASE("a node arriving at a running round below MAX is let in", "[dynamic_re
   };
   for (int i = 0; i < 2; ++i) {
     join(*c.nodes[i], first[i], [&, i] {
-      c.nodes[i]->watch_round([&, i](std::string why) {
+      c.nodes[i]->watch_round([&, i](said why) {
         reasons[i] = why;
         join(*c.nodes[i], second[i], all_second);
       });
@@ -218,7 +218,7 @@ TEST_CASE("a node arriving at a full round waits for the next one", "[dynamic_re
   int first_done = 0;
   for (int i = 0; i < 2; ++i) {
     join(*c.nodes[i], first[i], [&, i] {
-      c.nodes[i]->watch_round([&, i](std::string why) {
+      c.nodes[i]->watch_round([&, i](said why) {
         reasons[i] = why;
         if (i == 0) join(*c.nodes[0], node0_again, [&] {
           if (newcomer.done) c.shutdown_all();
@@ -337,7 +337,7 @@ TEST_CASE("a node that stops sending heartbeats is declared lost by its ring pre
   for (int i = 0; i < 3; ++i) {
     join(*c.nodes[i], first[i], [&, i] {
       if (i < 2) {
-        c.nodes[i]->watch_round([&, i](std::string why) {
+        c.nodes[i]->watch_round([&, i](said why) {
           reasons[i] = why;
           join(*c.nodes[i], second[i], [&] {
             if (++second_done == 2) c.shutdown_all();
@@ -377,7 +377,7 @@ TEST_CASE("a reply of the previous round neither ends nor blocks the next round"
   auto start_second = [&](int i) {
     join(*c.nodes[i], second[i], [&, i] {
       REQUIRE_FALSE(second[i].error);
-      c.nodes[i]->watch_round([&](std::string why) { told_round1.push_back(why); });
+      c.nodes[i]->watch_round([&](said why) { told_round1.push_back(why); });
       if (++second_done < 2) return;
       c.finish_all(2, released);
     });
@@ -385,7 +385,7 @@ TEST_CASE("a reply of the previous round neither ends nor blocks the next round"
   for (int i = 0; i < 2; ++i) {
     join(*c.nodes[i], first[i], [&, i] {
       REQUIRE_FALSE(first[i].error);
-      if (i == 1) c.nodes[1]->watch_round([&](std::string) { start_second(1); });
+      if (i == 1) c.nodes[1]->watch_round([&](said) { start_second(1); });
       if (++first_done < 2) return;
       // Node 0 rejoins at once; its will tells node 1 that round 0 is over.
       start_second(0);
@@ -424,7 +424,7 @@ TEST_CASE("with --node-unit a round takes whole units; the rest wait until a uni
   for (int i = 0; i < 2; ++i) c.add_with(2, 4, unit_of_two);
   for (int i = 0; i < 2; ++i) {
     join(*c.nodes[i], first[i], [&, i] {
-      c.nodes[i]->watch_round([&, i](std::string why) {
+      c.nodes[i]->watch_round([&, i](said why) {
         reasons[i] = why;
         join(*c.nodes[i], second[i], all_second);
       });

@@ -57,9 +57,13 @@ void when_over(cluster& c, std::function<void()> then) {
 }
 
 void report(cluster& c, int node, reported& out, std::function<void()> then) {
+  // "worker rank 0 exited with code 1 [exception:RuntimeError]"
+  auto failure = worker_failure("worker rank 0 exited with code 1");
+  failure.rank = 0;
+  failure.klass = dtrun::records::failure_class::exception;
+  failure.exception_type = "RuntimeError";
   c.nodes[node]->report_failure(
-      "worker rank 0 exited with code 1 [exception:RuntimeError]",
-      [&out, then](std::exception_ptr e, verdict v) {
+      failure, [&out, then](std::exception_ptr e, verdict v) {
         out = {true, e, std::move(v)};
         then();
       });
@@ -92,7 +96,7 @@ TEST_CASE("failures reported after a node's departure ended the round spend no r
     REQUIRE_FALSE(r->error);
     REQUIRE(r->v.ended_by);
     auto lost = "node " + std::to_string(round0[2].info.group_rank) + " (";
-    CHECK_THAT(*r->v.ended_by, Catch::StartsWith(lost) && Catch::EndsWith(") was lost"));
+    CHECK_THAT(said(*r->v.ended_by), Catch::StartsWith(lost) && Catch::EndsWith(") was lost"));
   }
   // Nothing was counted: a later failure of round 0 would be the first.
   auto probe = c.store.client();
@@ -134,7 +138,7 @@ TEST_CASE("a departure after a failure ended the round does not undo its restart
   auto probe = c.store.client();
   probe->connect([](store_result) {});
   probe->read_now({rendezvous_keys("job1").over(0)}, [&](store_result r) {
-    if (!r.error && !r.values.empty()) over = r.values[0];
+    if (!r.error && !r.values.empty()) over = said_in_store(r.values[0]);
   });
   c.io.restart();
   c.io.run();

@@ -3,34 +3,78 @@
 #include <catch2/catch.hpp>
 
 #include "rendezvous/algorithm/returning_nodes.h"
+#include "rendezvous/record/round_record.h"
 
 using namespace dtrun::rendezvous;
 
+namespace {
+
+using namespace dtrun::records;
+
+// A round's end as the store holds it, read back: departed_rank reads the
+// record, never the words.
+std::optional<int> departed_in(const round_record& end) {
+  return departed_rank(record_from_text(to_text(end)));
+}
+std::optional<int> departed_in(std::string_view stored) {
+  return departed_rank(record_from_text(stored));
+}
+
+round_record left_job(int node, std::string host, std::string why) {
+  auto r = leaving(failure_class::health, std::move(why));
+  r.node = node;
+  r.host = std::move(host);
+  return r;
+}
+
+round_record worker_end(int node, std::string words) {
+  round_record r;
+  r.kind = record_kind::worker_failed;
+  r.node = node;
+  r.detail = std::move(words);
+  return r;
+}
+
+}  // namespace
+
 TEST_CASE("a loss, a silence and a departure name the node that is gone", "[returning_nodes]") {
-  CHECK(departed_rank(node_lost_reason(2, "10.77.0.3")) == 2);
-  CHECK(departed_rank(node_lost_reason(0, "::1")) == 0);
-  CHECK(departed_rank(node_silent_reason(7)) == 7);
-  CHECK(departed_rank(node_left_reason(3, "h4", "its GPUs were not given back (2 of 8)")) == 3);
+  CHECK(departed_in(node_lost(2, "10.77.0.3")) == 2);
+  CHECK(departed_in(node_lost(0, "::1")) == 0);
+  CHECK(departed_in(node_silent(7)) == 7);
+  CHECK(departed_in(left_job(3, "h4", "its GPUs were not given back (2 of 8)")) == 3);
   // The words are the ones the round's end has always carried (the tests
   // and dtrun status read them too).
-  CHECK(node_lost_reason(2, "10.77.0.3") == "node 2 (10.77.0.3) was lost");
-  CHECK(node_silent_reason(7) == "node 7 stopped sending heartbeats");
-  CHECK(node_left_reason(3, "h4", "x") == "node 3 (host h4) left the job: x");
+  CHECK(describe(node_lost(2, "10.77.0.3")) == "node 2 (10.77.0.3) was lost");
+  CHECK(describe(node_silent(7)) == "node 7 stopped sending heartbeats");
+  CHECK(describe(left_job(3, "h4", "x")) == "node 3 (host h4) left the job: x");
 }
 
 TEST_CASE("other ends of a round name no one: every member can come back",
           "[returning_nodes]") {
   // A worker failure ("node K: ..."), even one whose text mentions a loss.
-  CHECK_FALSE(departed_rank("node 1: worker 3 exited with 1"));
-  CHECK_FALSE(departed_rank("node 1: worker 0 (pid 4) was lost"));
-  CHECK_FALSE(departed_rank("a node is waiting to join"));
-  CHECK_FALSE(departed_rank("every node finished"));
-  CHECK_FALSE(departed_rank("job stopped on node 0 (host h1) by SIGINT (Ctrl-C there)"));
-  CHECK_FALSE(departed_rank("the connection to the rendezvous store was lost"));
-  CHECK_FALSE(departed_rank(""));
-  CHECK_FALSE(departed_rank("node -1 stopped sending heartbeats"));
-  CHECK_FALSE(departed_rank("node x (a) was lost"));
-  CHECK_FALSE(departed_rank("node 2 stopped sending heartbeats, then more"));
+  CHECK_FALSE(departed_in(worker_end(1, "worker 3 exited with 1")));
+  CHECK_FALSE(departed_in(worker_end(1, "worker 0 (pid 4) was lost")));
+  CHECK_FALSE(departed_in(newcomer()));
+  CHECK_FALSE(departed_in(finished()));
+  round_record stop;
+  stop.kind = record_kind::job_stopped;
+  stop.node = 0;
+  stop.host = "h1";
+  stop.detail = "by SIGINT (Ctrl-C there)";
+  CHECK_FALSE(departed_in(stop));
+  round_record store_gone;
+  store_gone.kind = record_kind::store_lost;
+  store_gone.detail = "the connection to the rendezvous store was lost";
+  CHECK_FALSE(departed_in(store_gone));
+  // Words are never read: an older dtrun's sentences, however they read,
+  // name no one (the next round's close refuses that dtrun anyway).
+  CHECK_FALSE(departed_in(""));
+  CHECK_FALSE(departed_in("node -1 stopped sending heartbeats"));
+  CHECK_FALSE(departed_in("node x (a) was lost"));
+  CHECK_FALSE(departed_in("node 2 stopped sending heartbeats, then more"));
+  CHECK_FALSE(departed_in("node 2 (10.77.0.3) was lost"));
+  // A node with no rank (-1) names no one either.
+  CHECK_FALSE(departed_in(node_silent(-1)));
 }
 
 TEST_CASE("the nodes expected back are round r-1's arrivals less the gone one",
@@ -74,18 +118,32 @@ TEST_CASE("a round closes with at most MAX nodes, in whole units", "[returning_n
 }
 
 TEST_CASE("a failure's end names the failed node, and no other end does", "[returning_nodes]") {
-  CHECK(node_failed_reason(1, "worker rank 3 exited with code 1") ==
+  CHECK(describe(worker_end(1, "worker rank 3 exited with code 1")) ==
         "node 1: worker rank 3 exited with code 1");
-  CHECK(failed_rank(node_failed_reason(1, "worker rank 3 exited with code 1")) == 1);
-  CHECK(failed_rank(node_failed_reason(0, "out of restarts: node 2 (10.0.0.3) was lost")) == 0);
+  auto failure_in = [](const round_record& end) {
+    auto back = record_from_text(to_text(end));
+    return is_failure(back) ? std::optional<int>(back.node) : std::nullopt;
+  };
+  CHECK(failure_in(worker_end(1, "worker rank 3 exited with code 1")) == 1);
+  auto refusal = worker_end(0, "out of restarts: node 2 (10.0.0.3) was lost");
+  refusal.kind = record_kind::job_failed;
+  CHECK(failure_in(refusal) == 0);
   // Departures, newcomers, stops and the barrier's release are no failure:
   // a failure reported after them spends no restart (report_failure).
-  CHECK_FALSE(failed_rank(node_lost_reason(2, "10.77.0.3")));
-  CHECK_FALSE(failed_rank(node_silent_reason(7)));
-  CHECK_FALSE(failed_rank(node_left_reason(3, "h4", "preempted: SIGTERM")));
-  CHECK_FALSE(failed_rank("a node is waiting to join"));
-  CHECK_FALSE(failed_rank("every node finished"));
-  CHECK_FALSE(failed_rank("job stopped on node 0 (host h1) by SIGINT (Ctrl-C there)"));
-  CHECK_FALSE(failed_rank("node x: worker 3 exited"));
-  CHECK_FALSE(failed_rank(""));
+  CHECK_FALSE(failure_in(node_lost(2, "10.77.0.3")));
+  CHECK_FALSE(failure_in(node_silent(7)));
+  auto preempted = leaving(failure_class::preemption, "preempted: SIGTERM");
+  preempted.node = 3;
+  preempted.host = "h4";
+  CHECK_FALSE(failure_in(preempted));
+  CHECK_FALSE(failure_in(newcomer()));
+  CHECK_FALSE(failure_in(finished()));
+  round_record stop;
+  stop.kind = record_kind::job_stopped;
+  stop.node = 0;
+  stop.host = "h1";
+  CHECK_FALSE(failure_in(stop));
+  // An older dtrun's sentence is no record: no failure is read from it.
+  CHECK_FALSE(is_failure(record_from_text("node 1: worker 3 exited")));
+  CHECK_FALSE(is_failure(record_from_text("")));
 }

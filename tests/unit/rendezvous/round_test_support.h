@@ -17,8 +17,37 @@
 #include <vector>
 
 #include "rendezvous/algorithm/dynamic_rendezvous.h"
+#include "rendezvous/record/round_record.h"
 
 namespace round_test_support {
+
+// A round's end as the sentence it renders (describe()): what the tests
+// compare. A watch_round callback may take it, converted from the record.
+struct said : std::string {
+  said(const dtrun::records::round_record& end)  // NOLINT: implicit on purpose
+      : std::string(dtrun::records::describe(end)) {}
+};
+
+// A worker's failure with these words and no class (describe(): "node K:
+// <detail>"), for report_failure().
+inline dtrun::records::round_record worker_failure(std::string detail) {
+  dtrun::records::round_record r;
+  r.kind = dtrun::records::record_kind::worker_failed;
+  r.detail = std::move(detail);
+  return r;
+}
+
+// A node failing the job with these words (fail_job()).
+inline dtrun::records::round_record job_failure(std::string detail) {
+  auto r = worker_failure(std::move(detail));
+  r.kind = dtrun::records::record_kind::job_failed;
+  return r;
+}
+
+// The sentence a stored round end renders.
+inline std::string said_in_store(const std::string& stored) {
+  return dtrun::records::describe(dtrun::records::record_from_text(stored));
+}
 
 using dtrun::rendezvous::dynamic_rendezvous;
 using dtrun::rendezvous::dynamic_rendezvous_options;
