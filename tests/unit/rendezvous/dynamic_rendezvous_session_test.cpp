@@ -18,7 +18,7 @@
 #include "rendezvous/algorithm/rendezvous_keys.h"
 #include "rendezvous/store/store.h"
 
-namespace memory_cluster {
+namespace memory_cluster::session_lost_test {
 
 namespace {
 
@@ -165,4 +165,4 @@ TEST_CASE("a store that drops every session ends the join with why, after three 
   CHECK(c.log_count("joining again with a new one") == 3);
 }
 
-}  // namespace memory_cluster
+}  // namespace memory_cluster::session_lost_test
