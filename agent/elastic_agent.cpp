@@ -163,9 +163,12 @@ summary_context elastic_agent::impl::failure_context(std::string outcome) const 
 
 void elastic_agent::impl::start_round() {
   phase_ = phase::rendezvous;
+  ++ticket_;
   reporter_.rendezvous_started();
-  rendezvous_.next_round([this](std::exception_ptr error, rendezvous::rendezvous_info info) {
-    if (phase_ != phase::rendezvous) return;  // a signal ended the run meanwhile
+  rendezvous_.next_round([this, t = current_ticket()](std::exception_ptr error,
+                                                      rendezvous::rendezvous_info info) {
+    // A signal ended the run meanwhile.
+    if (!current(t) || phase_ != phase::rendezvous) return;
     if (error) {
       try {
         std::rethrow_exception(error);
@@ -199,8 +202,9 @@ void elastic_agent::impl::start_round() {
     reporter_.rendezvous_completed(round_info_, global_rank(info, 0));
     // With --preload, once the warm interpreter has imported (it began
     // when the agent started, so mostly it has).
-    runner_.when_warm([this, info] {
-      if (phase_ != phase::rendezvous) return;  // a signal ended the run meanwhile
+    runner_.when_warm([this, info, t] {
+      // A signal ended the run meanwhile.
+      if (!current(t) || phase_ != phase::rendezvous) return;
       start_workers(info);
     });
   });
@@ -264,7 +268,7 @@ void elastic_agent::impl::start_workers(const rendezvous::rendezvous_info& info)
   failure_.reset();
   job_restarts_.reset();
   awaiting_restart_count_ = false;
-  round_over_ = false;
+  stop_.reset();
   // A round after one without a machine failure here: the count of
   // failures in a row starts again (quarantine).
   if (!std::exchange(machine_failed_this_round_, false)) machine_failures_ = 0;
@@ -315,6 +319,7 @@ void elastic_agent::impl::start_workers(const rendezvous::rendezvous_info& info)
       log_error(spawned.error);
       reporter_.group_stopping(spawned.error);
       failure_ = failure{local_rank, rank, -1, {spawned.exit_code, 0}, {}, true};
+      stop_because(stop::failure{});
       open_incident(failure_class::exit, "", rank, spawned.error, std::nullopt);
       count_restart(failure_record(records::record_kind::worker_failed, spawned.error));
       begin_stop(SIGTERM);
@@ -342,7 +347,7 @@ void elastic_agent::impl::watch_round_end() {
                     records::describe(end)));
     reporter_.membership_change(end);
     round_end_incident(end);
-    round_over_ = true;
+    stop_because(round_end_reason(end));
     if (phase_ == phase::exiting) {
       start_round();
       return;
@@ -390,7 +395,7 @@ void elastic_agent::impl::on_worker_exit(const worker& w, const exit_status& sta
                   w.watchdog_signal != 0 && status.signal == w.watchdog_signal ? w.hang
                                                                                : std::string(),
                   options_.interpreter, oom_killed},
-      phase_ == phase::stopping, stop_signal_, [] {});
+      phase_ == phase::stopping, stop_signal(stop_), [] {});
   if (record && !record->error_file.empty()) error_file_named_ = true;
   if (phase_ == phase::running) {
     if (!status.ok()) {
@@ -407,6 +412,7 @@ void elastic_agent::impl::on_worker_exit(const worker& w, const exit_status& sta
         failure_->lost_peer = record->lost_peer;
       }
       ++failures_;
+      stop_because(stop::failure{});
       // A hang's culprit failed when the job stopped progressing.
       auto failed_at = failure_->klass == failure_class::hang ? exited_at - hang_idle_ : exited_at;
       open_incident(failure_->klass, failure_->exception_type, w.rank,
@@ -447,8 +453,11 @@ void elastic_agent::impl::kills_overdue(
   for (const auto& [w, state] : given_up) {
     log_error(unkillable_line(w->rank, w->pid, state, group_.kill_grace()));
     reporter_.worker_unkillable(w->local_rank, w->rank, w->pid, state);
-    if (!unkillable_) unkillable_ = fmt::format("rank {} (pid {})", w->rank, w->pid);
     if (first == nullptr) first = w;
+  }
+  // The first worker that did not die: why this node leaves (leave_unclean).
+  if (first != nullptr && !stopping_for<stop::unkillable_worker>()) {
+    stop_because(stop::unkillable_worker{fmt::format("rank {} (pid {})", first->rank, first->pid)});
   }
   if (phase_ == phase::running) {
     auto reason = fmt::format("worker rank {} did not die on SIGKILL", first->rank);
@@ -472,8 +481,8 @@ void elastic_agent::impl::kills_overdue(
 // failure elsewhere meanwhile brings us back for the next round.
 void elastic_agent::impl::exit_barrier() {
   phase_ = phase::exiting;
-  rendezvous_.finish([this](std::exception_ptr error) {
-    if (phase_ != phase::exiting) return;
+  rendezvous_.finish([this, t = current_ticket()](std::exception_ptr error) {
+    if (!current(t) || phase_ != phase::exiting) return;
     if (error) return;  // the round is over: watch_round's callback rejoins
     reporter_.job_succeeded();
     finish(exit_code_after_success());
@@ -497,6 +506,7 @@ void elastic_agent::impl::end_round() {
 void elastic_agent::impl::finish(int code) {
   if (phase_ == phase::done) return;
   phase_ = phase::done;
+  ++ticket_;  // every callback still in flight is stale now
   exit_code_ = code;
   workers_stopped();
   close_incident(false);  // the job ended with it

@@ -20,7 +20,7 @@ void elastic_agent::impl::check_health_then_join() {
   if (health_ == nullptr) return start_round();
   health_->check([this](health_verdict verdict) {
     // A signal ended the run meanwhile (or will, once the store has it).
-    if (phase_ != phase::starting || stop_signal_ != 0) return;
+    if (phase_ != phase::starting || signalled()) return;
     if (report_health(verdict, "before joining")) return start_round();
     auto reason = verdict.first_reason();
     if (options_.quarantine.enabled()) return machine_failed(reason, -1, "health");
@@ -79,7 +79,7 @@ void elastic_agent::impl::cancel_health_check() {
 void elastic_agent::impl::leave_unhealthy(const std::string& reason) {
   log_error(fmt::format("{}; stopping this node's workers and leaving the job", reason));
   reporter_.group_stopping(reason);
-  leaving_ = reason;
+  stop_because(stop::unhealthy{reason});
   departed_ = false;
   phase_ = phase::stopping;
   if (progress_) progress_->stop();
@@ -91,9 +91,8 @@ void elastic_agent::impl::leave_unhealthy(const std::string& reason) {
 }
 
 // After leave_unhealthy's stop (group_stopped), once the others were told.
-void elastic_agent::impl::leave_job() {
+void elastic_agent::impl::leave_job(const std::string& reason) {
   if (!departed_) return;  // the workers ended first: the telling's callback comes back here
-  auto reason = *std::exchange(leaving_, std::nullopt);
   if (options_.quarantine.enabled()) return machine_failed(reason, -1, "health");
   reporter_.node_left(reason);
   finish(exit_node_unhealthy);

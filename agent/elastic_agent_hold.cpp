@@ -46,7 +46,7 @@ void elastic_agent::impl::end_hold() {
   hold_timer_.cancel();
   auto reported = std::move(*held_);
   held_.reset();
-  if (stop_signal_ == 0) return count_restart(std::move(reported));
+  if (!signalled()) return count_restart(std::move(reported));
   if (awaiting_restart_count_) {
     awaiting_restart_count_ = false;
     after_stop();
@@ -77,7 +77,12 @@ void elastic_agent::impl::failure_explained(const records::round_record& ended_b
     round_end_incident(ended_by);
   }
   failure_.reset();
-  round_over_ = true;
+  // No longer this node's failure; a stronger reason (a signal) stays.
+  if (!stop_ || stopping_for<stop::failure>()) {
+    stop_ = round_end_reason(ended_by);
+  } else {
+    stop_because(round_end_reason(ended_by));
+  }
   if (awaiting_restart_count_) {  // the workers are stopped already
     awaiting_restart_count_ = false;
     after_stop();

@@ -46,6 +46,7 @@
 #include "agent/progress_monitor.h"
 #include "agent/quarantine_record.h"
 #include "agent/restart_policy.h"
+#include "agent/stop_reason.h"
 #include "agent/run_reporter.h"
 #include "agent/stdin_watch.h"
 #include "agent/timer_table.h"
@@ -105,11 +106,35 @@ class elastic_agent::impl {
     bool ends_job = false;
   };
 
-  // exiting: our workers all succeeded; waiting in the exit barrier for the
-  // other nodes. outside: out of the job for a while (unhealthy, or in
-  // quarantine), to check and rejoin later.
-  // reclaiming: stopped; waiting for the GPUs to be given back.
+  // stopping: why is stop_ (stop_reason.h). exiting: our workers all
+  // succeeded; waiting in the exit barrier for the other nodes. outside:
+  // out of the job for a while (unhealthy, or in quarantine), to check and
+  // rejoin later. reclaiming: stopped; waiting for the GPUs to be given back.
   enum class phase { starting, rendezvous, running, stopping, reclaiming, exiting, outside, done };
+
+  // A callback's round: one ticket per round (and a last one once the agent
+  // finishes), so a callback for an earlier round, or one that comes after
+  // the end, does nothing (as the rendezvous's round_ticket).
+  using ticket = std::uint64_t;
+  ticket current_ticket() const { return ticket_; }
+  bool current(ticket t) const { return phase_ != phase::done && t == ticket_; }
+
+  // Why the workers stop (or the agent ends): the decisive reason so far.
+  void stop_because(stop_reason reason) {
+    stop_ = stop_ ? decisive(*stop_, reason) : std::move(reason);
+  }
+  template <class Reason>
+  const Reason* stopping_for() const {
+    return stop_ ? std::get_if<Reason>(&*stop_) : nullptr;
+  }
+  // A signal (here or another node's Ctrl-C) ends this agent.
+  bool signalled() const { return stop_signal(stop_) != 0; }
+  // A round's end elsewhere as a reason to stop: the job's end when
+  // another node failed it, else a membership change.
+  static stop_reason round_end_reason(const records::round_record& end) {
+    if (end.kind == records::record_kind::job_failed) return stop::job_over{};
+    return stop::membership_change{};
+  }
 
   void log(const std::string& line) { reporter_.log().info(line); }
   void log_error(const std::string& line) { reporter_.log().error(line); }
@@ -137,9 +162,10 @@ class elastic_agent::impl {
   // elastic_agent_restart.cpp
   void group_stopped();
   void after_stop();
+  void rejoin();
   void count_restart(records::round_record failure);
   void decide_restart();
-  void leave_unclean();
+  void leave_unclean(const std::string& who);
 
   // elastic_agent_hold.cpp
   void count_or_hold(records::round_record failure);
@@ -160,7 +186,7 @@ class elastic_agent::impl {
   void arm_health_check();
   void cancel_health_check();
   void leave_unhealthy(const std::string& reason);
-  void leave_job();
+  void leave_job(const std::string& reason);
 
   // elastic_agent_quarantine.cpp
   void before_first_join();
@@ -241,7 +267,6 @@ class elastic_agent::impl {
   std::unique_ptr<node_health_checker> own_health_;
   node_health_checker* health_ = nullptr;
   generation_timer health_timer_;
-  std::optional<std::string> leaving_;
   bool departed_ = false;  // the other nodes were told this node leaves
   // Quarantine: machine failures in a row, whether this round had one
   // (a round without resets the count), and this machine's quarantines.
@@ -280,19 +305,19 @@ class elastic_agent::impl {
   bool job_stop_sent_ = false;
   bool job_stop_stored_ = false;
   std::optional<int> finish_pending_;
-  bool stopped_elsewhere_ = false;  // another node's Ctrl-C stopped the job
   bool error_file_named_ = false;  // a failed worker left an error file
   // Preemption (elastic_agent_preempt.cpp): the round whose checkpoint
   // our workers were sent (once per round), and this node going away:
   // its workers' time to save, then leaving with exit_preempted.
   std::int64_t checkpoint_round_ = -1;
-  bool preempting_ = false;
   generation_timer preempt_timer_;
 
   phase phase_ = phase::starting;
+  ticket ticket_ = 0;
+  // Set when the workers start stopping (or a signal ends the agent
+  // outside a round); cleared when a round's workers start.
+  std::optional<stop_reason> stop_;
   std::optional<failure> failure_;
-  int stop_signal_ = 0;
-  bool round_over_ = false;
   std::optional<int> job_restarts_;
   bool unreported_ = false;  // the last failure's report never reached the rendezvous
   bool awaiting_restart_count_ = false;
@@ -300,8 +325,6 @@ class elastic_agent::impl {
   // departure bound passes (elastic_agent_hold.cpp); nullopt: none held.
   std::optional<records::round_record> held_;
   generation_timer hold_timer_{io_};
-  // "rank 3 (pid 1234)": the first worker that did not die on SIGKILL.
-  std::optional<std::string> unkillable_;
   int exit_code_ = 1;
 };
 

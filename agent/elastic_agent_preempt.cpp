@@ -28,7 +28,9 @@ bool elastic_agent::impl::preemption_signal(int sig) {
     request_checkpoint(fmt::format("got the preemption notice {}", signal_name(sig)));
     return true;
   }
-  if (sig != SIGTERM || preempting_ || phase_ != phase::running) return false;
+  if (sig != SIGTERM || stopping_for<stop::preemption>() || phase_ != phase::running) {
+    return false;
+  }
   begin_preemption(sig);
   return true;
 }
@@ -44,10 +46,10 @@ void elastic_agent::impl::request_checkpoint(const std::string& why) {
     return;
   }
   auto round = round_info_.round;
-  rendezvous_.request_checkpoint(why, [this, round, why](bool first) {
-    if (phase_ == phase::done || round != round_info_.round) return;
+  rendezvous_.request_checkpoint(why, [this, round, why, t = current_ticket()](bool first) {
+    if (!current(t)) return;
     if (first) return checkpoint_requested(fmt::format("this node: {}", why));
-    if (checkpoint_round_ == round && !preempting_) {
+    if (checkpoint_round_ == round && !stopping_for<stop::preemption>()) {
       log(fmt::format("round {}: the workers were already asked for a checkpoint in this "
                       "round; not asking again",
                       round));
@@ -58,16 +60,18 @@ void elastic_agent::impl::request_checkpoint(const std::string& why) {
 // Each round's watch (start_workers), when --checkpoint-signal is given.
 void elastic_agent::impl::watch_checkpoints() {
   if (options_.checkpoint_signal == 0) return;
-  auto round = round_info_.round;
-  rendezvous_.watch_checkpoint([this, round](std::string who) {
-    if (phase_ == phase::done || round != round_info_.round) return;
+  rendezvous_.watch_checkpoint([this, t = current_ticket()](std::string who) {
+    if (!current(t)) return;
     checkpoint_requested(who);
   });
 }
 
 // The checkpoint signal to every live worker, once per round.
 void elastic_agent::impl::checkpoint_requested(const std::string& who) {
-  bool workers_run = phase_ == phase::running || (phase_ == phase::stopping && preempting_);
+  // While preempted, until they are gone: they are saving.
+  bool workers_run = phase_ == phase::running ||
+                     (phase_ == phase::stopping && stopping_for<stop::preemption>() &&
+                      group_.waited_for() > 0);
   if (!workers_run || checkpoint_round_ == round_info_.round) return;
   checkpoint_round_ = round_info_.round;
   auto sig = signal_name(options_.checkpoint_signal);
@@ -89,7 +93,7 @@ void elastic_agent::impl::begin_preemption(int sig) {
   auto why = fmt::format("was preempted ({})", signal_name(sig));
   request_checkpoint(why);
   workers_stopped();  // saving and stopping is lost time, as any stop
-  preempting_ = true;
+  stop_because(stop::preemption{sig});
   phase_ = phase::stopping;
   if (progress_) progress_->stop();
   reporter_.group_stopping(fmt::format("preempted ({})", signal_name(sig)));
@@ -109,7 +113,6 @@ void elastic_agent::impl::begin_preemption(int sig) {
 // spare, and spend no restart), then exit with exit_preempted.
 void elastic_agent::impl::leave_preempted() {
   preempt_timer_.cancel();
-  preempting_ = false;
   phase_ = phase::stopping;  // until the others are told: no round, no rejoin
   rendezvous_.leave_job(records::leaving(failure_class::preemption, "preempted"), [this] {
     log(fmt::format("left the job: preempted (exit {}: requeue)", exit_preempted));

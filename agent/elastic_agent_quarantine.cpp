@@ -81,8 +81,9 @@ void elastic_agent::impl::machine_failed(const std::string& reason, int rank,
   log(fmt::format("{}; this node stays out of the job and checks again in {} s ({} of {} "
                   "failures in a row before quarantine)",
                   reason, seconds_text(again), machine_failures_, after));
-  rendezvous_.leave_job(records::leaving(failure_class::health, reason), [this, again] {
-    if (phase_ == phase::done || signalled_meanwhile()) return;
+  rendezvous_.leave_job(records::leaving(failure_class::health, reason),
+                        [this, again, t = current_ticket()] {
+    if (!current(t) || signalled_meanwhile()) return;
     sit_out(again);
   });
 }
@@ -111,8 +112,9 @@ void elastic_agent::impl::enter_quarantine(const std::string& reason, int rank,
   reporter_.quarantined(record);
   auto why = fmt::format("quarantined for {} s: {}", seconds_text(cooldown), reason);
   rendezvous_.quarantine(record.machine, record.to_json(),
-                         records::leaving(failure_class::health, why), [this, cooldown] {
-    if (phase_ == phase::done || signalled_meanwhile()) return;
+                         records::leaving(failure_class::health, why),
+                         [this, cooldown, t = current_ticket()] {
+    if (!current(t) || signalled_meanwhile()) return;
     write_quarantine_file();
     sit_out(cooldown);
   });
@@ -125,7 +127,7 @@ void elastic_agent::impl::sit_out(std::chrono::milliseconds duration) {
   rendezvous_.wait_outside(duration, [this](bool job_ended, std::string why) {
     // A signal ended the run meanwhile (its finish may wait for the store
     // to record a Ctrl-C, whose `ended` woke this wait): its code stands.
-    if (phase_ != phase::outside || stop_signal_ != 0) return;
+    if (phase_ != phase::outside || signalled()) return;
     if (job_ended) {
       log(fmt::format("{} while this node was out of it; exiting with {}", why,
                       exit_node_unhealthy));
@@ -156,9 +158,9 @@ void elastic_agent::impl::judge_machine_fault(std::function<void()> restart) {
   int rank = failure_->rank;
   auto fault = failure_->machine_fault;
   auto reason = fmt::format("worker rank {} {}", rank, describe(failure_->status));
-  rendezvous_.quarantine_list([this, rank, fault, reason, restart](
+  rendezvous_.quarantine_list([this, rank, fault, reason, restart, t = current_ticket()](
                                   std::vector<std::string> texts) {
-    if (phase_ == phase::done || signalled_meanwhile()) return;
+    if (!current(t) || signalled_meanwhile()) return;
     if (follows_the_rank(parse_records(texts), options_.quarantine.machine_key, rank, fault)) {
       log(fmt::format("rank {} failed with {} on another machine too: the failure follows the "
                       "rank, not this machine; not quarantining it",
@@ -173,8 +175,8 @@ void elastic_agent::impl::judge_machine_fault(std::function<void()> restart) {
 // waited for the store: nothing is left to forward it to, so it ends the
 // run here (on_signal's stopping case only records it).
 bool elastic_agent::impl::signalled_meanwhile() {
-  if (stop_signal_ == 0) return false;
-  finish_after_job_stop(128 + stop_signal_);
+  if (!signalled()) return false;
+  finish_after_job_stop(128 + stop_signal(stop_));
   return true;
 }
 

@@ -41,7 +41,7 @@ void elastic_agent::impl::after_gpus_reclaimed(std::function<void()> then) {
   phase_ = phase::reclaiming;
   reclaim_->start(std::move(o), [this, then](gpu_reclaim_waiter::result r) {
     // A signal ended the run meanwhile (or will, once the store has it).
-    if (phase_ != phase::reclaiming || stop_signal_ != 0) return;
+    if (phase_ != phase::reclaiming || signalled()) return;
     if (r.reclaimed) return then();
     // Said once: quarantine says it with what happens next.
     if (options_.quarantine.enabled()) return machine_failed(r.reason, -1, "gpu-reclaim");

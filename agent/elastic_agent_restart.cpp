@@ -15,65 +15,56 @@ void elastic_agent::impl::group_stopped() {
   after_stop();
 }
 
-// What follows the round's stop: leave, finish, rejoin or restart.
+// What follows the round's stop (stop_reason.h's table): leave, finish,
+// rejoin or restart.
 void elastic_agent::impl::after_stop() {
-  if (preempting_ && !job_stop_sent_) {  // SIGTERM with --checkpoint-signal
-    leave_preempted();
-    return;
-  }
-  if (stop_signal_ != 0) {
-    finish_after_job_stop(128 + stop_signal_);
-    return;
-  }
-  if (unkillable_) {
-    leave_unclean();
-    return;
-  }
-  if (leaving_) {  // unhealthy (leave_unhealthy): not rejoining
-    leave_job();
-    return;
-  }
-  if (!failure_ && round_over_) {
-    // Membership changed (or another node failed): not our restart. A
-    // failure elsewhere still counts for --max-no-progress-restarts here,
-    // where the progress file may be (a shared folder, or rank 0's node);
-    // a lost node or a newcomer is not the training failing again.
-    if (incident_ && is_worker_failure(incident_->klass) && !incident_->ends_job) {
-      if (auto stop = no_progress_stop(options_.spec.max_restarts - restarts_seen_)) {
-        log_error(*stop);
-        auto refusal = failure_record(records::record_kind::job_failed, *stop);
-        refusal.refused = true;
-        rendezvous_.fail_job(std::move(refusal), [this, stop = *stop] {
-          reporter_.job_failed(stop);
-          finish(1);
-        });
-        return;
-      }
-    }
-    after_gpus_reclaimed([this] { start_round(); });
-    return;
-  }
-  if (!failure_) {  // cannot happen: a stop has a signal, a failure or a new round
-    finish(1);
-    return;
-  }
-  if (!job_restarts_) {
+  auto action = next_action(stop_, stop_facts{job_restarts_.has_value()});
+  switch (action) {
+    case after_stop_action::leave_preempted: return leave_preempted();
+    case after_stop_action::finish_signalled: return finish_after_job_stop(128 + stop_signal(stop_));
+    case after_stop_action::leave_unclean:
+      return leave_unclean(std::get<stop::unkillable_worker>(*stop_).who);
+    case after_stop_action::leave_unhealthy:
+      return leave_job(std::get<stop::unhealthy>(*stop_).reason);
+    case after_stop_action::rejoin: return rejoin();
     // decide_restart() runs when it comes (a held failure: once reported).
-    awaiting_restart_count_ = true;
-    return;
+    case after_stop_action::await_restart_count: awaiting_restart_count_ = true; return;
+    case after_stop_action::decide_restart: return decide_restart();
+    case after_stop_action::finish_failed: return finish(1);
   }
-  decide_restart();
+}
+
+// The round ended elsewhere (a membership change, or the job's end):
+// not our restart. A failure elsewhere still counts for
+// --max-no-progress-restarts here, where the progress file may be (a
+// shared folder, or rank 0's node); a lost node or a newcomer is not the
+// training failing again.
+void elastic_agent::impl::rejoin() {
+  if (incident_ && is_worker_failure(incident_->klass) && !incident_->ends_job) {
+    if (auto stop = no_progress_stop(options_.spec.max_restarts - restarts_seen_)) {
+      log_error(*stop);
+      auto refusal = failure_record(records::record_kind::job_failed, *stop);
+      refusal.refused = true;
+      rendezvous_.fail_job(std::move(refusal), [this, stop = *stop] {
+        reporter_.job_failed(stop);
+        finish(1);
+      });
+      return;
+    }
+  }
+  after_gpus_reclaimed([this] { start_round(); });
 }
 
 // A failure ends the round on every node at once and counts one restart
 // for the whole job (the rendezvous keeps the count), so every node
 // honours --max-restarts alike.
 void elastic_agent::impl::count_restart(records::round_record reported) {
-  rendezvous_.report_failure(std::move(reported), [this](std::exception_ptr error,
-                                            rendezvous::rendezvous_handler::failure_verdict v) {
+  rendezvous_.report_failure(std::move(reported), [this, t = current_ticket()](
+                                                     std::exception_ptr error,
+                                                     rendezvous::rendezvous_handler::failure_verdict v) {
     // The agent may have finished meanwhile (a signal, or shutdown()
     // failing this call): nothing to decide any more.
-    if (phase_ == phase::done) return;
+    if (!current(t)) return;
     // The round had ended for a reason that is no failure (elastic_agent_hold.cpp).
     if (!error && v.ended_by) return failure_explained(*v.ended_by);
     if (error) {
@@ -95,8 +86,8 @@ void elastic_agent::impl::count_restart(records::round_record reported) {
 }
 
 void elastic_agent::impl::decide_restart() {
-  if (stop_signal_ != 0) {  // a signal came while we waited for the count
-    finish_after_job_stop(128 + stop_signal_);
+  if (signalled()) {  // a signal came while we waited for the count
+    finish_after_job_stop(128 + stop_signal(stop_));
     return;
   }
   int restarts = *job_restarts_;
@@ -131,8 +122,8 @@ void elastic_agent::impl::decide_restart() {
   failed.refused = refused.has_value();
   rendezvous_.fail_job(
       std::move(failed),
-      [this, code, said_why, outcome] {
-        if (phase_ == phase::done) return;  // finished meanwhile
+      [this, code, said_why, outcome, t = current_ticket()] {
+        if (!current(t)) return;  // finished meanwhile
         if (said_why) {
           reporter_.job_failed(outcome);
           return finish(code);
@@ -150,10 +141,10 @@ void elastic_agent::impl::decide_restart() {
 // it leave as any node loss (its will), and go on without it where
 // --nnodes=MIN:MAX allows. Nothing more is counted: a failure of ours
 // was counted when it happened.
-void elastic_agent::impl::leave_unclean() {
+void elastic_agent::impl::leave_unclean(const std::string& who) {
   auto outcome = fmt::format(
       "not restarted: {} did not die on SIGKILL, so this node cannot clean up and leaves the job",
-      *unkillable_);
+      who);
   if (!failure_) {
     log_error(fmt::format("{}; exiting with 1", outcome));
     reporter_.job_failed(outcome);

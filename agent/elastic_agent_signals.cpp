@@ -31,7 +31,7 @@ void elastic_agent::impl::watch_launcher() {
     on_signal(sig);
   };
   hooks.on_eof = [this] {
-    if (phase_ == phase::done) return;
+    if (phase_ == phase::done) return;  // the agent's end closed it
     log("the launching dtrun is gone (its connection closed); stopping the workers");
     on_signal(SIGTERM);
   };
@@ -62,14 +62,14 @@ void elastic_agent::impl::on_signal(int sig) {
   if (sig == SIGINT && phase_ != phase::done && !job_stop_sent_) stop_the_job(sig);
   switch (phase_) {
     case phase::running:
-      stop_signal_ = sig;
+      stop_because(stop::signal{sig, job_stop_sent_});
       log(fmt::format("received {}; forwarding it to the workers and stopping them",
                       signal_name(sig)));
       reporter_.group_stopping(fmt::format("received {}", signal_name(sig)));
       begin_stop(sig);
       break;
     case phase::stopping:
-      if (stop_signal_ != 0 && !stopped_elsewhere_) {
+      if (signalled() && !stopping_for<stop::signal>()->from_elsewhere) {
         // A second Ctrl-C means "now".
         log(fmt::format("received {} again; killing the workers", signal_name(sig)));
         group_.signal_all(SIGKILL);
@@ -79,8 +79,9 @@ void elastic_agent::impl::on_signal(int sig) {
         log(fmt::format("received {}; forwarding it to the stopping workers and exiting "
                         "after them",
                         signal_name(sig)));
-        stop_signal_ = sig;
-        stopped_elsewhere_ = false;  // the next one here means "now"
+        stop_because(stop::signal{sig, job_stop_sent_});
+        // The next one here means "now" (even after another node's Ctrl-C).
+        if (auto* s = std::get_if<stop::signal>(&*stop_)) *s = stop::signal{sig, job_stop_sent_};
         group_.signal_all(sig);
       }
       end_hold();  // a held failure (elastic_agent_hold.cpp): not restarted now
@@ -91,7 +92,7 @@ void elastic_agent::impl::on_signal(int sig) {
     case phase::reclaiming:
     case phase::outside:
       log(fmt::format("received {}; exiting", signal_name(sig)));
-      stop_signal_ = sig;
+      stop_because(stop::signal{sig, job_stop_sent_});
       finish_after_job_stop(128 + sig);
       break;
     case phase::done:
@@ -123,8 +124,8 @@ void elastic_agent::impl::finish_after_job_stop(int code) {
 void elastic_agent::impl::stopped_elsewhere(const std::string& who) {
   log(fmt::format("the job was stopped on {}; stopping the workers", printable(who)));
   reporter_.group_stopping(fmt::format("stopped on {}", who));
-  stop_signal_ = SIGINT;
-  stopped_elsewhere_ = true;  // not this node's Ctrl-C: a signal here is not a second one
+  // Not this node's Ctrl-C: a signal here is not a second one.
+  stop_because(stop::signal{SIGINT, true, true});
   // Finishing waits until the store counts us in (finish_after_job_stop):
   // the node that stopped the job keeps the store for us until then.
   job_stop_sent_ = true;

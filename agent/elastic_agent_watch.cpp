@@ -74,7 +74,7 @@ void elastic_agent::impl::on_hang(std::chrono::milliseconds idle) {
   // worker that failed meanwhile may have restarted the group, and the
   // new round's workers are not the ones that hung.
   auto round = round_info_.round;
-  stacks_->capture(group_.workers(), round, [this, idle_s, round, group = rounds_](
+  stacks_->capture(group_.workers(), round, [this, idle_s, round, t = current_ticket()](
                                                 const std::vector<captured_stack>& stacks) {
     // A stacks file that could not be written is said even when the hang
     // is moot by now.
@@ -82,7 +82,7 @@ void elastic_agent::impl::on_hang(std::chrono::milliseconds idle) {
       if (!c.exited && !c.error.empty()) log_error(c.error);
     }
     // A worker failed, a signal came or the group restarted meanwhile.
-    if (phase_ != phase::running || group != rounds_) return;
+    if (!current(t) || phase_ != phase::running) return;
     hang_report report = make_hang_report(
         stacks, group_.workers(),
         [this, round](int local_rank) { return stacks_->file(round, local_rank); });
