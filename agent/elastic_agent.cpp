@@ -15,7 +15,6 @@
 #include "agent/host_name_check.h"
 #include "agent/kill_watch.h"
 #include "agent/node_health_checks.h"
-#include "agent/oom_count.h"
 #include "agent/posix_process_runner.h"
 #include "agent/preload_runner.h"
 #include "agent/python_hook.h"
@@ -57,8 +56,10 @@ bool ignored_at_start(int sig) {
 elastic_agent::impl::impl(asio::io_context& io, agent_options options,
                           rendezvous::rendezvous_handler& rendezvous, process_runner& runner,
                           stack_capture_options stack_options,
-                          node_health_checker* health)
+                          node_health_checker* health, agent_env* env)
     : io_(io),
+      own_env_(env == nullptr ? system_agent_env() : nullptr),
+      env_(env == nullptr ? *own_env_ : *env),
       options_(std::move(options)),
       rendezvous_(rendezvous),
       runner_(runner),
@@ -123,18 +124,17 @@ int elastic_agent::impl::run() {
   start_hang_detection();
   start_monitor();
   reporter_.agent_started(config_summary());
-  // The OOM killer's proof (oom_count.h), and the step before any round
-  // (--progress-file: a step already there is not this run's progress).
-  memory_cgroup_ = memory_cgroup_dir();
+  // The step before any round (--progress-file: a step already there is
+  // not this run's progress).
   if (!options_.progress_file.empty()) {
     std::string absent;
-    progress_stalls_.emplace(read_progress_file(options_.progress_file, absent));
+    progress_stalls_.emplace(env_.progress_step(options_.progress_file, absent));
   }
   start_gpu_watch();
   if (health_ == nullptr) {
     own_health_ = std::make_unique<node_health_checks>(
         io_, options_.health, options_.log_dir.empty() ? run_dir_ : options_.log_dir, inherited_,
-        *nvml_, runner_, group_, [this](const std::string& line) { log_debug(line); });
+        env_.nvml(), runner_, group_, [this](const std::string& line) { log_debug(line); });
     health_ = own_health_.get();
   }
   before_first_join();
@@ -278,7 +278,7 @@ void elastic_agent::impl::start_workers(const rendezvous::rendezvous_info& info)
   round_info_ = info;
   ++rounds_;
   if (progress_) progress_->start_round();
-  oom_kills_at_start_ = oom_kill_count(memory_cgroup_);
+  oom_kills_at_start_ = env_.oom_kills();
   const auto& spec = options_.spec;
   if (info.promoted) {
     log(fmt::format("round {}: promoted from spare to node {}", info.round, info.group_rank));
@@ -293,7 +293,7 @@ void elastic_agent::impl::start_workers(const rendezvous::rendezvous_info& info)
   if (!host_name_checked_ &&
       host_name_check_applies(info.group_world_size, info.store_host, inherited_)) {
     host_name_checked_ = true;
-    check_host_name(io_,
+    env_.check_host_name(io_,
                     [this](const std::string& line) { log(fmt::format("warning: {}", line)); });
   }
   fs::path attempt_dir = fs::path(run_dir_) / fmt::format("attempt_{}", round_info_.round);
@@ -382,7 +382,7 @@ void elastic_agent::impl::on_worker_exit(const worker& w, const exit_status& sta
   // the workers' memory cgroup: the OOM killer's victim, proven.
   bool oom_killed = false;
   if (status.signal == SIGKILL && w.watchdog_signal != SIGKILL && oom_kills_at_start_) {
-    auto now = oom_kill_count(memory_cgroup_);
+    auto now = env_.oom_kills();
     oom_killed = now && *now > *oom_kills_at_start_;
   }
   auto record = reporter_.worker_exited(
@@ -559,13 +559,14 @@ elastic_agent::elastic_agent(asio::io_context& io, agent_options options,
                              rendezvous::rendezvous_handler& rendezvous)
     : own_runner_(real_runner(io, options)),
       impl_(std::make_unique<impl>(io, std::move(options), rendezvous, *own_runner_,
-                                   stack_capture_options{}, nullptr)) {}
+                                   stack_capture_options{}, nullptr, nullptr)) {}
 
 elastic_agent::elastic_agent(asio::io_context& io, agent_options options,
                              rendezvous::rendezvous_handler& rendezvous, process_runner& runner,
-                             stack_capture_options stacks, node_health_checker* health)
+                             stack_capture_options stacks, node_health_checker* health,
+                             agent_env* env)
     : impl_(std::make_unique<impl>(io, std::move(options), rendezvous, runner,
-                                   std::move(stacks), health)) {}
+                                   std::move(stacks), health, env)) {}
 
 elastic_agent::~elastic_agent() = default;
 

@@ -22,6 +22,7 @@
 
 #include <boost/asio/io_context.hpp>
 
+#include "agent/agent_env.h"
 #include "agent/agent_options.h"
 #include "agent/node_health.h"
 #include "agent/process_runner.h"
@@ -37,10 +38,13 @@ class elastic_agent {
                 rendezvous::rendezvous_handler& rendezvous);
   // Workers through `runner` (the unit tests' fake starts no process),
   // their stacks captured with `stacks`, the node's health checked by
-  // `health` (null: no checks), which must outlive the agent.
+  // `health` (null: the built-in checks and --node-health-check), the
+  // machine asked through `env` (null: this machine, agent_env.h); each
+  // must outlive the agent.
   elastic_agent(boost::asio::io_context& io, agent_options options,
                 rendezvous::rendezvous_handler& rendezvous, process_runner& runner,
-                stack_capture_options stacks = {}, node_health_checker* health = nullptr);
+                stack_capture_options stacks = {}, node_health_checker* health = nullptr,
+                agent_env* env = nullptr);
   ~elastic_agent();
 
   elastic_agent(const elastic_agent&) = delete;

@@ -33,6 +33,7 @@
 #include <boost/asio/signal_set.hpp>
 #include <nlohmann/json.hpp>
 
+#include "agent/agent_env.h"
 #include "agent/control_socket.h"
 #include "agent/elastic_agent.h"
 #include "agent/exit_status.h"
@@ -65,7 +66,7 @@ class elastic_agent::impl {
  public:
   impl(asio::io_context& io, agent_options options, rendezvous::rendezvous_handler& rendezvous,
        process_runner& runner, stack_capture_options stack_options,
-       node_health_checker* health);
+       node_health_checker* health, agent_env* env);
   ~impl();
   int run();
 
@@ -238,6 +239,10 @@ class elastic_agent::impl {
   void watchdog_expired(const timer_table::expired& e);
 
   asio::io_context& io_;
+  // The machine (agent_env.h): the tests' or own_env_; first, so that
+  // everything after it may use it, and it is destroyed last.
+  std::unique_ptr<agent_env> own_env_;
+  agent_env& env_;
   agent_options options_;
   rendezvous::rendezvous_handler& rendezvous_;
   process_runner& runner_;  // the workers', and the health check command's
@@ -259,9 +264,6 @@ class elastic_agent::impl {
   std::optional<job_monitor> monitor_;
   std::optional<worker_stacks> stacks_;
   std::string hook_dir_;  // empty: no start-up hook
-  // NVML for the GPU checks, the machine's key and the reclaim; declared
-  // before what uses it, so it is closed after them.
-  std::optional<nvml_session> nvml_;
   // Node health: the checker (the tests' or own_health_; null: no checks),
   // the periodic check's timer, and why this node is leaving the job.
   std::unique_ptr<node_health_checker> own_health_;
@@ -282,13 +284,12 @@ class elastic_agent::impl {
   // time this node's workers ran (productive) since the agent started.
   std::optional<incident> incident_;
   std::map<std::string, std::uint64_t> restarts_by_class_;
-  std::chrono::steady_clock::time_point agent_started_ = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point agent_started_ = env_.steady_now();
   std::optional<std::chrono::steady_clock::time_point> running_since_;
   std::chrono::steady_clock::duration productive_{};
   std::chrono::milliseconds hang_idle_{0};  // the last hang's idle time
-  // --oom evidence: this node's memory cgroup and its OOM kills when the
+  // --oom evidence: the OOM kills in this node's memory cgroup when the
   // round's workers started (oom_count.h).
-  std::string memory_cgroup_;
   std::optional<std::uint64_t> oom_kills_at_start_;
   // --progress-file: failed rounds in a row without a new step.
   std::optional<progress_tracker> progress_stalls_;

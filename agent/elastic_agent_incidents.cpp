@@ -37,7 +37,7 @@ void elastic_agent::impl::open_incident(failure_class klass, std::string excepti
   i.rank = rank;
   i.here = here;
   i.detail = std::move(detail);
-  i.detected_at = clock::now();
+  i.detected_at = env_.wall_now();
   i.failed_at = failed_at.value_or(i.detected_at);
   i.failed_at_known = failed_at.has_value();
   i.step = read_step();
@@ -52,13 +52,13 @@ void elastic_agent::impl::round_end_incident(const records::round_record& end) {
 }
 
 void elastic_agent::impl::workers_running() {
-  running_since_ = std::chrono::steady_clock::now();
+  running_since_ = env_.steady_now();
   close_incident(true);
 }
 
 void elastic_agent::impl::workers_stopped() {
   if (!running_since_) return;
-  productive_ += std::chrono::steady_clock::now() - *running_since_;
+  productive_ += env_.steady_now() - *running_since_;
   running_since_.reset();
 }
 
@@ -67,7 +67,7 @@ void elastic_agent::impl::close_incident(bool resumed) {
   if (!incident_) return;
   incident i = std::move(*incident_);
   incident_.reset();
-  auto now = clock::now();
+  auto now = env_.wall_now();
   std::string name(class_name(i.klass));
   if (resumed) ++restarts_by_class_[name];
   using ojson = nlohmann::ordered_json;
@@ -134,7 +134,7 @@ records::round_record elastic_agent::impl::failure_record(records::record_kind k
 std::optional<std::int64_t> elastic_agent::impl::read_step() {
   if (options_.progress_file.empty()) return std::nullopt;
   std::string problem;
-  auto step = read_progress_file(options_.progress_file, problem);
+  auto step = env_.progress_step(options_.progress_file, problem);
   if (!step && problem != progress_problem_) {
     log(fmt::format("warning: --progress-file {}: {}; ignored this time",
                     printable(options_.progress_file), problem));

@@ -41,7 +41,7 @@ void elastic_agent::impl::before_first_join() {
   auto& key = options_.quarantine.machine_key;
   // The machine, not its name: a pod replaced under the same name on
   // another machine is not kept out (machine_identity.h).
-  if (key.empty()) key = this_machine_identity(*nvml_).key;
+  if (key.empty()) key = this_machine_identity(env_.nvml()).key;
   rendezvous_.read_machine(key, [this](std::exception_ptr error, std::string text) {
     if (phase_ != phase::starting) return;
     // Unreadable: the join says why the store cannot be reached.
@@ -54,7 +54,7 @@ void elastic_agent::impl::before_first_join() {
     }
     quarantines_ = record->quarantines;
     machine_failures_ = options_.quarantine.after - 1;
-    double left = record->until - wall_clock_seconds();
+    double left = record->until - seconds_since_epoch(env_.wall_now());
     if (!(left > 0)) return check_health_then_join();
     // No record holds more than the longest cooldown (one from a bad clock
     // or another writer must not keep the machine out for ever).
@@ -100,7 +100,7 @@ void elastic_agent::impl::enter_quarantine(const std::string& reason, int rank,
   record.machine = options_.quarantine.machine_key;
   record.host = reporter_.host();
   record.quarantines = quarantines_;
-  record.since = wall_clock_seconds();
+  record.since = seconds_since_epoch(env_.wall_now());
   record.cooldown_s = static_cast<double>(cooldown.count()) / 1000.0;
   record.until = record.since + record.cooldown_s;
   record.reason = reason;

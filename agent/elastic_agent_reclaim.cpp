@@ -17,17 +17,17 @@ namespace dtrun::agent {
 // quarantine, the reclaim; a machine without the driver only fails a
 // dlopen), and what the node's GPUs hold without our workers.
 void elastic_agent::impl::start_gpu_watch() {
-  nvml_.emplace();
-  if (!nvml_->available()) {
-    log_debug(fmt::format("no GPU checks: {}", nvml_->why_unavailable()));
+  auto& nvml = env_.nvml();
+  if (!nvml.available()) {
+    log_debug(fmt::format("no GPU checks: {}", nvml.why_unavailable()));
     return;
   }
   // NCCL jobs: torch's flight recorder, so a collective's timeout leaves
   // each rank's last collectives behind (docs/agent.md, "Failure classes").
-  nccl_traces_ = !nvml_gpus(*nvml_).empty();
+  nccl_traces_ = !nvml_gpus(nvml).empty();
   if (options_.gpu_reclaim_timeout.count() <= 0) return;  // not waited for: no baseline
-  gpu_baseline_ = read_gpu_memory_levels(*nvml_, {});
-  reclaim_.emplace(io_, *nvml_);
+  gpu_baseline_ = read_gpu_memory_levels(nvml, {});
+  reclaim_.emplace(io_, nvml);
 }
 
 // `then` once the GPUs are back (at once without NVML or GPUs); else the

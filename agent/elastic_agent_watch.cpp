@@ -139,6 +139,7 @@ void elastic_agent::impl::start_monitor() {
       log_debug(fmt::format("round {}: status published to the store", round));
     });
   };
+  hooks.nvml = [this]() -> nvml_session& { return env_.nvml(); };
   hooks.info = [this](const std::string& line) { log(line); };
   hooks.warn = [this](const std::string& line) { log(fmt::format("warning: {}", line)); };
   hooks.debug = [this](const std::string& line) { log_debug(line); };
@@ -160,8 +161,9 @@ agent_facts elastic_agent::impl::facts() const {
   f.rounds = rounds_;
   f.restarts_by_class = restarts_by_class_;
   auto productive = productive_;
-  if (running_since_) productive += std::chrono::steady_clock::now() - *running_since_;
-  auto total = std::chrono::steady_clock::now() - agent_started_;
+  auto now = env_.steady_now();
+  if (running_since_) productive += now - *running_since_;
+  auto total = now - agent_started_;
   f.productive_s = std::chrono::duration<double>(productive).count();
   f.lost_s = std::max(0.0, std::chrono::duration<double>(total - productive).count());
   f.workers = worker_facts(group_.workers(), phase_ == phase::stopping, options_.logs,
@@ -211,7 +213,7 @@ void elastic_agent::impl::stacks_on_request(control_socket::respond_fn respond) 
 void elastic_agent::impl::watchdog_expired(const timer_table::expired& e) {
   worker* w = group_.live(e.pid);
   if (w == nullptr) return;
-  double late = wall_clock_seconds() - e.expiration_time;
+  double late = seconds_since_epoch(env_.wall_now()) - e.expiration_time;
   w->watchdog_signal = e.signal;
   w->watchdog = fmt::format("deadline of scope {} passed {:.1f} s ago; {} sent",
                             printable(e.scope_id), std::max(late, 0.0), signal_name(e.signal));

@@ -12,8 +12,6 @@ namespace dtrun::agent {
 
 namespace {
 
-// More processes on one GPU than anyone runs; bounds what we allocate.
-constexpr unsigned int max_processes_per_gpu = 4096;
 
 std::vector<unsigned int> devices_to_look_at(nvml_session& nvml,
                                              const std::vector<unsigned int>& devices) {
@@ -28,20 +26,9 @@ std::vector<unsigned int> devices_to_look_at(nvml_session& nvml,
 // The pids of the compute processes on `device`; empty when NVML fails.
 std::vector<pid_t> processes_on(const nvml::functions& f, nvml::device_t device) {
   std::vector<pid_t> pids;
-  if (!f.compute_processes) return pids;
-  // Size first, then fill; processes may start in between, so retry with a
-  // margin while NVML says the buffer is short.
-  std::vector<nvml::process_info_t> infos;
-  unsigned int n = 0;
-  auto rc = f.compute_processes(device, &n, nullptr);
-  for (int attempt = 0; attempt < 3 && rc == nvml::error_insufficient_size; ++attempt) {
-    n = std::min(n + 8, max_processes_per_gpu);
-    infos.resize(n);
-    rc = f.compute_processes(device, &n, infos.data());
+  for (const auto& p : nvml::compute_processes_on(f, device)) {
+    pids.push_back(static_cast<pid_t>(p.pid));
   }
-  if (rc != nvml::success) return pids;
-  infos.resize(std::min<std::size_t>(n, infos.size()));
-  for (const auto& p : infos) pids.push_back(static_cast<pid_t>(p.pid));
   return pids;
 }
 

@@ -1,7 +1,5 @@
 #include "agent/gpu_stats.h"
 
-#include <dlfcn.h>
-
 #include <algorithm>
 
 #include <fmt/format.h>
@@ -15,38 +13,17 @@ constexpr unsigned int max_processes = 4096;
 
 }  // namespace
 
-gpu_stats::gpu_stats(log_fn debug) {
-  // RTLD_LOCAL: its symbols stay out of ours. glibc stays dynamic in the
-  // portable build (docs/building.md), so dlopen works there too.
-  library_ = ::dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (!library_) {
-    const char* why = ::dlerror();
-    debug(fmt::format("gpu stats: NVML not loaded ({}); no GPU figures", why ? why : "unknown"));
+gpu_stats::gpu_stats(const nvml_session& nvml, const log_fn& debug) : fns_(nvml.fns()) {
+  if (!nvml.available()) {
+    debug(fmt::format("gpu stats: {}; no GPU figures", nvml.why_unavailable()));
     return;
   }
-  nvml::load_functions(library_, fns_);
-  start(debug);
-}
-
-gpu_stats::gpu_stats(nvml::functions fns, log_fn debug) : fns_(fns) { start(debug); }
-
-void gpu_stats::start(log_fn& debug) {
-  if (!fns_.init || !fns_.shutdown || !fns_.device_count || !fns_.device_by_index ||
-      !fns_.compute_processes) {
+  if (!fns_.compute_processes) {
     debug("gpu stats: NVML lacks an entry point dtrun needs (driver older than CUDA 11?); "
           "no GPU figures");
     return;
   }
-  if (auto rc = fns_.init(); rc != nvml::success) {
-    debug(fmt::format("gpu stats: nvmlInit failed with code {}; no GPU figures", rc));
-    return;
-  }
   available_ = true;
-}
-
-gpu_stats::~gpu_stats() {
-  if (available_) fns_.shutdown();
-  if (library_) ::dlclose(library_);
 }
 
 std::map<pid_t, double> gpu_stats::new_utilization(unsigned int index, nvml::device_t device) {
@@ -93,23 +70,10 @@ gpu_snapshot gpu_stats::sample() {
     }
     snap.devices.push_back(d);
 
-    // Size first, then fill; processes may start in between, so retry
-    // with a margin while NVML says the buffer is short.
-    std::vector<nvml::process_info_t> infos;
-    unsigned int n = 0;
-    auto rc = fns_.compute_processes(device, &n, nullptr);
-    for (int attempt = 0; attempt < 3 && rc == nvml::error_insufficient_size; ++attempt) {
-      n = std::min(n + 8, max_processes);
-      infos.resize(n);
-      rc = fns_.compute_processes(device, &n, infos.data());
-    }
-    if (rc != nvml::success) infos.clear();
-    if (rc == nvml::success) {
-      infos.resize(std::min<std::size_t>(n, infos.size()));
-      for (const auto& p : infos) {
-        auto& usage = snap.processes[static_cast<pid_t>(p.pid)];
-        if (p.used_gpu_memory != nvml::value_not_available) usage.memory_bytes += p.used_gpu_memory;
-      }
+    auto processes = nvml::compute_processes_on(fns_, device);
+    for (const auto& p : processes) {
+      auto& usage = snap.processes[static_cast<pid_t>(p.pid)];
+      if (p.used_gpu_memory != nvml::value_not_available) usage.memory_bytes += p.used_gpu_memory;
     }
 
     // A process NVML has no new sample for (the window since the last look
@@ -118,7 +82,7 @@ gpu_snapshot gpu_stats::sample() {
     // (`dtrun status`, then /metrics) see the same utilisation.
     auto fresh = new_utilization(i, device);
     std::map<pid_t, double> current;
-    for (const auto& p : infos) {
+    for (const auto& p : processes) {
       auto pid = static_cast<pid_t>(p.pid);
       if (auto it = last_utilization_[i].find(pid); it != last_utilization_[i].end()) {
         current[pid] = it->second;

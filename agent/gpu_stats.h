@@ -1,7 +1,7 @@
 // Per-process GPU figures from NVIDIA's NVML, for `dtrun status` and the
-// metrics. libnvidia-ml.so.1 is loaded at run time with dlopen (no link-
-// time dependency, no NVIDIA headers): a machine without the driver simply
-// has no GPU figures. NVML's C ABI is declared in agent/nvml_api.h.
+// metrics, read through the agent's one NVML session (nvml_api.h: loaded
+// at run time with dlopen, no NVIDIA headers): a machine without the
+// driver simply has no GPU figures.
 //
 // Not thread-safe; one instance per agent, used on its event loop. A
 // sample costs a few NVML calls per device (milliseconds), so sample at
@@ -44,13 +44,10 @@ class gpu_stats {
  public:
   using log_fn = std::function<void(const std::string&)>;
 
-  // dlopens libnvidia-ml.so.1 and initialises NVML. When the library is
-  // absent or init fails, available() is false and `debug` got one line.
-  explicit gpu_stats(log_fn debug);
-  // With given entry points (tests, or a library loaded elsewhere);
-  // calls fns.init.
-  gpu_stats(nvml::functions fns, log_fn debug);
-  ~gpu_stats();  // nvmlShutdown and dlclose
+  // On the agent's NVML session (opened once per agent, agent_env.h),
+  // which must outlive this. When NVML is not there, available() is false
+  // and `debug` got one line.
+  gpu_stats(const nvml_session& nvml, const log_fn& debug);
 
   gpu_stats(const gpu_stats&) = delete;
   gpu_stats& operator=(const gpu_stats&) = delete;
@@ -70,12 +67,10 @@ class gpu_stats {
                                                    const std::vector<pid_t>& pids);
 
  private:
-  void start(log_fn& debug);
   // Device `index`'s samples newer than the last seen: pid -> highest SM %.
   std::map<pid_t, double> new_utilization(unsigned int index, nvml::device_t device);
 
   nvml::functions fns_;
-  void* library_ = nullptr;
   bool available_ = false;
   std::map<unsigned int, unsigned long long> last_seen_;  // per device, NVML µs
   // Per device: each process's last utilisation, kept while it runs there.

@@ -91,9 +91,8 @@ job_status job_monitor::snapshot() {
         static_cast<std::int64_t>(current_quarantines(quarantine_records_, s.generated_at).size());
   }
 
-  // NVML is loaded on the first look, not at start: most jobs are never
-  // asked, and its initialisation takes a while on a GPU machine.
-  if (!gpus_) gpus_ = std::make_unique<gpu_stats>(hooks_.debug);
+  // The agent's NVML session (agent_env.h), asked on the first look.
+  if (!gpus_) gpus_ = std::make_unique<gpu_stats>(hooks_.nvml(), hooks_.debug);
   gpu_snapshot gpu;
   if (gpus_->available()) gpu = gpus_->sample();
 

@@ -31,6 +31,7 @@
 namespace dtrun::agent {
 
 class gpu_stats;
+class nvml_session;
 class metrics_server;
 class cpu_meter;
 
@@ -86,6 +87,8 @@ class job_monitor {
     std::function<void(std::function<void(rendezvous::rendezvous_handler::census_counts)>)>
         census;
     std::function<void(std::function<void(std::vector<std::string>)>)> quarantine_list;
+    // The agent's NVML session, for the workers' GPU figures.
+    std::function<nvml_session&()> nvml;
     std::function<void(const std::string&)> info;
     std::function<void(const std::string&)> warn;
     std::function<void(const std::string&)> debug;

@@ -2,6 +2,8 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 namespace dtrun::agent {
@@ -28,6 +30,26 @@ void load_functions(void* library, functions& out) {
 }
 
 }  // namespace nvml
+
+// Size first, then fill; processes may start in between, so retry with a
+// margin while NVML says the buffer is short.
+std::vector<nvml::process_info_t> nvml::compute_processes_on(const nvml::functions& f,
+                                                            nvml::device_t device) {
+  // More processes on one GPU than anyone runs; bounds what we allocate.
+  constexpr unsigned int max_processes = 4096;
+  std::vector<process_info_t> infos;
+  if (!f.compute_processes) return infos;
+  unsigned int n = 0;
+  auto rc = f.compute_processes(device, &n, nullptr);
+  for (int attempt = 0; attempt < 3 && rc == error_insufficient_size; ++attempt) {
+    n = std::min(n + 8, max_processes);
+    infos.resize(n);
+    rc = f.compute_processes(device, &n, infos.data());
+  }
+  if (rc != success) return {};
+  infos.resize(std::min<std::size_t>(n, infos.size()));
+  return infos;
+}
 
 nvml_session::nvml_session() {
   // RTLD_LOCAL: its symbols stay out of ours. glibc stays dynamic in the

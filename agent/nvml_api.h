@@ -6,12 +6,13 @@
 // it was for.
 //
 // gpu_stats (`dtrun status`, metrics), gpu_health (--node-health-check),
-// gpu_reclaim and machine_identity share these declarations; each holds
-// its own nvml_session (nvmlInit and dlopen are reference-counted).
+// gpu_reclaim and machine_identity share these declarations and, in the
+// agent, its one nvml_session (agent_env.h: opened once per agent).
 #pragma once
 
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace dtrun::agent {
 
@@ -142,6 +143,10 @@ struct functions {
 // Fills `out` with every entry point `library` (a dlopen handle of
 // libnvidia-ml.so.1) has; the ones it lacks stay null.
 void load_functions(void* library, functions& out);
+
+// The compute processes on `device` (`dtrun status`'s GPU memory per
+// worker, the reclaim's holders); empty when NVML fails or lacks the call.
+std::vector<process_info_t> compute_processes_on(const functions& f, device_t device);
 }  // namespace nvml
 
 // NVML opened and initialised, for as long as the session lives. Not

@@ -7,8 +7,10 @@
 
 namespace dtrun::agent {
 
-inline double wall_clock_seconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+inline double seconds_since_epoch(std::chrono::system_clock::time_point t) {
+  return std::chrono::duration<double>(t.time_since_epoch()).count();
 }
+
+inline double wall_clock_seconds() { return seconds_since_epoch(std::chrono::system_clock::now()); }
 
 }  // namespace dtrun::agent

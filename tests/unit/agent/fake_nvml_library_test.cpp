@@ -44,7 +44,9 @@ void write_fake_nvml_state(const std::string& text) {
 TEST_CASE("fake NVML library: gpu_stats and nvml_session dlopen it", "[.][fake-nvml]") {
   write_fake_nvml_state("process 1 4242 1073741824\n");
   std::vector<std::string> logged;
-  gpu_stats stats([&](const std::string& l) { logged.push_back(l); });
+  nvml_session nvml;
+  REQUIRE(nvml.available());
+  gpu_stats stats(nvml, [&](const std::string& l) { logged.push_back(l); });
   REQUIRE(stats.available());
   auto snap = stats.sample();
   REQUIRE(snap.devices.size() == 2);
@@ -52,8 +54,6 @@ TEST_CASE("fake NVML library: gpu_stats and nvml_session dlopen it", "[.][fake-n
   CHECK(snap.processes.at(4242).memory_bytes == 1073741824);
   CHECK(logged.empty());
 
-  nvml_session nvml;
-  REQUIRE(nvml.available());
   auto uuids = nvml_gpu_uuids(nvml);
   REQUIRE(uuids.size() == 2);
   CHECK(uuids[0] == "GPU-fa4e0000-0000-0000-0000-000000000000");

@@ -85,7 +85,8 @@ nvml::functions fake_functions() {
 TEST_CASE("gpu stats sum memory per pid across devices and keep the highest utilisation") {
   std::vector<std::string> logged;
   {
-    gpu_stats gpus(fake_functions(), [&](const std::string& l) { logged.push_back(l); });
+    nvml_session nvml(fake_functions());
+    gpu_stats gpus(nvml, [&](const std::string& l) { logged.push_back(l); });
     REQUIRE(gpus.available());
     auto snap = gpus.sample();
     REQUIRE(snap.devices.size() == 2);
@@ -120,7 +121,8 @@ TEST_CASE("gpu stats whose init fails are unavailable with one debug line") {
   auto f = fake_functions();
   f.init = fake::failing_init;
   std::vector<std::string> logged;
-  gpu_stats gpus(f, [&](const std::string& l) { logged.push_back(l); });
+  nvml_session nvml(f);
+  gpu_stats gpus(nvml, [&](const std::string& l) { logged.push_back(l); });
   CHECK(!gpus.available());
   CHECK(gpus.sample().devices.empty());
   CHECK(logged.size() == 1);
@@ -129,14 +131,16 @@ TEST_CASE("gpu stats whose init fails are unavailable with one debug line") {
 TEST_CASE("gpu stats without the entry points they need are unavailable") {
   nvml::functions none;
   std::vector<std::string> logged;
-  gpu_stats gpus(none, [&](const std::string& l) { logged.push_back(l); });
+  nvml_session nvml(none);
+  gpu_stats gpus(nvml, [&](const std::string& l) { logged.push_back(l); });
   CHECK(!gpus.available());
   CHECK(logged.size() == 1);
 }
 
 TEST_CASE("gpu stats on this machine load NVML or say in one line why not") {
   std::vector<std::string> logged;
-  gpu_stats gpus([&](const std::string& l) { logged.push_back(l); });
+  nvml_session nvml;
+  gpu_stats gpus(nvml, [&](const std::string& l) { logged.push_back(l); });
   if (!gpus.available()) {
     CHECK(logged.size() == 1);
     CHECK(gpus.sample().processes.empty());
@@ -147,7 +151,8 @@ TEST_CASE("gpu stats on this machine load NVML or say in one line why not") {
 
 // Run on a GPU machine: agent_unit_tests "[gpu]" -s. Skips without NVML.
 TEST_CASE("gpu stats read a real GPU", "[gpu]") {
-  gpu_stats gpus([](const std::string& l) { WARN(l); });
+  nvml_session nvml;
+  gpu_stats gpus(nvml, [](const std::string& l) { WARN(l); });
   if (!gpus.available()) {
     WARN("NVML not available: skipped");
     return;

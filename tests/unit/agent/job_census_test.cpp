@@ -7,6 +7,7 @@
 #include "agent/job_census.h"
 #include "agent/job_monitor.h"
 #include "agent/job_status.h"
+#include "agent/nvml_api.h"
 #include "agent/wall_clock.h"
 
 using namespace dtrun::agent;
@@ -100,6 +101,8 @@ TEST_CASE("the monitor counts spares and current quarantines at each publication
   double now = wall_clock_seconds();
   hooks.publish = [](std::string) {};
   hooks.debug = [](const std::string&) {};  // gpu_stats says why NVML is absent
+  nvml_session no_gpus(nvml::functions{});
+  hooks.nvml = [&no_gpus]() -> nvml_session& { return no_gpus; };
   hooks.census = [&](auto done) { done({3, 2, quarantines}); };
   hooks.quarantine_list = [&](auto done) {
     ++lists;
