@@ -104,11 +104,12 @@ struct agent_options {
   std::function<void(const std::string&)> log;
   // Verbosity and the event log (--quiet, -v, --event-log).
   report_options report;
-  // --stop-on-stdin-eof (dtrun --hosts, docs/ssh.md): the pipe from the
-  // launching dtrun, owned by the agent from run() on. A line naming one of
-  // `signals` acts as that signal; end-of-file stops the workers as SIGTERM
-  // would (the launcher died or the connection dropped). -1: none.
-  int control_fd = -1;
+  // --stop-on-stdin-eof (dtrun --hosts, docs/ssh.md): stdin is the pipe
+  // from the launching dtrun, taken by the agent in run() (the workers get
+  // /dev/null). A line naming one of `signals` acts as that signal;
+  // end-of-file stops the workers as SIGTERM would (the launcher died or
+  // the connection dropped).
+  bool stop_on_stdin_eof = false;
   // Node health checks: built-ins before the first join (warnings unless
   // gating), the command and gating built-ins also while workers run.
   node_health_options health;

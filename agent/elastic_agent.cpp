@@ -97,8 +97,9 @@ int elastic_agent::impl::run() {
   group_.start();
   // Hang detection must see the workers' output even where it would go
   // straight to the console.
-  if (options_.hang_timeout.count() > 0) options_.logs.watch_console = true;
-  output_.emplace(io_, options_.logs, [this](const std::string& line) { log_error(line); });
+  log_spec logs = options_.logs;
+  if (options_.hang_timeout.count() > 0) logs.watch_console = true;
+  output_.emplace(io_, logs, [this](const std::string& line) { log_error(line); });
   bool writes_logs = options_.logs.writes_files(options_.spec.local_world_size);
   remove_run_dir_ = options_.log_dir.empty() && !writes_logs;
   run_dir_ = make_run_dir(options_.log_dir, rendezvous_.run_id());
@@ -217,10 +218,16 @@ void elastic_agent::impl::warm_up() {
   if (options_.preload.empty() || hook_dir_.empty()) return;
   spawn_request like{options_.program, options_.args, inherited_};
   add_python_hook_path(like.env, hook_dir_);
-  for (auto& [k, v] : static_worker_env(options_.spec, 0, inherited_)) like.env[k] = v;
+  for (auto& [k, v] : static_env(0)) like.env[k] = v;
   runner_.warm_up(like, (fs::path(run_dir_) / "preload.log").string(),
                   [this](const std::string& line) { log(line); },
                   [this](const std::string& line) { log_debug(line); });
+}
+
+env_map elastic_agent::impl::static_env(int local_rank) const {
+  worker_group_spec spec = options_.spec;
+  spec.timer_file = timer_file_;
+  return static_worker_env(spec, local_rank, inherited_);
 }
 
 // One worker's start: its folder (error file cleared), its environment
@@ -252,7 +259,7 @@ spawn_request elastic_agent::impl::worker_request(const rendezvous::rendezvous_i
     request.env["DTRUN_HEARTBEAT_FILE"] = (fs::path(rank_dir) / "heartbeat").string();
     progress_->watch_rank_dir(local_rank, rank_dir, "heartbeat");
   }
-  for (auto& [k, v] : static_worker_env(spec, local_rank, inherited_)) request.env[k] = v;
+  for (auto& [k, v] : static_env(local_rank)) request.env[k] = v;
   for (auto& [k, v] : round_worker_env(spec, info, local_rank, static_cast<int>(info.round))) {
     request.env[k] = v;
   }

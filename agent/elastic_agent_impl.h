@@ -243,7 +243,9 @@ class elastic_agent::impl {
   // everything after it may use it, and it is destroyed last.
   std::unique_ptr<agent_env> own_env_;
   agent_env& env_;
-  agent_options options_;
+  // As the launcher resolved them (--dry-run shows them): never changed;
+  // what the agent works out while running is its own state below.
+  const agent_options options_;
   rendezvous::rendezvous_handler& rendezvous_;
   process_runner& runner_;  // the workers', and the health check command's
   asio::signal_set signals_;
@@ -264,6 +266,11 @@ class elastic_agent::impl {
   std::optional<job_monitor> monitor_;
   std::optional<worker_stacks> stacks_;
   std::string hook_dir_;  // empty: no start-up hook
+  // torchrun's file-timer watchdog's pipe (TORCHELASTIC_TIMER_FILE);
+  // empty: none.
+  std::string timer_file_;
+  // The workers' static environment: the spec's, and the timer file.
+  env_map static_env(int local_rank) const;
   // Node health: the checker (the tests' or own_health_; null: no checks),
   // the periodic check's timer, and why this node is leaving the job.
   std::unique_ptr<node_health_checker> own_health_;
@@ -275,6 +282,7 @@ class elastic_agent::impl {
   int machine_failures_ = 0;
   bool machine_failed_this_round_ = false;
   int quarantines_ = 0;
+  std::string machine_key_;  // this machine's (--quarantine-after's key)
   // The GPUs' memory before the first round, and the reclaim's waiter.
   gpu_memory_levels gpu_baseline_;
   std::optional<gpu_reclaim_waiter> reclaim_;

@@ -38,11 +38,11 @@ std::string seconds_text(std::chrono::milliseconds d) {
 // failure quarantines it again.
 void elastic_agent::impl::before_first_join() {
   if (!options_.quarantine.enabled()) return check_health_then_join();
-  auto& key = options_.quarantine.machine_key;
   // The machine, not its name: a pod replaced under the same name on
   // another machine is not kept out (machine_identity.h).
-  if (key.empty()) key = this_machine_identity(env_.nvml()).key;
-  rendezvous_.read_machine(key, [this](std::exception_ptr error, std::string text) {
+  machine_key_ = options_.quarantine.machine_key.empty() ? this_machine_identity(env_.nvml()).key
+                                                         : options_.quarantine.machine_key;
+  rendezvous_.read_machine(machine_key_, [this](std::exception_ptr error, std::string text) {
     if (phase_ != phase::starting) return;
     // Unreadable: the join says why the store cannot be reached.
     if (error || text.empty()) return check_health_then_join();
@@ -97,7 +97,7 @@ void elastic_agent::impl::enter_quarantine(const std::string& reason, int rank,
                                 options_.quarantine.longest);
   ++quarantines_;
   quarantine_record record;
-  record.machine = options_.quarantine.machine_key;
+  record.machine = machine_key_;
   record.host = reporter_.host();
   record.quarantines = quarantines_;
   record.since = seconds_since_epoch(env_.wall_now());
@@ -161,7 +161,7 @@ void elastic_agent::impl::judge_machine_fault(std::function<void()> restart) {
   rendezvous_.quarantine_list([this, rank, fault, reason, restart, t = current_ticket()](
                                   std::vector<std::string> texts) {
     if (!current(t) || signalled_meanwhile()) return;
-    if (follows_the_rank(parse_records(texts), options_.quarantine.machine_key, rank, fault)) {
+    if (follows_the_rank(parse_records(texts), machine_key_, rank, fault)) {
       log(fmt::format("rank {} failed with {} on another machine too: the failure follows the "
                       "rank, not this machine; not quarantining it",
                       rank, fault));

@@ -19,7 +19,7 @@ namespace dtrun::agent {
 // the workers are stopped as on SIGTERM; a second one (a signal line,
 // then EOF) kills them at once, as a second Ctrl-C does.
 void elastic_agent::impl::watch_launcher() {
-  if (options_.control_fd < 0) return;
+  if (!options_.stop_on_stdin_eof) return;
   stdin_watch::hooks hooks;
   hooks.on_signal = [this](int sig) {
     if (std::find(options_.signals.begin(), options_.signals.end(), sig) ==
@@ -38,7 +38,7 @@ void elastic_agent::impl::watch_launcher() {
   hooks.on_junk = [this](const std::string& line) {
     log_error(fmt::format("ignoring a line from the launching dtrun: {}", printable(line)));
   };
-  launcher_.emplace(io_, std::exchange(options_.control_fd, -1), std::move(hooks));
+  launcher_.emplace(io_, take_stdin(), std::move(hooks));
 }
 
 void elastic_agent::impl::wait_for_signal() {

@@ -37,7 +37,7 @@ void elastic_agent::impl::start_watchdog() {
     if (worker* w = group_.live(pid); w != nullptr && progress_) progress_->progress(w->local_rank);
   };
   watchdog_.emplace(io_, path, std::move(hooks));
-  options_.spec.timer_file = path;
+  timer_file_ = path;
   log_debug(fmt::format("file-timer watchdog: reading {}", printable(path)));
 }
 

@@ -1,10 +1,26 @@
 #include "agent/stdin_watch.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <stdexcept>
+
 #include <boost/asio/buffer.hpp>
 
 #include "agent/exit_status.h"
 
 namespace dtrun::agent {
+
+int take_stdin() {
+  int fd = ::fcntl(STDIN_FILENO, F_DUPFD_CLOEXEC, 3);
+  if (fd < 0) throw std::runtime_error("cannot duplicate stdin for --stop-on-stdin-eof");
+  int null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (null >= 0) {
+    ::dup2(null, STDIN_FILENO);
+    ::close(null);
+  }
+  return fd;
+}
 
 namespace {
 // A control line is a signal name; anything longer is not one of ours and

@@ -20,6 +20,11 @@
 
 namespace dtrun::agent {
 
+// A private copy of stdin for the watch, and /dev/null in its place, so
+// no worker can read the launcher's lines. Throws std::runtime_error when
+// stdin cannot be duplicated.
+int take_stdin();
+
 class stdin_watch {
  public:
   struct hooks {

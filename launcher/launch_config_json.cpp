@@ -143,6 +143,8 @@ nlohmann::json to_json(const launch_config& c, const env_map& env) {
                                           {"file", c.agent.quarantine.file}}
                          : nlohmann::json()},
       {"stack_hook", c.agent.stack_hook},
+      {"interpreter", c.agent.interpreter.empty() ? nlohmann::json() : nlohmann::json(c.agent.interpreter)},
+      {"stop_on_stdin_eof", c.agent.stop_on_stdin_eof},
       {"preload", c.agent.preload},
       {"metrics", c.agent.metrics_port < 0 ? nlohmann::json()
                                      : nlohmann::json(fmt::format("{}:{}", c.agent.metrics_host,

@@ -127,6 +127,12 @@ agent::log_spec resolve_log_spec(const launch_options& options, int nproc_per_no
   if (spec.line_prefix_template.empty() && prefix != env.end()) {
     spec.line_prefix_template = prefix->second;
   }
+  // --prefix-console (dtrun --hosts' agents): the launching dtrun adds the
+  // host; the global rank says the rest.
+  if (options.prefix_console) {
+    spec.prefix_console = true;
+    if (spec.line_prefix_template.empty()) spec.line_prefix_template = "[rank$rank]:";
+  }
   spec.duplicate_stdout_filters = agent::parse_duplicate_filters(options.duplicate_stdout_filters);
   spec.duplicate_stderr_filters = agent::parse_duplicate_filters(options.duplicate_stderr_filters);
   // As torchrun, only tee'd streams of shown ranks are filtered; say so
@@ -175,6 +181,7 @@ nlohmann::json to_json(const agent::log_spec& spec, int nproc_per_node) {
       {"line_prefix_template", spec.line_prefix_template.empty()
                                    ? std::string("[${role_name}${local_rank}]:")
                                    : spec.line_prefix_template},
+      {"prefix_console", spec.prefix_console},
       {"files", "<log_dir>/<run_id>_<random>/attempt_<restart>/<local_rank>/{stdout,stderr}.log"},
       {"workers", workers},
   };

@@ -117,19 +117,6 @@ void report_rdzv_port(const rendezvous::rendezvous_handler& handler) {
   std::fflush(stdout);
 }
 
-// --stop-on-stdin-eof: the agent watches a private copy of stdin; the
-// workers get /dev/null, so none of them can read the launcher's lines.
-int take_stdin_for_agent() {
-  int fd = ::fcntl(STDIN_FILENO, F_DUPFD_CLOEXEC, 3);
-  if (fd < 0) throw std::runtime_error("cannot duplicate stdin for --stop-on-stdin-eof");
-  int null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  if (null >= 0) {
-    ::dup2(null, STDIN_FILENO);
-    ::close(null);
-  }
-  return fd;
-}
-
 int launch(const launcher::launch_config& config, const launcher::launch_options& o) {
   // --quiet silences warnings and the rendezvous' progress; errors stay.
   agent::agent_log messages(config.agent.report.level);
@@ -159,15 +146,8 @@ int launch(const launcher::launch_config& config, const launcher::launch_options
 
   if (o.rdzv_port_via_stdio == "report") report_rdzv_port(*rendezvous);
 
-  agent::agent_options options = config.agent;
-  options.interpreter = launcher::describe_interpreter(config);
-  if (o.prefix_console) {
-    options.logs.prefix_console = true;
-    // The launching dtrun adds the host; the global rank says the rest.
-    if (options.logs.line_prefix_template.empty()) options.logs.line_prefix_template = "[rank$rank]:";
-  }
-  if (o.stop_on_stdin_eof) options.control_fd = take_stdin_for_agent();
-  agent::elastic_agent agent(io, std::move(options), *rendezvous);
+  // The configuration whole, as --dry-run shows it.
+  agent::elastic_agent agent(io, config.agent, *rendezvous);
   return agent.run();
 }
 

@@ -71,6 +71,7 @@ std::optional<program_problem> find_program(launch_config& config, const env_map
                            fmt::format("program '{}' not found on PATH", config.program)};
   }
   config.agent.program = absolute(*found);
+  config.agent.interpreter = describe_interpreter(config);
   if (auto failure = agent::check_program(*found)) {
     return program_problem{failure->exit_code, failure->error};
   }

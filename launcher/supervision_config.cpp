@@ -98,6 +98,7 @@ void resolve_supervision(const launch_options& o, const scheduler_env& sched, la
   a.spec.role = o.role;
   a.spec.max_restarts = o.max_restarts;
   a.spec.use_agent_store = !c.multi_node() || c.multi_node()->rendezvous.workers_use_agent_store;
+  a.stop_on_stdin_eof = o.stop_on_stdin_eof;  // dtrun --hosts' agents
   // Checked again here: options may come from elsewhere than the command
   // line (tests, scheduler detection), and a NaN would become any duration.
   a.stop_timeout = seconds_to_duration(o.stop_timeout, "--stop-timeout", {true, max_duration_s});
