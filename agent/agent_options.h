@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "agent/log_spec.h"
+#include "agent/report_options.h"
 #include "agent/restart_policy.h"
-#include "agent/run_reporter.h"
 #include "agent/worker_args.h"
 #include "agent/worker_env.h"
 

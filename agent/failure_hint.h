@@ -12,7 +12,7 @@
 
 #include <string>
 
-#include "agent/failure_report.h"
+#include "agent/failure_record.h"
 
 namespace dtrun::agent {
 

@@ -27,7 +27,7 @@
 
 #include "agent/timer_request.h"
 #include "agent/timer_table.h"
-#include "agent/worker_env.h"
+#include "rendezvous/base/env_map.h"
 #include "rendezvous/base/generation_timer.h"
 
 namespace dtrun::agent {

@@ -32,7 +32,7 @@
 
 #include <string>
 
-#include "agent/worker_env.h"
+#include "rendezvous/base/env_map.h"
 
 namespace dtrun::agent {
 

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "agent/worker_env.h"
+#include "rendezvous/base/env_map.h"
 
 namespace dtrun::agent {
 

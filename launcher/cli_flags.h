@@ -5,7 +5,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "launcher/cli.h"
+#include "launcher/launch_options.h"
 #include "rendezvous/base/number_checks.h"
 
 namespace dtrun::launcher {

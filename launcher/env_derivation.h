@@ -8,8 +8,7 @@
 #include <optional>
 #include <string>
 
-#include "agent/worker_env.h"
-#include "launcher/cli.h"
+#include "launcher/launch_options.h"
 #include "launcher/scheduler_env.h"
 #include "rendezvous/base/env_map.h"
 

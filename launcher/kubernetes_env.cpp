@@ -5,7 +5,6 @@
 #include <fmt/format.h>
 
 #include "launcher/env_derivation.h"
-#include "launcher/launch_config.h"
 #include "rendezvous/base/env_map.h"
 
 namespace dtrun::launcher {

@@ -17,8 +17,7 @@
 #include "agent/log_spec.h"
 #include "agent/report_options.h"
 #include "agent/worker_args.h"
-#include "agent/worker_env.h"
-#include "launcher/cli.h"
+#include "launcher/launch_options.h"
 #include "launcher/rendezvous_config.h"
 #include "launcher/scheduler_env.h"
 #include "rendezvous/base/env_map.h"
@@ -77,8 +76,10 @@ struct launch_config {
 // "4", "auto", "cpu", "gpu", "xpu" -> a worker count, as torchrun's
 // determine_local_world_size: gpu counts the GPUs torch.cuda would see
 // (an error when none), xpu the Intel GPUs, auto the GPUs, else the Intel
-// GPUs, else the online CPUs. Throws usage_error.
-int parse_nproc(const std::string& text, const agent::accelerator_inventory& devices);
+// GPUs, else the online CPUs. Throws usage_error; `env`'s visibility
+// variables are named when no device is visible.
+int parse_nproc(const nproc_flag& nproc, const agent::accelerator_inventory& devices,
+                const env_map& env = {});
 
 // The signals to forward: SIGINT, SIGTERM, SIGHUP, SIGQUIT always, plus the
 // ones named in `list` ("SIGUSR1,SIGUSR2"). Throws usage_error.
@@ -95,13 +96,6 @@ std::vector<std::vector<int>> resolve_numa_binding(const std::string& mode,
                                                    const std::string& root,
                                                    const agent::cpu_topology& topology,
                                                    int nproc_per_node);
-
-// Validates and interprets the flags, with what scheduler detection
-// derived (its flag overrides applied first, then its settings no flag
-// gives). `env` is the agent's environment (for OMP_NUM_THREADS, the NCCL
-// defaults and CUDA_VISIBLE_DEVICES). Throws usage_error.
-launch_config resolve_launch_config(const launch_options& options, const env_map& env,
-                                    const scheduler_env& scheduler = scheduler_env());
 
 // The configuration as JSON (dtrun --dry-run): the scheduler and what it
 // derived, and each local rank's environment and argv as far as they are

@@ -1,6 +1,7 @@
 #include "launcher/legacy_launch.h"
 
 #include "agent/virtual_local_rank.h"
+#include "agent/worker_env.h"
 
 namespace dtrun::launcher {
 
@@ -33,12 +34,12 @@ agent::worker_customization resolve_worker_args(const launch_options& o,
   return c;
 }
 
-void check_worker_args(const launch_config& config) {
-  for (int local_rank = 0; local_rank < config.nproc_per_node(); ++local_rank) {
-    env_map env = agent::static_worker_env(config.agent.spec, local_rank, {});
-    std::vector<std::string> args = config.agent.args;
+void check_worker_args(const agent::agent_options& options) {
+  for (int local_rank = 0; local_rank < options.spec.local_world_size; ++local_rank) {
+    env_map env = agent::static_worker_env(options.spec, local_rank, {});
+    std::vector<std::string> args = options.args;
     try {
-      agent::customize_worker(config.agent.worker_args, args, env);
+      agent::customize_worker(options.worker_args, args, env);
     } catch (const agent::no_visible_device& e) {
       throw usage_error(e.what());
     }

@@ -5,10 +5,9 @@
 // --virtual-local-rank, which is applied at the same place.
 #pragma once
 
+#include "agent/agent_options.h"
 #include "agent/worker_args.h"
-#include "agent/worker_env.h"
-#include "launcher/cli.h"
-#include "launcher/launch_config.h"
+#include "launcher/launch_options.h"
 #include "rendezvous/base/env_map.h"
 
 namespace dtrun::launcher {
@@ -19,9 +18,9 @@ namespace dtrun::launcher {
 agent::worker_customization resolve_worker_args(const launch_options& options,
                                                 const env_map& env = {});
 
-// Applies config's worker customization to each local rank once, before
+// Applies the agent's worker customization to each local rank once, before
 // anything starts, so what would fail a worker at spawn time (a local rank
 // with no device under --virtual-local-rank) is one usage_error instead.
-void check_worker_args(const launch_config& config);
+void check_worker_args(const agent::agent_options& options);
 
 }  // namespace dtrun::launcher

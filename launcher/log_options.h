@@ -11,8 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "agent/log_spec.h"
-#include "agent/worker_env.h"
-#include "launcher/cli.h"
+#include "launcher/launch_options.h"
 #include "rendezvous/base/env_map.h"
 
 namespace dtrun::launcher {

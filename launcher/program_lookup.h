@@ -8,7 +8,6 @@
 #include <optional>
 #include <string>
 
-#include "agent/worker_env.h"
 #include "launcher/launch_config.h"
 #include "rendezvous/base/env_map.h"
 

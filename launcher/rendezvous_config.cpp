@@ -132,15 +132,6 @@ std::map<std::string, std::string> parse_rdzv_conf(const std::string& text) {
   return conf;
 }
 
-std::string chosen_backend(const launch_options& o) {
-  std::string backend = o.rdzv_backend.value;
-  if (!o.rdzv_backend.given_or_derived() && !o.rdzv_endpoint.value.empty()) backend = "c10d";
-  // torchrun's etcd backends speak the v2 API, which etcd 3.6 removed;
-  // dtrun's speaks v3 under all three names.
-  if (backend == "etcd" || backend == "etcd-v2") backend = "etcd-v3";
-  return backend;
-}
-
 namespace {
 
 // The rendezvous' timings and settings from --rdzv-conf (and

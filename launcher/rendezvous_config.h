@@ -18,7 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "launcher/cli.h"
+#include "launcher/launch_options.h"
 #include "rendezvous/algorithm/dynamic_rendezvous.h"
 #include "rendezvous/etcd/etcd_options.h"
 
@@ -37,12 +37,6 @@ struct multi_node_config {
   // One line each, said before the launch (a flag that has no effect here).
   std::vector<std::string> warnings;
 };
-
-// The backend the flags choose: --rdzv-backend (etcd and etcd-v2 are
-// dtrun's etcd-v3), else c10d when an endpoint is given (as torchrun), else
-// static. The one place that says so; resolve_multi_node refuses an
-// unknown name.
-std::string chosen_backend(const launch_options& options);
 
 // "k=v,k=v" -> map. Throws usage_error on a malformed pair.
 std::map<std::string, std::string> parse_rdzv_conf(const std::string& text);

@@ -5,16 +5,18 @@
 // which torchrun reads as flags) always win. What is derived from what is
 // in docs/schedulers.md; --dry-run lists it under "derived".
 //
-// Detection reads the flags and returns typed overrides; they are applied
-// once, by resolve_launch_config (launcher/launch_config.h), before it
-// resolves anything.
+// Here: what detection found, as values (its typed flag overrides and the
+// settings no flag gives). Detection itself (scheduler_detect.h) reads the
+// flags and returns them; the overrides are applied once, by
+// resolve_launch_config (resolve_launch_config.h), before it resolves
+// anything.
 #pragma once
 
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "launcher/cli.h"
+#include "launcher/launch_options.h"
 #include "rendezvous/base/env_map.h"
 
 namespace dtrun::launcher {
@@ -69,12 +71,6 @@ struct scheduler_env : scheduler_report {
   // Signals forwarded on top of the defaults (SIGUSR1/SIGUSR2 under Slurm).
   std::vector<int> extra_signals;
 };
-
-// Detects the scheduler from `env` and derives the flags not given in
-// `options`. Derives nothing with --no-scheduler-detect or --standalone.
-// Throws usage_error when the scheduler's variables contradict each other
-// or the flags.
-scheduler_env detect_scheduler_env(const launch_options& options, const env_map& env);
 
 // Sets the flags that `flags` overrides, typed, marked derived: the one
 // place an override is applied (detection's working copy, and

@@ -6,8 +6,6 @@
 #include <fmt/format.h>
 
 #include "launcher/env_derivation.h"
-#include "launcher/launch_config.h"
-#include "launcher/rendezvous_config.h"
 #include "launcher/slurm_hostlist.h"
 
 namespace dtrun::launcher {

@@ -3,8 +3,7 @@
 // (docs/schedulers.md).
 #pragma once
 
-#include "agent/worker_env.h"
-#include "launcher/cli.h"
+#include "launcher/launch_options.h"
 #include "launcher/scheduler_env.h"
 #include "rendezvous/base/env_map.h"
 

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "launcher/cli.h"
+#include "launcher/launch_options.h"
 #include "launcher/host_list.h"
 
 namespace dtrun::launcher {

@@ -9,7 +9,7 @@
 
 #include <string>
 
-#include "launcher/cli.h"
+#include "launcher/launch_options.h"
 
 namespace dtrun::launcher {
 

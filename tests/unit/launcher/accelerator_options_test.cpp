@@ -13,6 +13,7 @@
 #include "env_guard.h"
 #include "launcher/cli.h"
 #include "launcher/launch_config.h"
+#include "launcher/resolve_launch_config.h"
 #include "rendezvous/base/env_map.h"
 
 using namespace dtrun;  // usage_error and the number checks (rendezvous/base)

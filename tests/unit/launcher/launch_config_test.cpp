@@ -9,6 +9,7 @@
 #include <chrono>
 
 #include "launcher/launch_config.h"
+#include "launcher/resolve_launch_config.h"
 
 using namespace dtrun;  // usage_error and the number checks (rendezvous/base)
 using namespace dtrun::launcher;

@@ -4,6 +4,8 @@
 
 #include "launcher/cli.h"
 #include "launcher/launch_config.h"
+#include "launcher/resolve_launch_config.h"
+#include "launcher/scheduler_detect.h"
 #include "launcher/scheduler_env.h"
 #include "rendezvous/base/env_map.h"
 #include "tests/unit/launcher/env_guard.h"
