@@ -297,10 +297,28 @@ std::optional<multi_node_config> resolve_multi_node(const launch_options& o, int
   return c;
 }
 
+namespace {
+
+// What every backend's rendezvous has (nlohmann::json keeps its keys in
+// order, so where they are added does not change the output).
+void add_round_settings(nlohmann::json& j, const rendezvous::dynamic_rendezvous_options& r) {
+  j["local_addr"] = r.local_addr;
+  j["join_timeout_s"] = r.join_timeout.count() / 1000.0;
+  j["last_call_timeout_s"] = r.last_call_timeout.count() / 1000.0;
+  j["exit_barrier_timeout_s"] = r.exit_barrier_timeout.count() / 1000.0;
+  j["keep_alive_interval_s"] = r.keep_alive_interval.count() / 1000.0;
+  j["keep_alive_max_attempt"] = r.keep_alive_max_attempt;
+  j["worker_store"] = r.workers_use_agent_store ? "agent" : "rank0";
+  j["node_unit"] = r.node_unit;
+}
+
+}  // namespace
+
 nlohmann::json to_json(const multi_node_config& c) {
   const auto& r = c.rendezvous;
+  nlohmann::json j;
   if (c.etcd) {
-    return {
+    j = {
         {"backend", c.backend},
         {"endpoint", rendezvous::members_text(c.etcd->members)},
         {"protocol", c.etcd->tls ? "https" : "http"},
@@ -308,32 +326,19 @@ nlohmann::json to_json(const multi_node_config& c) {
         {"lease_ttl_s", c.etcd->lease_ttl.count()},
         {"hosts_store", false},
         {"hosts_store_because", c.host_decided_by},
-        {"local_addr", r.local_addr},
-        {"join_timeout_s", r.join_timeout.count() / 1000.0},
-        {"last_call_timeout_s", r.last_call_timeout.count() / 1000.0},
-        {"exit_barrier_timeout_s", r.exit_barrier_timeout.count() / 1000.0},
-        {"keep_alive_interval_s", r.keep_alive_interval.count() / 1000.0},
-        {"keep_alive_max_attempt", r.keep_alive_max_attempt},
-        {"worker_store", r.workers_use_agent_store ? "agent" : "rank0"},
-        {"node_unit", r.node_unit},
+    };
+  } else {
+    j = {
+        {"backend", c.backend},
+        {"endpoint", rendezvous::to_string({r.endpoint_host, r.endpoint_port})},
+        {"hosts_store", r.host_store},
+        {"hosts_store_because", c.host_decided_by},
+        {"node_rank", r.fixed_rank >= 0 ? nlohmann::json(r.fixed_rank) : nlohmann::json(nullptr)},
+        {"store_threads", r.store_threads},
     };
   }
-  return {
-      {"backend", c.backend},
-      {"endpoint", rendezvous::to_string({r.endpoint_host, r.endpoint_port})},
-      {"hosts_store", r.host_store},
-      {"hosts_store_because", c.host_decided_by},
-      {"node_rank", r.fixed_rank >= 0 ? nlohmann::json(r.fixed_rank) : nlohmann::json(nullptr)},
-      {"local_addr", r.local_addr},
-      {"join_timeout_s", r.join_timeout.count() / 1000.0},
-      {"last_call_timeout_s", r.last_call_timeout.count() / 1000.0},
-      {"exit_barrier_timeout_s", r.exit_barrier_timeout.count() / 1000.0},
-      {"keep_alive_interval_s", r.keep_alive_interval.count() / 1000.0},
-      {"keep_alive_max_attempt", r.keep_alive_max_attempt},
-      {"worker_store", r.workers_use_agent_store ? "agent" : "rank0"},
-      {"store_threads", r.store_threads},
-      {"node_unit", r.node_unit},
-  };
+  add_round_settings(j, r);
+  return j;
 }
 
 }  // namespace dtrun::launcher
