@@ -18,9 +18,18 @@ set(dtrun_pch_headers
   <boost/asio/steady_timer.hpp>)
 
 # dtrun_precompile(TARGET [EXTRA_HEADER...]): TARGET's files are compiled
-# with the list (and EXTRA_HEADER...) precompiled.
+# with the list (and EXTRA_HEADER...) precompiled. Not for a target that
+# one unity batch compiles whole (most of agent/'s and launcher/'s
+# libraries, one per folder): that batch parses the headers once either
+# way, and precompiling them first would only add a compile before it.
 function(dtrun_precompile target)
-  if(DTRUN_PCH)
-    target_precompile_headers(${target} PRIVATE ${dtrun_pch_headers} ${ARGN})
+  if(NOT DTRUN_PCH)
+    return()
   endif()
+  get_target_property(sources ${target} SOURCES)
+  list(LENGTH sources source_count)
+  if(DTRUN_UNITY AND source_count LESS_EQUAL CMAKE_UNITY_BUILD_BATCH_SIZE)
+    return()
+  endif()
+  target_precompile_headers(${target} PRIVATE ${dtrun_pch_headers} ${ARGN})
 endfunction()

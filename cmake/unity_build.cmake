@@ -8,7 +8,7 @@
 # What a batch asks of the code: file-local helpers (anonymous namespaces,
 # static functions) of one target must not share a name, since a batch is
 # one file; a file that must see its own macros before any other header
-# (agent/worker_process.cpp) opts out with SKIP_UNITY_BUILD_INCLUSION.
+# (agent/process/worker_process.cpp) opts out with SKIP_UNITY_BUILD_INCLUSION.
 # Off for the clang syntax check, which compiles each file alone and so
 # proves that every file includes what it uses and compiles on its own.
 option(DTRUN_UNITY "Compile each target's files in batches (unity build)" ON)

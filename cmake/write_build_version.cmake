@@ -1,5 +1,5 @@
 # Writes build_version.cpp: dtrun's version and the git commit it is built
-# from. Run at every build (cmake -P, see launcher/CMakeLists.txt) with
+# from. Run at every build (cmake -P, see rendezvous/base/CMakeLists.txt) with
 #   VERSION     the project's VERSION
 #   SOURCE_DIR  the source tree
 #   OUTPUT      the file to write

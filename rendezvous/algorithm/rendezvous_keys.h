@@ -1,7 +1,7 @@
 // Every key the rendezvous writes or reads, spelled once: the key table of
 // docs/rendezvous.md, one function per row. The algorithm, the failure
 // board, the heartbeat ring's caller, the status publication and
-// `dtrun status` (launcher/status_store.cpp) all ask this type, so a key
+// `dtrun status` (launcher/status/status_store.cpp) all ask this type, so a key
 // cannot drift between the writer and its readers.
 //
 // All keys of a run live under `dtrun/<run_id>/` except the status keys

@@ -1,6 +1,6 @@
 // The error of a command line dtrun cannot run. Its own header so that the
 // number parsing and the other checks below the command line can throw it
-// without including the command line (launcher/cli.h).
+// without including the command line (launcher/cli/cli.h).
 #pragma once
 
 #include <stdexcept>

@@ -3,7 +3,7 @@
 // --no-restart-on and the round records share. The classes live here,
 // below the rendezvous and the agent, because a round record carries one
 // (round_record.h); how a worker's failure is classified is the agent's
-// (agent/failure_class.h).
+// (agent/spec/failure_class.h).
 #pragma once
 
 #include <optional>

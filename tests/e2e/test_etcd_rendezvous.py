@@ -26,13 +26,13 @@ import ddp_checks  # noqa: E402
 import dtrun_helpers as dh  # noqa: E402
 import etcd_cluster  # noqa: E402
 import netns_hosts  # noqa: E402
+from netns_jobs import env, finish, train_args  # noqa: E402
 
 REASON = netns_hosts.unavailable_reason() or etcd_cluster.unavailable_reason()
 if REASON:
     print(f"skipping the etcd rendezvous tests: {REASON}")
 pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
 
-EXAMPLE = dh.EXAMPLES / "ddp_gloo.py"
 NPROC = 2
 # Short timers so that losses are seen in seconds; lease_ttl is etcd's
 # minimum that is safe with its 1 s election timeout.
@@ -40,26 +40,10 @@ FAST = ("join_timeout=60,last_call_timeout=1,keep_alive_interval=1,keep_alive_ma
         "lease_ttl=3,request_timeout=5")
 
 
-def env():
-    return dh.job_env(GLOO_SOCKET_IFNAME="eth0")
-
-
 def dtrun_args(etcd, nnodes, run_id, *extra, conf=FAST):
     return [str(dh.DTRUN), f"--nnodes={nnodes}", f"--nproc-per-node={NPROC}",
             "--rdzv-backend=etcd-v3", f"--rdzv-endpoint={etcd.endpoints}",
             f"--rdzv-id={run_id}", f"--rdzv-conf={conf}", *extra]
-
-
-def train_args(out, *extra):
-    return ["--python", dh.PYTHON, str(EXAMPLE), "--checkpoint-dir", str(out), *extra]
-
-
-def finish(procs, timeout=240):
-    outs = []
-    for p in procs:
-        stdout, stderr = p.communicate(timeout=timeout)
-        outs.append((p.returncode, stdout, stderr))
-    return outs
 
 
 check_trained = ddp_checks.check_trained

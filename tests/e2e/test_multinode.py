@@ -16,39 +16,22 @@ sys.path.insert(0, os.path.join(os.environ["DTRUN_SOURCE_DIR"], "tests", "pyhelp
 import ddp_checks  # noqa: E402
 import dtrun_helpers as dh  # noqa: E402
 import netns_hosts  # noqa: E402
+from netns_jobs import env, finish, train_args  # noqa: E402
 
 REASON = netns_hosts.unavailable_reason()
 if REASON:
     print(f"skipping the multi-node tests: {REASON}")
 pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
 
-EXAMPLE = dh.EXAMPLES / "ddp_gloo.py"
 NPROC = 2
 PORT = 29400
 FAST_RDZV = "join_timeout=60,last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=3"
-
-
-def env():
-    # Gloo must use the namespace's own interface, named eth0 on every host.
-    return dh.job_env(GLOO_SOCKET_IFNAME="eth0")
 
 
 def dynamic_args(nnodes, *extra):
     return [str(dh.DTRUN), f"--nnodes={nnodes}", f"--nproc-per-node={NPROC}",
             "--rdzv-backend=c10d", f"--rdzv-endpoint={netns_hosts.Hosts.addr(1)}:{PORT}",
             "--rdzv-id=job1", f"--rdzv-conf={FAST_RDZV}", *extra]
-
-
-def train_args(out, *extra):
-    return ["--python", dh.PYTHON, str(EXAMPLE), "--checkpoint-dir", str(out), *extra]
-
-
-def finish(procs, timeout=240):
-    outs = []
-    for p in procs:
-        stdout, stderr = p.communicate(timeout=timeout)
-        outs.append((p.returncode, stdout, stderr))
-    return outs
 
 
 check_trained = ddp_checks.check_trained

@@ -16,6 +16,7 @@ sys.path.insert(0, os.path.join(os.environ["DTRUN_SOURCE_DIR"], "tests", "pyhelp
 import ddp_checks  # noqa: E402
 import dtrun_helpers as dh  # noqa: E402
 import netns_hosts  # noqa: E402
+from netns_jobs import env  # noqa: E402
 
 REASON = netns_hosts.unavailable_reason()
 if REASON:
@@ -27,10 +28,6 @@ NPROC = 2
 PORT = 29400
 UNHEALTHY = 75
 FAST_RDZV = "join_timeout=60,last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=3"
-
-
-def env():
-    return dh.job_env(GLOO_SOCKET_IFNAME="eth0")
 
 
 def sick_check(folder):

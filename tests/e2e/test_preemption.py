@@ -16,6 +16,7 @@ sys.path.insert(0, os.path.join(os.environ["DTRUN_SOURCE_DIR"], "tests", "pyhelp
 import dtrun_helpers as dh  # noqa: E402
 import etcd_cluster  # noqa: E402
 import netns_hosts  # noqa: E402
+from netns_jobs import env  # noqa: E402
 
 REASON = netns_hosts.unavailable_reason()
 if REASON:
@@ -29,10 +30,6 @@ PREEMPTED = 76
 FAST_RDZV = "join_timeout=60,last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=3"
 C10D = ["--rdzv-backend=c10d", f"--rdzv-endpoint={netns_hosts.Hosts.addr(1)}:{PORT}",
         f"--rdzv-conf={FAST_RDZV}"]
-
-
-def env():
-    return dh.job_env(GLOO_SOCKET_IFNAME="eth0")
 
 
 def args(nnodes, out, progress, flags=(), rdzv=C10D):

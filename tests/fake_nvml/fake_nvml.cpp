@@ -29,7 +29,7 @@
 //                                    sum of its processes' bytes.
 //
 // The declarations are transcribed from nvml.h (fake_nvml_types.h),
-// independently of agent/nvml_api.h, so that a layout mistake there is not
+// independently of agent/devices/nvml_api.h, so that a layout mistake there is not
 // repeated here. Where NVIDIA's nvml.h exists (tests/nvml_header/), the
 // transcription is compared with it, and this file is compiled a second
 // time with FAKE_NVML_WITH_NVML_H, against the header instead: every

@@ -1,5 +1,5 @@
 // NVML's types and constants as the fake library (fake_nvml.cpp) uses
-// them, transcribed from nvml.h independently of agent/nvml_api.h. Only C
+// them, transcribed from nvml.h independently of agent/devices/nvml_api.h. Only C
 // declarations and no #include: tests/nvml_header/nvml_header_check.cpp
 // includes this inside a namespace to compare it with NVIDIA's header.
 #pragma once

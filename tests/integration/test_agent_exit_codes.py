@@ -27,7 +27,7 @@ def test_the_failing_workers_code_is_dtruns():
 
 
 # The first failure winning over the stopped workers' 128+15 (the policy
-# alone) is tested without processes: tests/unit/agent/elastic_agent_test.cpp.
+# alone) is tested without processes: tests/unit/agent/policy/elastic_agent_test.cpp.
 
 
 def test_a_signalled_worker_is_128_plus_n_with_its_name():

@@ -49,4 +49,4 @@ def test_restart_then_success(tmp_path):
 
 
 # Restarts used up and --max-restarts=0 (the policy alone) are tested
-# without processes: tests/unit/agent/elastic_agent_test.cpp.
+# without processes: tests/unit/agent/policy/elastic_agent_test.cpp.

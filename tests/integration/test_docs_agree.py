@@ -62,3 +62,19 @@ def test_restart_count_is_not_said_to_be_torchruns():
     row = next(line for line in (SOURCE / "docs" / "compatibility.md").read_text().splitlines()
                if line.startswith("| `TORCHELASTIC_RESTART_COUNT`"))
     assert "**differs**" in row and "round number" in row, row
+
+
+def test_every_source_path_the_docs_name_exists():
+    """A file moved (issue 47 grouped agent/ and launcher/ by folder) is
+    renamed where the docs name it too. torch's own files that the docs
+    quote are not ours."""
+    torch_files = {"launcher/api.py"}
+    named = set()
+    for doc in glob.glob(str(SOURCE / "docs" / "*.md")) + [str(SOURCE / "README.md")]:
+        text = open(doc).read()
+        for path in re.findall(r"(?<![\w/.-])((?:agent|launcher|rendezvous|tests|scripts|cmake)"
+                               r"/[\w./-]+\.(?:h|cpp|py|cmake))\b", text):
+            named.add((os.path.basename(doc), path))
+    missing = sorted((doc, path) for doc, path in named
+                     if path not in torch_files and not (SOURCE / path).exists())
+    assert missing == []

@@ -1,4 +1,4 @@
-// dtrun's NVML declarations (agent/nvml_api.h, in dtrun::agent::nvml)
+// dtrun's NVML declarations (agent/devices/nvml_api.h, in dtrun::agent::nvml)
 // against NVIDIA's nvml.h, at compile time: this file compiles only if
 // every entry point dtrun dlsyms exists in the header under that name
 // with the same prototype, every structure dtrun reads has the header's
@@ -19,7 +19,7 @@
 #include <cstddef>
 #include <type_traits>
 
-#include "agent/nvml_api.h"
+#include "agent/devices/nvml_api.h"
 
 namespace {
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "agent/nvml_api.h"
+#include "agent/devices/nvml_api.h"
 
 namespace fake_nvml_functions {
 

@@ -20,7 +20,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 
-#include "agent/process_runner.h"
+#include "agent/process/process_runner.h"
 
 namespace dtrun::agent::testing {
 

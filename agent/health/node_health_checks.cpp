@@ -1,0 +1,120 @@
+#include "agent/health/node_health_checks.h"
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <utility>
+
+#include <boost/asio/post.hpp>
+#include <fmt/format.h>
+
+#include "agent/devices/accelerators.h"
+#include "agent/health/disk_space_check.h"
+
+namespace dtrun::agent {
+namespace fs = std::filesystem;
+
+namespace {
+
+// The endpoint's name resolves within this or the check fails: a
+// resolver that hangs longer would hang the rendezvous too.
+constexpr std::chrono::seconds endpoint_timeout{10};
+
+// The nearest folder that exists (--log-dir may be created later).
+std::string existing_folder(std::string folder) {
+  std::error_code ec;
+  fs::path p = folder.empty() ? fs::temp_directory_path(ec) : fs::path(folder);
+  while (!p.empty() && !fs::exists(p, ec) && p != p.parent_path()) p = p.parent_path();
+  return p.empty() ? std::string(".") : p.string();
+}
+
+}  // namespace
+
+node_health_checks::node_health_checks(boost::asio::io_context& io,
+                                       const node_health_options& options, std::string folder,
+                                       const env_map& env, nvml_session& nvml,
+                                       process_runner& runner, worker_group& exits,
+                                       std::function<void(const std::string&)> debug)
+    : io_(io), options_(options), folder_(std::move(folder)), endpoint_(io) {
+  if (nvml.available()) {
+    gpus_ = expected_gpus(visible_gpus("/", env));
+    // NVML sees GPUs the driver's /proc list does not show (a container
+    // without it): then CUDA_VISIBLE_DEVICES over NVML's list, by torch's
+    // rule, as over the driver's.
+    if (gpus_.empty()) {
+      auto named = env.find("CUDA_VISIBLE_DEVICES");
+      gpus_ = expected_gpus(apply_visible_devices(
+          named == env.end() ? std::nullopt : std::optional<std::string>(named->second),
+          nvml_gpus(nvml)));
+    }
+    gpu_.emplace(nvml);
+    if (!gpu_->note().empty() && debug) debug(gpu_->note());
+  } else if (debug) {
+    debug(fmt::format("GPU health checks skipped: {}", nvml.why_unavailable()));
+  }
+  if (!options_.command.empty()) {
+    health_command_options o;
+    o.command = options_.command;
+    o.timeout = options_.timeout;
+    o.env = env;
+    command_.emplace(io, runner, exits, std::move(o));
+  }
+}
+
+// Posted: `done` is never called from inside check().
+void node_health_checks::check(std::function<void(health_verdict)> done) {
+  done_ = std::move(done);
+  bool with_builtins = first_ || options_.builtin_gating;
+  first_ = false;
+  boost::asio::post(io_, [this, with_builtins, generation = ++generation_] {
+    if (generation != generation_ || !done_) return;  // cancelled meanwhile
+    health_verdict verdict;
+    if (!with_builtins) return run_command(std::move(verdict));
+    builtins(verdict);
+    resolve_endpoint(std::move(verdict));
+  });
+}
+
+// The quick ones, at once: statvfs and a few NVML calls.
+void node_health_checks::builtins(health_verdict& verdict) {
+  bool gating = options_.builtin_gating;
+  verdict.findings.push_back(
+      check_disk_space(existing_folder(folder_), options_.min_free_disk, gating));
+  if (gpu_) verdict.findings.push_back(gpu_->check(gpus_, gating));
+}
+
+// Only when it may keep the node out: the rendezvous already warns, at
+// once, of an endpoint that does not resolve (store_host.cpp).
+void node_health_checks::resolve_endpoint(health_verdict verdict) {
+  if (options_.endpoint_host.empty() || !options_.builtin_gating) {
+    return run_command(std::move(verdict));
+  }
+  endpoint_.run(options_.endpoint_host, endpoint_timeout, options_.builtin_gating,
+                [this, verdict = std::move(verdict)](health_finding f) mutable {
+                  verdict.findings.push_back(std::move(f));
+                  run_command(std::move(verdict));
+                });
+}
+
+void node_health_checks::run_command(health_verdict verdict) {
+  if (!command_) return finish(std::move(verdict));
+  command_->run([this, verdict = std::move(verdict)](health_finding f) mutable {
+    verdict.findings.push_back(std::move(f));
+    finish(std::move(verdict));
+  });
+}
+
+void node_health_checks::finish(health_verdict verdict) {
+  auto done = std::exchange(done_, nullptr);
+  if (done) done(std::move(verdict));
+}
+
+void node_health_checks::cancel() {
+  done_ = nullptr;
+  ++generation_;
+  endpoint_.cancel();
+  if (command_) command_->cancel();
+}
+
+}  // namespace dtrun::agent

@@ -1,0 +1,52 @@
+#include "agent/monitor/worker_facts.h"
+
+#include <chrono>
+
+namespace dtrun::agent {
+
+namespace {
+
+// Whether the agent sees local_rank's output (a pipe or a log file).
+bool sees_output(const log_spec& logs, int local_rank) {
+  auto routes = logs.routes(local_rank);
+  auto seen = [](stream_route r) {
+    return r != stream_route::console && r != stream_route::discard;
+  };
+  return seen(routes.out) || seen(routes.err);
+}
+
+}  // namespace
+
+std::vector<agent_facts::worker> worker_facts(const std::vector<worker>& workers, bool stopping,
+                                              const log_spec& logs,
+                                              const progress_monitor* progress,
+                                              const worker_output& output) {
+  std::vector<agent_facts::worker> facts;
+  auto now = std::chrono::steady_clock::now();
+  for (const auto& w : workers) {
+    agent_facts::worker fw;
+    fw.rank = w.rank;
+    fw.local_rank = w.local_rank;
+    fw.pid = w.pid;
+    fw.state = w.reaped() ? "exited" : stopping ? "stopping" : "running";
+    fw.exit_code = w.exit_code;
+    fw.started_at = std::chrono::duration<double>(w.started_at.time_since_epoch()).count();
+    if (sees_output(logs, w.local_rank)) {
+      if (progress != nullptr) {
+        if (auto last = progress->last_progress(w.local_rank)) {
+          fw.seconds_since_output = std::chrono::duration<double>(now - *last).count();
+        }
+      }
+      // Without --hang-timeout (no progress monitor), from the output
+      // itself, as the docs promise under --tee and --redirects.
+      if (!fw.seconds_since_output) {
+        fw.seconds_since_output = output.seconds_since_output(w.local_rank);
+      }
+      fw.last_output = output.last_line(w.local_rank);
+    }
+    facts.push_back(fw);
+  }
+  return facts;
+}
+
+}  // namespace dtrun::agent

@@ -1,0 +1,23 @@
+// What `dtrun status` and /metrics say of each worker of this node: its
+// state, exit code, start time, and its output (how long since its last
+// line, the line itself) where the agent sees that output.
+#pragma once
+
+#include <vector>
+
+#include "agent/monitor/job_monitor.h"
+#include "agent/output/worker_output.h"
+#include "agent/process/worker_group.h"
+#include "agent/spec/log_spec.h"
+#include "agent/watch/progress_monitor.h"
+
+namespace dtrun::agent {
+
+// `stopping`: the group is being stopped (its live workers say so);
+// `progress`: the hang detector, when --hang-timeout is on (null: off).
+std::vector<agent_facts::worker> worker_facts(const std::vector<worker>& workers, bool stopping,
+                                              const log_spec& logs,
+                                              const progress_monitor* progress,
+                                              const worker_output& output);
+
+}  // namespace dtrun::agent

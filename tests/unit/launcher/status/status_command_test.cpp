@@ -1,0 +1,163 @@
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "agent/monitor/job_status.h"
+#include "launcher/status/status_command.h"
+#include "launcher/status/status_store.h"
+#include "launcher/status/status_table.h"
+#include "rendezvous/store/memory_store.h"
+
+using namespace dtrun;
+using namespace dtrun::launcher;
+
+namespace {
+
+std::optional<int> parse(std::vector<const char*> args, status_options& o, std::string& out) {
+  args.insert(args.begin(), "dtrun status");
+  return parse_status_args(static_cast<int>(args.size()), args.data(), o, out);
+}
+
+agent::job_status one_node() {
+  agent::job_status s;
+  s.run_id = "job1";
+  s.round = 1;
+  s.restarts_used = 1;
+  s.max_restarts = 3;
+  s.host = "node1";
+  s.agent_pid = 321;
+  s.phase = "running";
+  s.started_at = 1000;
+  agent::worker_status w;
+  w.rank = 0;
+  w.pid = 400;
+  w.started_at = 1000;
+  w.cpu_percent = 97.4;
+  w.rss_bytes = 3u << 20;
+  s.workers.push_back(w);
+  w.rank = 1;
+  w.local_rank = 1;
+  w.pid = 401;
+  w.cpu_percent.reset();
+  w.seconds_since_output = 75;
+  w.gpu_utilization_percent = 88;
+  w.gpu_memory_bytes = 2ull << 30;
+  w.last_output = "step 7/10";
+  s.workers.push_back(w);
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("status arguments: none, --json, --watch with and without seconds, --agent") {
+  status_options o;
+  std::string out;
+  CHECK(!parse({}, o, out));
+  CHECK(!o.json);
+  CHECK(!o.watch);
+  status_options j;
+  CHECK(!parse({"--json", "--agent", "42"}, j, out));
+  CHECK(j.json);
+  CHECK(j.agent_pid == std::optional<int>(42));
+  status_options w;
+  CHECK(!parse({"--watch"}, w, out));
+  CHECK(w.watch);
+  CHECK(w.watch_seconds == 2);
+  status_options w5;
+  CHECK(!parse({"--watch", "5"}, w5, out));
+  CHECK(w5.watch_seconds == 5);
+}
+
+TEST_CASE("status argument errors are usage errors (exit 2)") {
+  std::string out;
+  status_options a;
+  CHECK(parse({"--bogus"}, a, out) == std::optional<int>(2));
+  status_options b;
+  CHECK(parse({"--watch", "0"}, b, out) == std::optional<int>(2));
+  status_options c;
+  CHECK(parse({"--rdzv-endpoint", "h:1"}, c, out) == std::optional<int>(2));
+  CHECK(out.find("go together") != std::string::npos);
+  status_options d;
+  CHECK(parse({"--agent", "-3"}, d, out) == std::optional<int>(2));
+  status_options h;
+  CHECK(parse({"--help"}, h, out) == std::optional<int>(0));
+  CHECK(out.find("--watch") != std::string::npos);
+}
+
+TEST_CASE("the status table shows the job line and one row per worker") {
+  auto text = render_status(one_node(), 1000 + 3725);
+  CHECK(text.find("run job1  round 1  restarts 1/3  phase running  nodes 1  agent pid 321 on node1  up 1h02m\n") == 0);
+  CHECK(text.find("RANK  LOCAL  PID  STATE    UPTIME  CPU%  RSS      SINCE OUTPUT  GPU%  GPU MEM  "
+                  "LAST OUTPUT\n") != std::string::npos);
+  CHECK(text.find("0     0      400  running  1h02m   97    3.0 MiB  -             -     -        "
+                  "-\n") != std::string::npos);
+  CHECK(text.find("1     1      401  running  1h02m   -     3.0 MiB  1m15s         88    2.0 GiB  "
+                  "step 7/10\n") != std::string::npos);
+  CHECK(text.find("NODE") == std::string::npos);  // one node: no nodes table
+}
+
+TEST_CASE("the status table of a merged job has a nodes table and a node column") {
+  auto a = one_node();
+  a.generated_at = 1990;
+  auto merged = agent::merge_nodes({a, std::nullopt});
+  auto text = render_status(merged, 2000);
+  CHECK(text.find("NODE  HOST   AGENT PID  STATE    LAST SEEN\n") != std::string::npos);
+  CHECK(text.find("0     node1  321        running  10s ago\n") != std::string::npos);
+  CHECK(text.find("1     -      -          unknown  -\n") != std::string::npos);
+  CHECK(text.find("RANK  LOCAL  NODE  PID") != std::string::npos);
+}
+
+TEST_CASE("text from other agents is made printable in the table") {
+  auto s = one_node();
+  s.run_id = "evil\x1b[2Jrun";
+  auto text = render_status(s, 1000);
+  CHECK(text.find('\x1b') == std::string::npos);
+}
+
+TEST_CASE("the last output column fits 40 characters and is made printable") {
+  auto s = one_node();
+  s.workers[0].last_output = "epoch 1 \x1b[2J " + std::string(50, 'x');
+  s.workers[1].last_output = std::string(37, 'a') + "\xc3\xa9\xc3\xa9\xc3\xa9";  // 40 characters
+  auto text = render_status(s, 1000);
+  CHECK(text.find('\x1b') == std::string::npos);
+  CHECK(text.find("  epoch 1 \\x1b[2J " + std::string(21, 'x') + "...\n") != std::string::npos);
+  CHECK(text.find("  " + std::string(37, 'a') + "\xc3\xa9\xc3\xa9\xc3\xa9\n") != std::string::npos);
+}
+
+TEST_CASE("human sizes and durations") {
+  CHECK(human_bytes(512) == "512 B");
+  CHECK(human_bytes(1536) == "1.5 KiB");
+  CHECK(human_bytes(5ull << 40) == "5.0 TiB");
+  CHECK(human_duration(59.9) == "59s");
+  CHECK(human_duration(61) == "1m01s");
+  CHECK(human_duration(90000) == "1d01h");
+  CHECK(human_duration(-1) == "-");
+}
+
+TEST_CASE("a multi-node job is read back from the store and merged") {
+  rendezvous::memory_store store;
+  std::string error;
+  CHECK(!read_job_status(store, "job1", error));
+  CHECK(error.find("no dtrun agent published") != std::string::npos);
+  store.set(status_count_key("job1"), "3");
+  auto n0 = one_node();
+  auto n2 = one_node();
+  n2.node_rank = 2;
+  n2.host = "node3";
+  n2.workers[0].rank = 4;
+  n2.workers[1].rank = 5;
+  store.set(status_node_key("job1", 0), agent::to_json(n0).dump());
+  store.set(status_node_key("job1", 1), "{not json");
+  store.set(status_node_key("job1", 2), agent::to_json(n2).dump());
+  auto merged = read_job_status(store, "job1", error);
+  REQUIRE(merged);
+  REQUIRE(merged->nodes.size() == 3);
+  CHECK(merged->nodes[1].state == "unknown");
+  CHECK(merged->nodes[2].host == "node3");
+  REQUIRE(merged->workers.size() == 4);
+  CHECK(merged->workers[3].node_rank == 2);
+  store.set(status_count_key("job1"), "0");
+  CHECK(!read_job_status(store, "job1", error));
+  CHECK(error.find("not a node count") != std::string::npos);
+}
