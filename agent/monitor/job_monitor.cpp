@@ -11,7 +11,6 @@
 #include "agent/devices/gpu_stats.h"
 #include "agent/monitor/job_census.h"
 #include "agent/monitor/metrics_server.h"
-#include "agent/output/output_tail.h"
 #include "agent/process/proc_stats.h"
 #include "agent/spec/wall_clock.h"
 
@@ -66,25 +65,10 @@ job_monitor::job_monitor(asio::io_context& io, options opts, hooks callbacks)
 job_monitor::~job_monitor() = default;
 
 job_status job_monitor::snapshot() {
-  agent_facts facts = hooks_.facts ? hooks_.facts() : agent_facts{};
-  job_status s;
-  s.run_id = facts.run_id;
-  s.round = facts.round;
-  s.restarts_used = facts.restarts_used;
-  s.max_restarts = facts.max_restarts;
-  s.host = facts.host;
+  job_status s = hooks_.facts ? hooks_.facts() : job_status{};
   s.agent_pid = ::getpid();
-  s.node_rank = facts.node_rank;
-  s.nnodes = facts.nnodes;
-  s.phase = facts.phase;
   s.started_at = started_at_;
   s.generated_at = wall_clock_seconds();
-  s.hangs_detected = facts.hangs;
-  s.failures = facts.failures;
-  s.rounds = facts.rounds;
-  s.restarts_by_class = facts.restarts_by_class;
-  s.productive_seconds = facts.productive_s;
-  s.lost_seconds = facts.lost_s;
   s.spare_nodes = spare_nodes_;
   if (quarantines_seen_) {
     s.quarantined_nodes =
@@ -97,23 +81,14 @@ job_status job_monitor::snapshot() {
   if (gpus_->available()) gpu = gpus_->sample();
 
   std::set<std::pair<pid_t, std::uint64_t>> seen;
-  for (const auto& w : facts.workers) {
-    worker_status ws;
-    ws.rank = w.rank;
-    ws.local_rank = w.local_rank;
-    ws.node_rank = facts.node_rank;
-    ws.pid = w.pid;
-    ws.state = w.state;
-    ws.exit_code = w.exit_code;
-    ws.started_at = w.started_at;
-    ws.seconds_since_output = w.seconds_since_output;
-    if (w.last_output) ws.last_output = last_output_text(*w.last_output);
-    if (w.state != "exited") {
-      if (auto group = sample_group(w.pid)) {
+  for (auto& ws : s.workers) {
+    ws.node_rank = s.node_rank;
+    if (ws.state != "exited") {
+      if (auto group = sample_group(static_cast<pid_t>(ws.pid))) {
         ws.cpu_seconds = group->cpu_seconds;
         ws.rss_bytes = group->rss_bytes;
         // A meter per process (pid and start time: a reused pid is another).
-        auto key = std::make_pair(w.pid, group->start_ticks);
+        auto key = std::make_pair(static_cast<pid_t>(ws.pid), group->start_ticks);
         seen.insert(key);
         auto& meter = meters_[key];
         if (!meter) meter = std::make_unique<cpu_meter>();
@@ -124,7 +99,6 @@ job_status job_monitor::snapshot() {
         }
       }
     }
-    s.workers.push_back(std::move(ws));
   }
   // Meters of workers that are gone.
   for (auto it = meters_.begin(); it != meters_.end();) {

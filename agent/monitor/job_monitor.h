@@ -1,9 +1,10 @@
 // The agent's window to the outside while its job runs: the control socket
 // that `dtrun status` and `dtrun stacks` ask, the --metrics-port HTTP
 // server, and (several nodes) the status each node publishes in the store
-// for `dtrun status --rdzv-endpoint`. It turns the supervision loop's plain
-// facts (agent_facts) into a job_status, sampling /proc and NVML when
-// asked; it decides nothing about the job.
+// for `dtrun status --rdzv-endpoint`. The agent fills a job_status with
+// what it knows (the one status schema, job_status.h); the monitor adds
+// what it measures (/proc and NVML, when asked); it decides nothing about
+// the job.
 //
 // Single-threaded on the agent's io_context. Sampling costs about 1 ms per
 // worker (a /proc scan for its process group; docs/observability.md).
@@ -35,37 +36,6 @@ class nvml_session;
 class metrics_server;
 class cpu_meter;
 
-// What the supervision loop knows, at the moment it is asked.
-struct agent_facts {
-  std::string run_id;
-  std::string host;  // as the agent names itself (run_reporter)
-  std::int64_t round = 0;
-  std::int64_t restarts_used = 0;
-  std::int64_t max_restarts = 0;
-  int node_rank = 0;
-  int nnodes = 1;
-  std::string phase;
-  std::uint64_t hangs = 0;
-  std::uint64_t failures = 0;
-  std::uint64_t rounds = 0;
-  // Incidents and goodput (elastic_agent_incidents.cpp): this node's
-  // restarts by class, the time its workers ran and the rest.
-  std::map<std::string, std::uint64_t> restarts_by_class;
-  double productive_s = 0;
-  double lost_s = 0;
-  struct worker {
-    int rank = 0;
-    int local_rank = 0;
-    pid_t pid = -1;
-    std::string state;  // running, stopping, exited
-    std::optional<int> exit_code;
-    double started_at = 0;  // wall clock
-    std::optional<double> seconds_since_output;  // unknown when not seen
-    std::optional<std::string> last_output;      // as it came; unknown when not seen
-  };
-  std::vector<worker> workers;
-};
-
 class job_monitor {
  public:
   struct options {
@@ -76,7 +46,9 @@ class job_monitor {
     std::chrono::milliseconds publish_interval = std::chrono::seconds(5);
   };
   struct hooks {
-    std::function<agent_facts()> facts;
+    // What the agent knows: the job, its rounds, each worker's state and
+    // output (the rest of the job_status is the monitor's to measure).
+    std::function<job_status()> facts;
     // `dtrun stacks`: capture every worker's stacks, then respond.
     std::function<void(control_socket::respond_fn)> stacks;
     // Stores this node's status JSON for the other nodes' `dtrun status`

@@ -2,6 +2,8 @@
 
 #include <chrono>
 
+#include "agent/output/output_tail.h"
+
 namespace dtrun::agent {
 
 namespace {
@@ -17,14 +19,13 @@ bool sees_output(const log_spec& logs, int local_rank) {
 
 }  // namespace
 
-std::vector<agent_facts::worker> worker_facts(const std::vector<worker>& workers, bool stopping,
-                                              const log_spec& logs,
-                                              const progress_monitor* progress,
-                                              const worker_output& output) {
-  std::vector<agent_facts::worker> facts;
+std::vector<worker_status> worker_facts(const std::vector<worker>& workers, bool stopping,
+                                        const log_spec& logs, const progress_monitor* progress,
+                                        const worker_output& output) {
+  std::vector<worker_status> facts;
   auto now = std::chrono::steady_clock::now();
   for (const auto& w : workers) {
-    agent_facts::worker fw;
+    worker_status fw;
     fw.rank = w.rank;
     fw.local_rank = w.local_rank;
     fw.pid = w.pid;
@@ -42,7 +43,7 @@ std::vector<agent_facts::worker> worker_facts(const std::vector<worker>& workers
       if (!fw.seconds_since_output) {
         fw.seconds_since_output = output.seconds_since_output(w.local_rank);
       }
-      fw.last_output = output.last_line(w.local_rank);
+      if (auto line = output.last_line(w.local_rank)) fw.last_output = last_output_text(*line);
     }
     facts.push_back(fw);
   }

@@ -5,7 +5,7 @@
 
 #include <vector>
 
-#include "agent/monitor/job_monitor.h"
+#include "agent/monitor/job_status.h"
 #include "agent/output/worker_output.h"
 #include "agent/process/worker_group.h"
 #include "agent/spec/log_spec.h"
@@ -15,9 +15,10 @@ namespace dtrun::agent {
 
 // `stopping`: the group is being stopped (its live workers say so);
 // `progress`: the hang detector, when --hang-timeout is on (null: off).
-std::vector<agent_facts::worker> worker_facts(const std::vector<worker>& workers, bool stopping,
-                                              const log_spec& logs,
-                                              const progress_monitor* progress,
-                                              const worker_output& output);
+// Each worker's entry of the status (job_status.h), as far as the agent
+// knows it: the monitor adds what it measures.
+std::vector<worker_status> worker_facts(const std::vector<worker>& workers, bool stopping,
+                                        const log_spec& logs, const progress_monitor* progress,
+                                        const worker_output& output);
 
 }  // namespace dtrun::agent

@@ -1,5 +1,9 @@
-// elastic_agent's implementation, shared by its files (private to agent/):
-//   elastic_agent.cpp          rounds, the workers' start and ends, the end
+// elastic_agent's implementation, shared by its files (private to
+// agent/policy/):
+//   elastic_agent.cpp          rounds, the workers' ends, the end
+//   elastic_agent_start.cpp    a round's start: the workers' environment,
+//                              folders and spawn
+//   stop_reason.h              why a round stops, and what follows (a table)
 //   elastic_agent_restart.cpp  after a stop: rejoin, restart or fail the job
 //   elastic_agent_hold.cpp     a failure a lost peer can cause, held until
 //                              the round's end or the departure bound
@@ -15,7 +19,8 @@
 //                              --progress-file)
 //   elastic_agent_preempt.cpp  a job-wide checkpoint; leaving when preempted
 // The policy only: the workers' processes are worker_group's, through a
-// process_runner (docs/design.md, "The agent: policy and parts").
+// process_runner, and the machine is asked through agent_env (docs/design.md,
+// "The agent: policy and parts").
 #pragma once
 
 #include <sys/types.h>
@@ -233,7 +238,7 @@ class elastic_agent::impl {
   void start_hang_detection();
   void on_hang(std::chrono::milliseconds idle);
   void start_monitor();
-  agent_facts facts() const;
+  job_status facts() const;  // what this agent knows; the monitor measures the rest
   std::string phase_name() const;
   void stacks_on_request(control_socket::respond_fn respond);
   void watchdog_expired(const timer_table::expired& e);

@@ -146,8 +146,8 @@ void elastic_agent::impl::start_monitor() {
   monitor_.emplace(io_, std::move(opts), std::move(hooks));
 }
 
-agent_facts elastic_agent::impl::facts() const {
-  agent_facts f;
+job_status elastic_agent::impl::facts() const {
+  job_status f;
   f.run_id = rendezvous_.run_id();
   f.host = reporter_.host();
   f.round = round_info_.round;
@@ -156,7 +156,7 @@ agent_facts elastic_agent::impl::facts() const {
   f.node_rank = round_info_.group_rank;
   f.nnodes = round_info_.group_world_size;
   f.phase = phase_name();
-  f.hangs = static_cast<std::uint64_t>(hangs_);
+  f.hangs_detected = static_cast<std::uint64_t>(hangs_);
   f.failures = failures_;
   f.rounds = rounds_;
   f.restarts_by_class = restarts_by_class_;
@@ -164,8 +164,8 @@ agent_facts elastic_agent::impl::facts() const {
   auto now = env_.steady_now();
   if (running_since_) productive += now - *running_since_;
   auto total = now - agent_started_;
-  f.productive_s = std::chrono::duration<double>(productive).count();
-  f.lost_s = std::max(0.0, std::chrono::duration<double>(total - productive).count());
+  f.productive_seconds = std::chrono::duration<double>(productive).count();
+  f.lost_seconds = std::max(0.0, std::chrono::duration<double>(total - productive).count());
   f.workers = worker_facts(group_.workers(), phase_ == phase::stopping, options_.logs,
                            progress_ ? &*progress_ : nullptr, *output_);
   return f;

@@ -18,8 +18,7 @@
 
 #include "agent/policy/elastic_agent.h"
 #include "rendezvous/record/round_record.h"
-#include "tests/unit/agent/fake_process_runner.h"
-#include "tests/unit/agent/scripted_rendezvous.h"
+#include "tests/unit/agent/policy/agent_under_test.h"
 
 using namespace dtrun;
 using namespace dtrun::agent;
@@ -29,49 +28,9 @@ using namespace std::chrono_literals;
 
 namespace {
 
-struct records_test {
-  boost::asio::io_context io;
-  fake_process_runner runner{io};
-  scripted_rendezvous rdzv;
-  agent_options options;
-  std::vector<std::string> lines;
-  std::filesystem::path events = std::filesystem::temp_directory_path() /
-                                 ("dtrun-records-test-" + std::to_string(::getpid()) + ".jsonl");
-
-  explicit records_test(int max_restarts) : rdzv(io, 1) {
-    options.spec.local_world_size = 1;
-    options.spec.max_restarts = max_restarts;
-    options.spec.run_id = "records-test";
-    options.program = "/opt/train";  // never executed
-    options.control_socket = false;
-    options.stop_timeout = 30ms;
-    options.log = [this](const std::string& line) { lines.push_back(line); };
-    options.report.event_log = events.string();
-    std::filesystem::remove(events);
-  }
-  ~records_test() { std::filesystem::remove(events); }
-
-  int run() {
-    stack_capture_options stacks;
-    stacks.native = false;  // eu-stack would be a process
-    elastic_agent agent(io, options, rdzv, runner, stacks);
-    return agent.run();
-  }
-
-  bool logged(const std::string& text) const {
-    return std::any_of(lines.begin(), lines.end(),
-                       [&](const std::string& l) { return l.find(text) != std::string::npos; });
-  }
-
-  std::vector<nlohmann::json> events_named(const std::string& name) const {
-    std::vector<nlohmann::json> found;
-    std::ifstream in(events);
-    for (std::string line; std::getline(in, line);) {
-      auto e = nlohmann::json::parse(line);
-      if (e.at("event") == name) found.push_back(e);
-    }
-    return found;
-  }
+// One node, `max_restarts` restarts, every seam faked (agent_under_test.h).
+struct records_test : agent::testing::agent_under_test {
+  explicit records_test(int max_restarts) : agent_under_test(1, max_restarts, "records-test") {}
 };
 
 }  // namespace
