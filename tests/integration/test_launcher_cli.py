@@ -189,6 +189,24 @@ def test_dry_run_prints_the_resolved_configuration():
     assert all(w["env"]["TORCHELASTIC_MAX_RESTARTS"] == "2" for w in config["workers"])
 
 
+def test_dry_run_shows_what_the_agent_is_handed_whole():
+    # What main.cpp once patched into the agent's options after --dry-run
+    # had printed them (issue 47): the interpreter the failure hints name,
+    # and the flags dtrun --hosts gives each host's agent.
+    r = dh.run(["--standalone", "--dry-run", "--stop-on-stdin-eof", "--prefix-console",
+                "--python=/usr/bin/python3", "train.py"])
+    assert r.returncode == 0, r.stderr
+    config = json.loads(r.stdout)
+    assert config["interpreter"] == "/usr/bin/python3 (--python)"
+    assert config["stop_on_stdin_eof"] is True
+    assert config["logs"]["prefix_console"] is True
+    assert config["logs"]["line_prefix_template"] == "[rank$rank]:"
+    plain = json.loads(dh.run(["--standalone", "--dry-run", "--no-python", "/bin/true"]).stdout)
+    assert plain["interpreter"] is None
+    assert plain["stop_on_stdin_eof"] is False
+    assert plain["logs"]["prefix_console"] is False
+
+
 def test_dry_run_of_arguments_that_are_not_utf8_prints_json():
     # Python hands such bytes to dtrun unchanged (surrogateescape).
     r = dh.run(["--standalone", "--dry-run", "--no-python", "/bin/echo", "caf\udce9"])

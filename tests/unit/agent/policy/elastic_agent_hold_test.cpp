@@ -20,8 +20,7 @@
 #include <catch2/catch.hpp>
 
 #include "agent/policy/elastic_agent.h"
-#include "tests/unit/agent/fake_process_runner.h"
-#include "tests/unit/agent/scripted_rendezvous.h"
+#include "tests/unit/agent/policy/agent_under_test.h"
 
 using namespace dtrun;
 using namespace dtrun::agent;
@@ -39,24 +38,13 @@ constexpr const char* gloo_peer_closed =
 // One node of a 2-node job (one worker), its round 0 worker failing with
 // `message` in its error file (as torch's @record writes it), its round 1
 // worker succeeding.
-struct hold_test {
-  boost::asio::io_context io;
-  fake_process_runner runner{io};
-  scripted_rendezvous rdzv;
-  agent_options options;
-  std::vector<std::string> lines;
+struct hold_test : agent::testing::agent_under_test {
   // Called with each line the agent logs (after it is recorded).
   std::function<void(const std::string&)> on_line;
 
-  explicit hold_test(std::string message) : rdzv(io, 1) {
+  explicit hold_test(std::string message) : agent_under_test(1, 3, "hold-test") {
     rdzv.info.group_world_size = 2;
     rdzv.info.world_size = 2;
-    options.spec.local_world_size = 1;
-    options.spec.max_restarts = 3;
-    options.spec.run_id = "hold-test";
-    options.program = "/opt/train";  // never executed
-    options.control_socket = false;
-    options.stop_timeout = 30ms;
     options.log = [this](const std::string& line) {
       lines.push_back(line);
       if (on_line) on_line(line);
@@ -77,18 +65,6 @@ struct hold_test {
         boost::asio::post(io, [this, end] { rdzv.end_round(end); });
       }
     };
-  }
-
-  int run() {
-    stack_capture_options stacks;
-    stacks.native = false;  // eu-stack would be a process
-    elastic_agent agent(io, options, rdzv, runner, stacks);
-    return agent.run();
-  }
-
-  bool logged(const std::string& text) const {
-    return std::any_of(lines.begin(), lines.end(),
-                       [&](const std::string& l) { return l.find(text) != std::string::npos; });
   }
 };
 

@@ -16,8 +16,7 @@
 
 #include "agent/policy/elastic_agent.h"
 #include "rendezvous/base/exit_codes.h"
-#include "tests/unit/agent/fake_process_runner.h"
-#include "tests/unit/agent/scripted_rendezvous.h"
+#include "tests/unit/agent/policy/agent_under_test.h"
 
 using namespace dtrun;
 using namespace dtrun::agent;
@@ -27,23 +26,11 @@ using namespace std::chrono_literals;
 
 namespace {
 
-struct preempt_test {
-  boost::asio::io_context io;
-  fake_process_runner runner{io};
-  scripted_rendezvous rdzv;
-  agent_options options;
-  std::vector<std::string> lines;
-
-  explicit preempt_test(int nproc) : rdzv(io, nproc) {
-    options.spec.local_world_size = nproc;
-    options.spec.max_restarts = 3;
-    options.spec.run_id = "preempt-test";
-    options.program = "/opt/train";  // never executed
-    options.control_socket = false;
-    options.stop_timeout = 30ms;
+// One agent with --checkpoint-signal=SIGUSR1, every seam faked.
+struct preempt_test : agent::testing::agent_under_test {
+  explicit preempt_test(int nproc) : agent_under_test(nproc, 3, "preempt-test") {
     options.signals = {SIGTERM, SIGINT, SIGUSR1};
     options.checkpoint_signal = SIGUSR1;
-    options.log = [this](const std::string& line) { lines.push_back(line); };
   }
 
   // Once every worker of round 0 runs: `then()`, posted.
@@ -63,21 +50,9 @@ struct preempt_test {
     };
   }
 
-  int run() {
-    stack_capture_options stacks;
-    stacks.native = false;
-    elastic_agent agent(io, options, rdzv, runner, stacks, nullptr);
-    return agent.run();
-  }
-
   int checkpoint_signals(pid_t pid) const {
     auto s = runner.signals_to(pid);
     return static_cast<int>(std::count(s.begin(), s.end(), SIGUSR1));
-  }
-
-  bool logged(const std::string& text) const {
-    return std::any_of(lines.begin(), lines.end(),
-                       [&](const std::string& l) { return l.find(text) != std::string::npos; });
   }
 };
 

@@ -16,8 +16,7 @@
 #include <catch2/catch.hpp>
 
 #include "agent/policy/elastic_agent.h"
-#include "tests/unit/agent/fake_process_runner.h"
-#include "tests/unit/agent/scripted_rendezvous.h"
+#include "tests/unit/agent/policy/agent_under_test.h"
 
 using namespace dtrun;
 using namespace dtrun::agent;
@@ -27,30 +26,9 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// One agent on one loop, its workers fake and its rendezvous scripted.
-struct policy_test {
-  boost::asio::io_context io;
-  fake_process_runner runner{io};
-  scripted_rendezvous rdzv;
-  agent_options options;
-  std::vector<std::string> lines;
-
-  policy_test(int nproc, int max_restarts) : rdzv(io, nproc) {
-    options.spec.local_world_size = nproc;
-    options.spec.max_restarts = max_restarts;
-    options.spec.run_id = "policy-test";
-    options.program = "/opt/train";  // never executed
-    options.control_socket = false;
-    options.stop_timeout = 30ms;
-    options.log = [this](const std::string& line) { lines.push_back(line); };
-  }
-
-  int run() {
-    stack_capture_options stacks;
-    stacks.native = false;  // eu-stack would be a process
-    elastic_agent agent(io, options, rdzv, runner, stacks);
-    return agent.run();
-  }
+// One agent on one loop, every seam faked (agent_under_test.h).
+struct policy_test : agent::testing::agent_under_test {
+  policy_test(int nproc, int max_restarts) : agent_under_test(nproc, max_restarts, "policy-test") {}
 
   // What each worker does when it starts: `script(round, local_rank, pid)`.
   template <typename Script>
@@ -69,11 +47,6 @@ struct policy_test {
       if (w.env("TORCHELASTIC_RESTART_COUNT") == std::to_string(round)) pids.push_back(w.pid);
     }
     return pids;
-  }
-
-  bool logged(const std::string& text) const {
-    return std::any_of(lines.begin(), lines.end(),
-                       [&](const std::string& l) { return l.find(text) != std::string::npos; });
   }
 };
 
