@@ -187,7 +187,10 @@ class scripted_rendezvous : public rendezvous::rendezvous_handler {
     if (progressed) ++progress_;
     boost::asio::post(io_, [done, counter = progress_] { done(counter); });
   }
-  void publish_status(std::string, std::function<void()> stored) override {
+  // Each status the agent published (dtrun.status/1 JSON), in order.
+  std::vector<std::string> statuses;
+  void publish_status(std::string status, std::function<void()> stored) override {
+    statuses.push_back(std::move(status));
     boost::asio::post(io_, std::move(stored));
   }
   // What census() reports (a test sets it); quarantines counts the list.

@@ -47,6 +47,29 @@ TEST_CASE("agent env: an incident's recovery is timed on the agent's clock, from
   CHECK(incidents[0].at("detect_s").is_null());  // when the node died is not known here
 }
 
+TEST_CASE("agent env: productive time is the workers' running time on the agent's clock, "
+          "lost time the rest",
+          "[policy][env]") {
+  agent_under_test t(1, 3, "env-goodput");
+  t.rdzv.info.group_world_size = 2;  // several nodes: the status is published each round
+  t.runner.on_spawn = [&t](pid_t pid, const spawn_request& request) {
+    bool first = request.env.at("TORCHELASTIC_RESTART_COUNT") == "0";
+    t.env.advance(first ? 2s : 3s);  // starting up (before they run): lost
+    boost::asio::post(t.io, [&t, pid, first] {
+      if (first) t.env.advance(10s);  // running: productive
+      t.runner.exit(pid, first ? 1 : 0);
+    });
+  };
+  CHECK(t.run() == 0);
+  // Published as round 1's workers start: 10 s productive in round 0; 2 s
+  // before it and 3 s before round 1 lost.
+  REQUIRE(t.rdzv.statuses.size() >= 2);
+  auto status = nlohmann::json::parse(t.rdzv.statuses.back());
+  CHECK(status.at("round") == 1);
+  CHECK(status.at("productive_seconds") == 10.0);
+  CHECK(status.at("lost_seconds") == 5.0);
+}
+
 TEST_CASE("agent env: a --progress-file step that never moves stops the job after "
           "--max-no-progress-restarts failed rounds, restarts left",
           "[policy][env]") {
