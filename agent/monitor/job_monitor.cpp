@@ -76,9 +76,9 @@ job_status job_monitor::snapshot() {
   }
 
   // The agent's NVML session (agent_env.h), asked on the first look.
-  if (!gpus_) gpus_ = std::make_unique<gpu_stats>(hooks_.nvml(), hooks_.debug);
+  if (!gpus_ && hooks_.nvml) gpus_ = std::make_unique<gpu_stats>(hooks_.nvml(), hooks_.debug);
   gpu_snapshot gpu;
-  if (gpus_->available()) gpu = gpus_->sample();
+  if (gpus_ && gpus_->available()) gpu = gpus_->sample();
 
   std::set<std::pair<pid_t, std::uint64_t>> seen;
   for (auto& ws : s.workers) {

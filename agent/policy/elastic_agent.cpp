@@ -96,9 +96,9 @@ int elastic_agent::impl::run() {
   group_.start();
   // Hang detection must see the workers' output even where it would go
   // straight to the console.
-  log_spec logs = options_.logs;
-  if (options_.hang_timeout.count() > 0) logs.watch_console = true;
-  output_.emplace(io_, logs, [this](const std::string& line) { log_error(line); });
+  logs_ = options_.logs;
+  if (options_.hang_timeout.count() > 0) logs_.watch_console = true;
+  output_.emplace(io_, logs_, [this](const std::string& line) { log_error(line); });
   bool writes_logs = options_.logs.writes_files(options_.spec.local_world_size);
   remove_run_dir_ = options_.log_dir.empty() && !writes_logs;
   run_dir_ = make_run_dir(options_.log_dir, rendezvous_.run_id());
@@ -196,6 +196,8 @@ void elastic_agent::impl::start_round() {
       finish(1);
       return;
     }
+    // A Ctrl-C whose finish waits for the store to have it: no workers.
+    if (signalled()) return;
     // Reported now: a wait for --preload's warm interpreter is not the
     // rendezvous's time (the reporter keeps a pointer: the member).
     round_info_ = info;
@@ -203,8 +205,8 @@ void elastic_agent::impl::start_round() {
     // With --preload, once the warm interpreter has imported (it began
     // when the agent started, so mostly it has).
     runner_.when_warm([this, info, t] {
-      // A signal ended the run meanwhile.
-      if (!current(t) || phase_ != phase::rendezvous) return;
+      // A signal ended the run meanwhile (or will, once the store has it).
+      if (!current(t) || phase_ != phase::rendezvous || signalled()) return;
       start_workers(info);
     });
   });

@@ -135,6 +135,11 @@ class elastic_agent::impl {
   }
   // A signal (here or another node's Ctrl-C) ends this agent.
   bool signalled() const { return stop_signal(stop_) != 0; }
+  // A signal came here (not another node's Ctrl-C): the next one kills.
+  bool signalled_here() const {
+    const auto* s = stopping_for<stop::signal>();
+    return signalled() && (s == nullptr || !s->from_elsewhere);
+  }
   // A round's end elsewhere as a reason to stop: the job's end when
   // another node failed it, else a membership change.
   static stop_reason round_end_reason(const records::round_record& end) {
@@ -274,6 +279,9 @@ class elastic_agent::impl {
   // torchrun's file-timer watchdog's pipe (TORCHELASTIC_TIMER_FILE);
   // empty: none.
   std::string timer_file_;
+  // The workers' output as routed: options_.logs, and with --hang-timeout
+  // the console watched too (hang detection, `dtrun status` see it).
+  log_spec logs_;
   // The workers' static environment: the spec's, and the timer file.
   env_map static_env(int local_rank) const;
   // Node health: the checker (the tests' or own_health_; null: no checks),

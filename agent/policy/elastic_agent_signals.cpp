@@ -69,9 +69,11 @@ void elastic_agent::impl::on_signal(int sig) {
       begin_stop(sig);
       break;
     case phase::stopping:
-      if (signalled() && !stopping_for<stop::signal>()->from_elsewhere) {
-        // A second Ctrl-C means "now".
+      if (signalled_here()) {
+        // A second Ctrl-C means "now". The first signal's code stands; a
+        // Ctrl-C that stopped the job meanwhile ends a preemption too.
         log(fmt::format("received {} again; killing the workers", signal_name(sig)));
+        stop_because(stop::signal{stop_signal(stop_), job_stop_sent_});
         group_.signal_all(SIGKILL);
       } else {
         // Already stopping after a failure or for a new round: no

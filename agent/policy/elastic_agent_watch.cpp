@@ -166,7 +166,7 @@ job_status elastic_agent::impl::facts() const {
   auto total = now - agent_started_;
   f.productive_seconds = std::chrono::duration<double>(productive).count();
   f.lost_seconds = std::max(0.0, std::chrono::duration<double>(total - productive).count());
-  f.workers = worker_facts(group_.workers(), phase_ == phase::stopping, options_.logs,
+  f.workers = worker_facts(group_.workers(), phase_ == phase::stopping, logs_,
                            progress_ ? &*progress_ : nullptr, *output_);
   return f;
 }

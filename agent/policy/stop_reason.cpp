@@ -32,6 +32,11 @@ int rank_of(const stop_reason& reason) {
 }  // namespace
 
 stop_reason decisive(const stop_reason& first, const stop_reason& second) {
+  const auto* preempted = std::get_if<stop::preemption>(&first);
+  const auto* sig = std::get_if<stop::signal>(&second);
+  if (preempted != nullptr && sig != nullptr && !sig->stops_job) {
+    return stop::preemption{preempted->number, sig->number};
+  }
   return rank_of(second) > rank_of(first) ? second : first;
 }
 
@@ -50,8 +55,9 @@ const char* stop_name(const stop_reason& reason) {
 
 int stop_signal(const std::optional<stop_reason>& reason) {
   if (!reason) return 0;
-  const auto* s = std::get_if<stop::signal>(&*reason);
-  return s != nullptr ? s->number : 0;
+  if (const auto* s = std::get_if<stop::signal>(&*reason)) return s->number;
+  if (const auto* p = std::get_if<stop::preemption>(&*reason)) return p->then;
+  return 0;
 }
 
 after_stop_action next_action(const std::optional<stop_reason>& reason, const stop_facts& facts) {

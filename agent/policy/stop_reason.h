@@ -30,8 +30,12 @@ struct signal {
   bool from_elsewhere = false;
 };
 // SIGTERM with --checkpoint-signal: the workers save, the node leaves.
+// `then`: a signal that came meanwhile and does not stop the job (a second
+// SIGTERM, SIGHUP): forwarded, remembered (the next one kills; a worker it
+// ends is no failure), but the node still leaves preempted.
 struct preemption {
   int number = 0;
+  int then = 0;
 };
 // A health check failed while the workers ran: the node leaves.
 struct unhealthy {
@@ -52,13 +56,15 @@ using stop_reason = std::variant<stop::failure, stop::membership_change, stop::j
 // Which of two reasons decides the stop, when a second comes while the
 // workers stop: a signal that stops the job, then preemption, any other
 // signal, an unkillable worker, leaving unhealthy, this node's failure,
-// and last the round's end elsewhere. Equal ranks keep the first.
+// and last the round's end elsewhere. Equal ranks keep the first. A
+// preemption keeps a later signal that does not stop the job in `then`.
 stop_reason decisive(const stop_reason& first, const stop_reason& second);
 
 // The reason's name for logs and `dtrun status` ("failure", "signal"...).
 const char* stop_name(const stop_reason& reason);
 
-// The signal's number when the reason is a signal, else 0.
+// The signal that stops the workers (a signal's number, or the one a
+// preemption remembered), else 0.
 int stop_signal(const std::optional<stop_reason>& reason);
 
 // What the agent does once every worker of the stopped round is gone.

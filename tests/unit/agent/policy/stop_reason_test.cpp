@@ -74,6 +74,19 @@ TEST_CASE("stop table: a preempted node leaves even when a second SIGTERM comes"
   CHECK(next_action(r, {}) == after_stop_action::leave_preempted);
 }
 
+TEST_CASE("stop table: a signal during a preemption is remembered (the next one kills, a worker "
+          "it ends is no failure)") {
+  CHECK(stop_signal(stop_reason{stop::preemption{SIGTERM}}) == 0);  // the preemption's own: none
+  auto r = decisive(stop::preemption{SIGTERM}, stop::signal{SIGHUP});
+  REQUIRE(std::holds_alternative<stop::preemption>(r));
+  CHECK(stop_signal(r) == SIGHUP);
+  CHECK(next_action(r, {}) == after_stop_action::leave_preempted);
+  // A Ctrl-C that then stops the job ends it, with the remembered code.
+  auto stopped = decisive(r, stop::signal{stop_signal(r), true});
+  CHECK(next_action(stopped, {}) == after_stop_action::finish_signalled);
+  CHECK(stop_signal(stopped) == SIGHUP);
+}
+
 TEST_CASE("stop table: a Ctrl-C that stops the job wins over a preemption") {
   auto r = decisive(stop::preemption{SIGTERM}, stop::signal{SIGINT, true});
   CHECK(next_action(r, {}) == after_stop_action::finish_signalled);
