@@ -16,7 +16,6 @@ using json = nlohmann::json;
 
 // Bounds on what a hostile or broken document can make us hold.
 constexpr std::size_t max_string_bytes = 256;
-constexpr std::size_t max_entries = 65536;
 
 template <class T>
 ojson optional_value(const std::optional<T>& v) {
@@ -206,13 +205,13 @@ std::optional<job_status> from_json(const nlohmann::json& j, std::string& error)
   if (auto v = integer_in(j, "quarantined_nodes", 0, i64_max)) s.quarantined_nodes = *v;
   if (auto it = j.find("nodes"); it != j.end() && it->is_array()) {
     for (const auto& n : *it) {
-      if (s.nodes.size() == max_entries) break;
+      if (s.nodes.size() == status_max_entries) break;
       if (n.is_object()) s.nodes.push_back(node_from_json(n));
     }
   }
   if (auto it = j.find("workers"); it != j.end() && it->is_array()) {
     for (const auto& w : *it) {
-      if (s.workers.size() == max_entries) break;
+      if (s.workers.size() == status_max_entries) break;
       if (w.is_object()) s.workers.push_back(worker_from_json(w));
     }
   }

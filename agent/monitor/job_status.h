@@ -91,6 +91,10 @@ struct job_status {
   std::vector<worker_status> workers;
 };
 
+// The most entries a list of a status document holds (from_json cuts
+// longer ones; a merge keeps no more).
+inline constexpr std::size_t status_max_entries = 65536;
+
 // The versioned JSON form; keys in a fixed order, unknown optionals as null.
 nlohmann::ordered_json to_json(const job_status& status);
 

@@ -70,7 +70,7 @@ std::vector<job_status> merge_runs(std::vector<job_status> agents) {
     std::sort(ranks.begin(), ranks.end());
     bool distinct = std::adjacent_find(ranks.begin(), ranks.end()) == ranks.end();
     // Bounded: a document's nnodes is any int; the nodes table lists each.
-    if (run.size() == 1 || !distinct || size > max_entries) {
+    if (run.size() == 1 || !distinct || size > status_max_entries) {
       for (auto& s : run) out.push_back(std::move(s));
       continue;
     }

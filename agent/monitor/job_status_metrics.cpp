@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "agent/spec/failure_class.h"
+
 namespace dtrun::agent {
 namespace {
 
