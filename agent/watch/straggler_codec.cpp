@@ -1,0 +1,160 @@
+#include "agent/watch/straggler_codec.h"
+
+#include <algorithm>
+#include <cmath>
+#include <type_traits>
+
+#include <nlohmann/json.hpp>
+
+namespace dtrun::agent {
+
+namespace {
+
+using json = nlohmann::json;
+
+// Reads `key` of `object` into `out` when it is a number of that type in
+// range; false otherwise.
+template <typename T>
+bool read_number(const json& object, const char* key, T& out) {
+  auto it = object.find(key);
+  if (it == object.end() || !it->is_number()) return false;
+  if constexpr (std::is_floating_point_v<T>) {
+    const double value = it->get<double>();
+    if (!std::isfinite(value) || value < 0) return false;
+    out = value;
+  } else {
+    if (!it->is_number_integer()) return false;
+    out = it->get<T>();
+  }
+  return true;
+}
+
+// The document's list under `key` when `text` is an object of `schema`.
+std::optional<json> list_of(std::string_view text, std::string_view schema, const char* key,
+                            std::string& error) {
+  json document = json::parse(text, nullptr, false);
+  if (!document.is_object()) {
+    error = "not a JSON object";
+    return std::nullopt;
+  }
+  auto name = document.find("schema");
+  if (name == document.end() || !name->is_string() || name->get<std::string>() != schema) {
+    error = "not a " + std::string(schema) + " document";
+    return std::nullopt;
+  }
+  auto list = document.find(key);
+  if (list == document.end() || !list->is_array()) {
+    error = std::string("no list '") + key + "'";
+    return std::nullopt;
+  }
+  return *list;
+}
+
+json sample_json(const rank_work_sample& sample) {
+  return json::array({sample.rank, sample.node_rank, sample.first_step, sample.last_step,
+                      sample.own_work_s});
+}
+
+std::optional<rank_work_sample> sample_from(const json& entry) {
+  if (!entry.is_array() || entry.size() != 5) return std::nullopt;
+  for (std::size_t i = 0; i < 4; ++i) {
+    if (!entry[i].is_number_integer() || entry[i].get<std::int64_t>() < 0) return std::nullopt;
+  }
+  if (!entry[4].is_number()) return std::nullopt;
+  rank_work_sample sample;
+  sample.rank = entry[0].get<int>();
+  sample.node_rank = entry[1].get<int>();
+  sample.first_step = entry[2].get<std::int64_t>();
+  sample.last_step = entry[3].get<std::int64_t>();
+  sample.own_work_s = entry[4].get<double>();
+  if (!std::isfinite(sample.own_work_s) || sample.own_work_s < 0 ||
+      sample.last_step < sample.first_step) {
+    return std::nullopt;
+  }
+  return sample;
+}
+
+}  // namespace
+
+std::optional<rank_work_sample> summarize_steps(int rank, int node_rank,
+                                                const std::vector<timed_step>& steps,
+                                                std::int64_t after) {
+  std::vector<double> own;
+  rank_work_sample sample{rank, node_rank, 0, 0, 0};
+  for (const timed_step& step : steps) {
+    if (step.step <= after || step.own_ns <= 0) continue;
+    sample.first_step = own.empty() ? step.step : std::min(sample.first_step, step.step);
+    sample.last_step = std::max(sample.last_step, step.step);
+    own.push_back(static_cast<double>(step.own_ns) / 1e9);
+  }
+  if (own.empty()) return std::nullopt;
+  sample.own_work_s = lower_median(std::move(own));
+  return sample;
+}
+
+std::string encode_work(const std::vector<rank_work_sample>& samples) {
+  json ranks = json::array();
+  for (std::size_t i = 0; i < samples.size() && i < work_max_ranks; ++i) {
+    ranks.push_back(sample_json(samples[i]));
+  }
+  return json{{"schema", work_schema}, {"ranks", std::move(ranks)}}.dump();
+}
+
+std::vector<rank_work_sample> decode_work(std::string_view text, std::string& error) {
+  std::vector<rank_work_sample> out;
+  auto list = list_of(text, work_schema, "ranks", error);
+  if (!list) return out;
+  for (const json& entry : *list) {
+    if (out.size() == work_max_ranks) break;
+    if (auto sample = sample_from(entry)) out.push_back(*sample);
+  }
+  return out;
+}
+
+std::string encode_stragglers(const std::vector<named_straggler>& stragglers) {
+  json list = json::array();
+  for (const named_straggler& named : stragglers) {
+    const straggler_finding& f = named.finding;
+    list.push_back({{"node_rank", f.node_rank},
+                    {"host", named.host},
+                    {"ranks", f.ranks},
+                    {"whole_node", f.whole_node},
+                    {"own_work_s", f.own_work_s},
+                    {"job_median_s", f.job_median_s},
+                    {"first_step", f.first_step},
+                    {"last_step", f.last_step}});
+  }
+  return json{{"schema", stragglers_schema}, {"stragglers", std::move(list)}}.dump();
+}
+
+std::vector<named_straggler> decode_stragglers(std::string_view text, std::string& error) {
+  std::vector<named_straggler> out;
+  auto list = list_of(text, stragglers_schema, "stragglers", error);
+  if (!list) return out;
+  for (const json& entry : *list) {
+    named_straggler named;
+    straggler_finding& f = named.finding;
+    auto host = entry.is_object() ? entry.find("host") : entry.end();
+    auto ranks = entry.is_object() ? entry.find("ranks") : entry.end();
+    if (!entry.is_object() || host == entry.end() || !host->is_string() ||
+        ranks == entry.end() || !ranks->is_array() || !read_number(entry, "node_rank", f.node_rank) ||
+        !read_number(entry, "own_work_s", f.own_work_s) ||
+        !read_number(entry, "job_median_s", f.job_median_s) ||
+        !read_number(entry, "first_step", f.first_step) ||
+        !read_number(entry, "last_step", f.last_step)) {
+      continue;
+    }
+    named.host = host->get<std::string>().substr(0, 256);
+    for (const json& rank : *ranks) {
+      if (rank.is_number_integer() && f.ranks.size() < work_max_ranks) {
+        f.ranks.push_back(rank.get<int>());
+      }
+    }
+    auto whole = entry.find("whole_node");
+    f.whole_node = whole != entry.end() && whole->is_boolean() && whole->get<bool>();
+    out.push_back(std::move(named));
+  }
+  return out;
+}
+
+}  // namespace dtrun::agent
