@@ -12,6 +12,9 @@ namespace {
 
 using json = nlohmann::json;
 
+// A host name longer than this is cut (DNS names have at most 253 bytes).
+constexpr std::size_t host_max_bytes = 256;
+
 // Reads `key` of `object` into `out` when it is a number of that type in
 // range; false otherwise.
 template <typename T>
@@ -92,21 +95,27 @@ std::optional<rank_work_sample> summarize_steps(int rank, int node_rank,
   return sample;
 }
 
-std::string encode_work(const std::vector<rank_work_sample>& samples) {
+std::string encode_work(const std::string& host, const std::vector<rank_work_sample>& samples) {
   json ranks = json::array();
   for (std::size_t i = 0; i < samples.size() && i < work_max_ranks; ++i) {
     ranks.push_back(sample_json(samples[i]));
   }
-  return json{{"schema", work_schema}, {"ranks", std::move(ranks)}}.dump();
+  return json{{"schema", work_schema}, {"host", host.substr(0, host_max_bytes)},
+              {"ranks", std::move(ranks)}}
+      .dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
-std::vector<rank_work_sample> decode_work(std::string_view text, std::string& error) {
-  std::vector<rank_work_sample> out;
+node_work decode_work(std::string_view text, std::string& error) {
+  node_work out;
   auto list = list_of(text, work_schema, "ranks", error);
   if (!list) return out;
+  json document = json::parse(text, nullptr, false);
+  if (auto host = document.find("host"); host != document.end() && host->is_string()) {
+    out.host = host->get<std::string>().substr(0, host_max_bytes);
+  }
   for (const json& entry : *list) {
-    if (out.size() == work_max_ranks) break;
-    if (auto sample = sample_from(entry)) out.push_back(*sample);
+    if (out.ranks.size() == work_max_ranks) break;
+    if (auto sample = sample_from(entry)) out.ranks.push_back(*sample);
   }
   return out;
 }
@@ -124,7 +133,8 @@ std::string encode_stragglers(const std::vector<named_straggler>& stragglers) {
                     {"first_step", f.first_step},
                     {"last_step", f.last_step}});
   }
-  return json{{"schema", stragglers_schema}, {"stragglers", std::move(list)}}.dump();
+  return json{{"schema", stragglers_schema}, {"stragglers", std::move(list)}}.dump(
+      -1, ' ', false, json::error_handler_t::replace);
 }
 
 std::vector<named_straggler> decode_stragglers(std::string_view text, std::string& error) {
@@ -144,7 +154,7 @@ std::vector<named_straggler> decode_stragglers(std::string_view text, std::strin
         !read_number(entry, "last_step", f.last_step)) {
       continue;
     }
-    named.host = host->get<std::string>().substr(0, 256);
+    named.host = host->get<std::string>().substr(0, host_max_bytes);
     for (const json& rank : *ranks) {
       if (rank.is_number_integer() && f.ranks.size() < work_max_ranks) {
         f.ranks.push_back(rank.get<int>());

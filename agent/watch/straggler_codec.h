@@ -39,8 +39,14 @@ std::optional<rank_work_sample> summarize_steps(int rank, int node_rank,
                                                 const std::vector<timed_step>& steps,
                                                 std::int64_t after);
 
-std::string encode_work(const std::vector<rank_work_sample>& samples);
-std::vector<rank_work_sample> decode_work(std::string_view text, std::string& error);
+// One node's figures and the host it runs on (so that node 0 can name it).
+struct node_work {
+  std::string host;
+  std::vector<rank_work_sample> ranks;
+};
+
+std::string encode_work(const std::string& host, const std::vector<rank_work_sample>& samples);
+node_work decode_work(std::string_view text, std::string& error);
 
 // A straggler as the verdict names it: the finding and its node's host.
 struct named_straggler {

@@ -186,6 +186,12 @@ void dynamic_rendezvous::publish_status(std::string status_json, std::function<v
 void dynamic_rendezvous::census(std::function<void(census_counts)> done) {
   impl_->census(std::move(done));
 }
+void dynamic_rendezvous::share_work(std::string node_work, bool gather, work_completion done) {
+  impl_->share_work(std::move(node_work), gather, std::move(done));
+}
+void dynamic_rendezvous::publish_stragglers(std::string verdict) {
+  impl_->publish_stragglers(std::move(verdict));
+}
 store_server_stats dynamic_rendezvous::store_stats() const { return impl_->host().stats(); }
 std::uint16_t dynamic_rendezvous::worker_store_port() const {
   return impl_->host().worker_store_port();

@@ -155,6 +155,8 @@ class dynamic_rendezvous final : public rendezvous_handler {
   void share_progress(bool progressed, std::function<void(std::int64_t)> done) override;
   void publish_status(std::string status_json, std::function<void()> stored) override;
   void census(std::function<void(census_counts)> done) override;
+  void share_work(std::string node_work, bool gather, work_completion done) override;
+  void publish_stragglers(std::string verdict) override;
 
   // The store's port when this node hosts it (0 otherwise).
   std::uint16_t store_port() const;

@@ -86,6 +86,8 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   void share_progress(bool progressed, std::function<void(std::int64_t)> done);
   void publish_status(std::string status_json, std::function<void()> stored);
   void census(std::function<void(rendezvous_handler::census_counts)> done);
+  void share_work(std::string node_work, bool gather, rendezvous_handler::work_completion done);
+  void publish_stragglers(std::string verdict);
   void shutdown();
 
   std::chrono::milliseconds departure_bound() const;

@@ -256,6 +256,24 @@ class rendezvous_handler {
     std::int64_t quarantines = 0;
   };
   virtual void census(std::function<void(census_counts)> done) = 0;
+
+  // Stragglers (docs/stragglers.md). Each node shares its ranks' work
+  // figures of the last interval (JSON text, bounded by the caller: about
+  // 60 bytes a rank) under a key of the current round, and reads the
+  // round's verdict back in the same request; with `gather` (the round's
+  // node 0) it also reads every node's figures (one read of `members`
+  // keys: O(n) bytes at node 0, O(1) at the others). `done(per_node,
+  // verdict)`: figures by group rank ("" where a node wrote none; empty
+  // without `gather`), the verdict ("" when none). On a store error, or
+  // outside any round, `done` is not called. Single node: its own figures
+  // and the verdict it last published, at once.
+  using work_completion =
+      std::function<void(std::vector<std::string> per_node, std::string verdict)>;
+  virtual void share_work(std::string node_work, bool gather, work_completion done) = 0;
+
+  // Node 0's verdict (JSON text, bounded by the caller), read back by
+  // every node's share_work(); best effort.
+  virtual void publish_stragglers(std::string verdict) = 0;
 };
 
 }  // namespace dtrun::rendezvous

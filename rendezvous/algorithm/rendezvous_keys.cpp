@@ -54,6 +54,12 @@ std::string rendezvous_keys::round_restarts(std::int64_t r) const {
   return round_key(r, "restarts");
 }
 std::string rendezvous_keys::progress(std::int64_t r) const { return round_key(r, "progress"); }
+std::string rendezvous_keys::work(std::int64_t r, int group_rank) const {
+  return round_key(r, "work/" + std::to_string(group_rank));
+}
+std::string rendezvous_keys::stragglers(std::int64_t r) const {
+  return round_key(r, "stragglers");
+}
 std::string rendezvous_keys::checkpoint(std::int64_t r) const {
   return round_key(r, "checkpoint");
 }

@@ -62,6 +62,10 @@ class rendezvous_keys {
   std::string progress(std::int64_t r) const;
   // The round's job-wide checkpoint request (--checkpoint-signal): who.
   std::string checkpoint(std::int64_t r) const;
+  // Stragglers (docs/stragglers.md): each node's work figures of the last
+  // interval, and the verdict node 0 makes of them.
+  std::string work(std::int64_t r, int group_rank) const;  // r/<r>/work/<g>
+  std::string stragglers(std::int64_t r) const;            // r/<r>/stragglers
 
   // --- the failure board: dtrun/<run_id>/failures/<r>/... -----------------
   std::string failure_count(std::int64_t r) const;

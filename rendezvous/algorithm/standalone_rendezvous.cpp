@@ -162,4 +162,15 @@ void standalone_rendezvous::census(std::function<void(census_counts)> done) {
   done({1, 1, 0});
 }
 
+void standalone_rendezvous::share_work(std::string node_work, bool gather,
+                                       work_completion done) {
+  std::vector<std::string> per_node;
+  if (gather) per_node.push_back(std::move(node_work));
+  done(std::move(per_node), local_verdict_);
+}
+
+void standalone_rendezvous::publish_stragglers(std::string verdict) {
+  local_verdict_ = std::move(verdict);
+}
+
 }  // namespace dtrun::rendezvous

@@ -74,6 +74,8 @@ class standalone_rendezvous final : public rendezvous_handler {
   void share_progress(bool progressed, std::function<void(std::int64_t counter)> done) override;
   void publish_status(std::string status_json, std::function<void()> stored) override;
   void census(std::function<void(census_counts)> done) override;
+  void share_work(std::string node_work, bool gather, work_completion done) override;
+  void publish_stragglers(std::string verdict) override;
 
   std::uint16_t store_port() const;
 
@@ -83,6 +85,7 @@ class standalone_rendezvous final : public rendezvous_handler {
   std::unique_ptr<store_server> server_;
   std::int64_t next_round_ = 0;
   std::int64_t local_progress_ = 0;
+  std::string local_verdict_;  // publish_stragglers()'s last
   int local_restarts_ = 0;
   std::map<std::int64_t, std::vector<std::string>> local_failures_;
   std::vector<std::string> quarantined_;  // this node's quarantine records

@@ -200,6 +200,25 @@ class scripted_rendezvous : public rendezvous::rendezvous_handler {
     c.quarantines = static_cast<std::int64_t>(quarantine_records.size());
     boost::asio::post(io_, [done, c] { done(c); });
   }
+  // share_work(): what this node shared, in order; what the other nodes
+  // shared (a test sets it: by group rank, this node's slot filled in);
+  // the verdicts published, the last one read back.
+  std::vector<std::string> works;
+  std::vector<std::string> other_works;
+  std::vector<std::string> verdicts;
+  void share_work(std::string node_work, bool gather, work_completion done) override {
+    works.push_back(node_work);
+    std::vector<std::string> per_node;
+    if (gather) {
+      per_node = other_works;
+      per_node.push_back(std::move(node_work));
+    }
+    std::string verdict = verdicts.empty() ? std::string() : verdicts.back();
+    boost::asio::post(io_, [done, per_node = std::move(per_node), verdict]() mutable {
+      done(std::move(per_node), std::move(verdict));
+    });
+  }
+  void publish_stragglers(std::string verdict) override { verdicts.push_back(std::move(verdict)); }
 
  private:
   boost::asio::io_context& io_;

@@ -25,7 +25,9 @@ TEST_CASE("a node's work document reads back as written, and bad entries are lef
           "[straggler]") {
   std::vector<rank_work_sample> samples = {{0, 0, 21, 30, 0.125}, {1, 0, 21, 29, 0.5}};
   std::string error;
-  auto back = decode_work(encode_work(samples), error);
+  auto work = decode_work(encode_work("host-a", samples), error);
+  CHECK(work.host == "host-a");
+  auto& back = work.ranks;
   REQUIRE(back.size() == 2);
   CHECK(back[1].rank == 1);
   CHECK(back[1].last_step == 29);
@@ -33,11 +35,11 @@ TEST_CASE("a node's work document reads back as written, and bad entries are lef
   CHECK(error.empty());
   back = decode_work(
       R"({"schema":"dtrun.work/1","ranks":[[0,0,21,30,0.1],[1,0,30,21,0.1],[2,0,1,2,-1],"x",[3,0,1,2,"slow"]]})",
-      error);
+      error).ranks;
   CHECK(back.size() == 1);
-  CHECK(decode_work(R"({"schema":"dtrun.work/2","ranks":[]})", error).empty());
+  CHECK(decode_work(R"({"schema":"dtrun.work/2","ranks":[]})", error).ranks.empty());
   CHECK(error == "not a dtrun.work/1 document");
-  CHECK(decode_work("worker rank 0 exited with code 1 [exit]", error).empty());
+  CHECK(decode_work("worker rank 0 exited with code 1 [exit]", error).ranks.empty());
   CHECK(error == "not a JSON object");
 }
 

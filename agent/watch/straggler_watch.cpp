@@ -1,0 +1,89 @@
+#include "agent/watch/straggler_watch.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace dtrun::agent {
+
+straggler_watch::straggler_watch(boost::asio::io_context& io, straggler_rules rules, hooks h,
+                                 std::chrono::milliseconds interval)
+    : hooks_(std::move(h)), interval_(interval), detector_(rules), timer_(io) {}
+
+std::chrono::milliseconds straggler_watch::interval_for(int members) {
+  return std::chrono::milliseconds(std::max(1000, members));
+}
+
+void straggler_watch::start_round(int group_rank, int members, std::string host) {
+  stop();
+  group_rank_ = group_rank;
+  members_ = std::max(1, members);
+  host_ = std::move(host);
+  hosts_.assign(static_cast<std::size_t>(members_), std::string());
+  detector_.reset();
+  arm();
+}
+
+void straggler_watch::stop() {
+  timer_.cancel();
+  ++*generation_;
+}
+
+void straggler_watch::arm() {
+  auto interval = interval_.count() > 0 ? interval_ : interval_for(members_);
+  timer_.arm_after(interval, [this] { tick(); });
+}
+
+void straggler_watch::tick() {
+  arm();  // first: a hook may stop() the watch, which must then hold
+  const bool gather = group_rank_ == 0;
+  std::string work = encode_work(host_, hooks_.samples());
+  hooks_.share(std::move(work), gather,
+               [this, gather, generation = generation_, current = *generation_](
+                   std::vector<std::string> per_node, std::string verdict) {
+                 if (*generation != current) return;
+                 if (gather) judge(per_node);
+                 read_verdict(verdict);
+               });
+}
+
+void straggler_watch::judge(const std::vector<std::string>& per_node) {
+  std::vector<rank_work_sample> samples;
+  for (std::size_t g = 0; g < per_node.size(); ++g) {
+    if (per_node[g].empty()) continue;
+    std::string error;
+    node_work work = decode_work(per_node[g], error);
+    if (!error.empty()) {
+      hooks_.debug("node " + std::to_string(g) + "'s work figures do not read: " + error);
+      continue;
+    }
+    if (g < hosts_.size()) hosts_[g] = work.host;
+    for (rank_work_sample& sample : work.ranks) {
+      sample.node_rank = static_cast<int>(g);  // the key says which node, not the text
+      samples.push_back(sample);
+    }
+  }
+  auto host_of = [this](int node) {
+    const auto g = static_cast<std::size_t>(node);
+    return g < hosts_.size() && !hosts_[g].empty() ? hosts_[g] : "node " + std::to_string(node);
+  };
+  auto name = [&](const std::vector<straggler_finding>& findings) {
+    std::vector<named_straggler> out;
+    for (const straggler_finding& finding : findings) {
+      out.push_back({finding, host_of(finding.node_rank)});
+    }
+    return out;
+  };
+  std::vector<named_straggler> fresh = name(detector_.observe(samples));
+  if (!fresh.empty()) hooks_.named(fresh);
+  hooks_.publish(encode_stragglers(name(detector_.current())));
+}
+
+void straggler_watch::read_verdict(const std::string& verdict) {
+  if (verdict.empty()) return hooks_.verdict({});
+  std::string error;
+  auto stragglers = decode_stragglers(verdict, error);
+  if (!error.empty()) hooks_.debug("the job's straggler verdict does not read: " + error);
+  hooks_.verdict(stragglers);
+}
+
+}  // namespace dtrun::agent
