@@ -134,9 +134,9 @@ int launch(const launcher::launch_config& config, const launcher::launch_options
       rdzv_options.log = [messages](const std::string& line) { messages.info(line); };
     }
     std::shared_ptr<rendezvous::etcd_session> etcd;
-    if (auto etcd_options = launcher::etcd_options(config)) {
-      etcd = std::make_shared<rendezvous::etcd_session>(io, *etcd_options,
-                                                        rendezvous::make_etcd_tls(*etcd_options));
+    if (auto etcd_client = launcher::etcd_options(config)) {
+      etcd = std::make_shared<rendezvous::etcd_session>(io, *etcd_client,
+                                                        rendezvous::make_etcd_tls(*etcd_client));
       rdzv_options.store_factory = rendezvous::etcd_round_store_factory(io, etcd);
     }
     rendezvous = std::make_unique<rendezvous::dynamic_rendezvous>(io, rdzv_options);
