@@ -16,6 +16,7 @@ launch_options multi_node_options(const std::string& backend, const std::string&
   o.script = "train.py";
   o.nnodes.value = "2:4";
   o.rdzv_backend.value = backend;
+  o.rdzv_backend.source = "command line";  // given, not c10d's default for an endpoint
   o.rdzv_endpoint.value = endpoint;
   o.rdzv_id.value = "job7";
   o.max_restarts = 3;
