@@ -126,15 +126,17 @@ int launch(const launcher::launch_config& config, const launcher::launch_options
 
   boost::asio::io_context io(1);
   std::unique_ptr<rendezvous::rendezvous_handler> rendezvous;
-  if (const auto* multi_node = config.multi_node()) {
-    auto rdzv_options = multi_node->rendezvous;
+  if (config.multi_node() != nullptr) {
+    // The plan's settings with the job's run id and restart budget, which
+    // the agent's options hold (launch_config.h).
+    auto rdzv_options = launcher::rendezvous_options(config);
     if (!rdzv_options.log) {
       rdzv_options.log = [messages](const std::string& line) { messages.info(line); };
     }
     std::shared_ptr<rendezvous::etcd_session> etcd;
-    if (multi_node->etcd) {
-      etcd = std::make_shared<rendezvous::etcd_session>(
-          io, *multi_node->etcd, rendezvous::make_etcd_tls(*multi_node->etcd));
+    if (auto etcd_client = launcher::etcd_options(config)) {
+      etcd = std::make_shared<rendezvous::etcd_session>(io, *etcd_client,
+                                                        rendezvous::make_etcd_tls(*etcd_client));
       rdzv_options.store_factory = rendezvous::etcd_round_store_factory(io, etcd);
     }
     rendezvous = std::make_unique<rendezvous::dynamic_rendezvous>(io, rdzv_options);

@@ -12,6 +12,7 @@ import argparse
 import re
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 sys.dont_write_bytecode = True  # run from the build: write nothing into the source tree
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -22,6 +23,19 @@ def func_name(name: str) -> str:
     return "_" + re.sub(r"\W", "_", name)
 
 
+class kind_action(NamedTuple):
+    bash: str
+    zsh: str
+
+
+# What each shell offers for a value of each kind, one row a kind.
+KIND_ACTIONS = {
+    "dir": kind_action('COMPREPLY=($(compgen -d -- "$cur"))', ":folder:_files -/"),
+    "file": kind_action('COMPREPLY=($(compgen -f -- "$cur"))', ":file:_files"),
+    "command": kind_action('COMPREPLY=($(compgen -c -- "$cur"))', ":program:_command_names -e"),
+}
+
+
 def bash_value_cases(options: list[option], indent: str) -> list[str]:
     lines = []
     for o in options:
@@ -30,12 +44,8 @@ def bash_value_cases(options: list[option], indent: str) -> list[str]:
         pattern = "|".join(o.names)
         if o.choices:
             action = f'COMPREPLY=($(compgen -W "{" ".join(o.choices)}" -- "$cur"))'
-        elif o.kind == "dir":
-            action = 'COMPREPLY=($(compgen -d -- "$cur"))'
-        elif o.kind == "file":
-            action = 'COMPREPLY=($(compgen -f -- "$cur"))'
-        elif o.kind == "command":
-            action = 'COMPREPLY=($(compgen -c -- "$cur"))'
+        elif o.kind in KIND_ACTIONS:
+            action = KIND_ACTIONS[o.kind].bash
         else:
             action = "COMPREPLY=()"
         lines.append(f"{indent}{pattern}) valued=1; {action} ;;")
@@ -167,12 +177,8 @@ def zsh_spec(o: option) -> list[str]:
     text = zsh_quote(o.description.replace("[", "(").replace("]", ")"))
     if o.choices:
         action = ":value:(" + " ".join(o.choices) + ")"
-    elif o.kind == "dir":
-        action = ":folder:_files -/"
-    elif o.kind == "file":
-        action = ":file:_files"
-    elif o.kind == "command":
-        action = ":program:_command_names -e"
+    elif o.kind in KIND_ACTIONS:
+        action = KIND_ACTIONS[o.kind].zsh
     elif o.takes_value:
         action = ":value: "
     else:

@@ -19,6 +19,9 @@ void elastic_agent::impl::group_stopped() {
 // rejoin or restart.
 void elastic_agent::impl::after_stop() {
   auto action = next_action(stop_, stop_facts{job_restarts_.has_value()});
+  // Why the round stopped and what follows, as the table decided them (-v).
+  log_debug(fmt::format("round {} stopped: {}; next: {}", round_info_.round,
+                        stop_ ? stop_name(*stop_) : "no reason", action_name(action)));
   switch (action) {
     case after_stop_action::leave_preempted: return leave_preempted();
     case after_stop_action::finish_signalled: return finish_after_job_stop(128 + stop_signal(stop_));

@@ -60,7 +60,8 @@ using stop_reason = std::variant<stop::failure, stop::membership_change, stop::j
 // preemption keeps a later signal that does not stop the job in `then`.
 stop_reason decisive(const stop_reason& first, const stop_reason& second);
 
-// The reason's name for logs and `dtrun status` ("failure", "signal"...).
+// The reason's name for the agent's log (-v: "round 2 stopped: failure;
+// next: decide the restart"): "failure", "signal"...
 const char* stop_name(const stop_reason& reason);
 
 // The signal that stops the workers (a signal's number, or the one a
@@ -87,6 +88,7 @@ struct stop_facts {
 
 after_stop_action next_action(const std::optional<stop_reason>& reason, const stop_facts& facts);
 
+// The action's name for the same line ("decide the restart").
 const char* action_name(after_stop_action action);
 
 }  // namespace dtrun::agent

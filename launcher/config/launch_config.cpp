@@ -118,6 +118,21 @@ std::vector<int> parse_signals(const std::string& list) {
   return signals;
 }
 
+rendezvous::dynamic_rendezvous_options rendezvous_options(const launch_config& c) {
+  rendezvous::dynamic_rendezvous_options r = c.multi_node()->rendezvous;
+  r.run_id = c.agent.spec.run_id;
+  r.max_restarts = c.agent.spec.max_restarts;
+  return r;
+}
+
+std::optional<rendezvous::etcd_options> etcd_options(const launch_config& c) {
+  const multi_node_config* multi_node = c.multi_node();
+  if (multi_node == nullptr || !multi_node->etcd) return std::nullopt;
+  rendezvous::etcd_options e = *multi_node->etcd;
+  e.run_id = c.agent.spec.run_id;
+  return e;
+}
+
 std::string random_run_id() {
   std::random_device rd;
   std::uniform_int_distribution<int> nibble(0, 15);

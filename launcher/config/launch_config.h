@@ -73,6 +73,16 @@ struct launch_config {
   std::string numa_binding;
 };
 
+// The multi-node rendezvous's options as the rendezvous is made with them:
+// the plan's, with the job's run id and restart budget from the agent's
+// options, where they are kept (one source, so the rendezvous's keys and
+// count and the workers' TORCHELASTIC_RUN_ID and _MAX_RESTARTS cannot
+// disagree). `c` must be a multi-node config.
+rendezvous::dynamic_rendezvous_options rendezvous_options(const launch_config& c);
+// etcd-v3's client options, with the job's run id from the same place;
+// nullopt for the other backends and for single-node configs.
+std::optional<rendezvous::etcd_options> etcd_options(const launch_config& c);
+
 // "4", "auto", "cpu", "gpu", "xpu" -> a worker count, as torchrun's
 // determine_local_world_size: gpu counts the GPUs torch.cuda would see
 // (an error when none), xpu the Intel GPUs, auto the GPUs, else the Intel

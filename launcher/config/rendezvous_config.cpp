@@ -104,7 +104,6 @@ rendezvous::etcd_options etcd_settings(const launch_options& o,
     throw usage_error("--rdzv-conf lease_ttl must be at least 2 seconds");
   }
   e.lease_ttl = std::chrono::duration_cast<std::chrono::seconds>(ttl);
-  e.run_id = o.rdzv_id.value;
   return e;
 }
 
@@ -264,7 +263,6 @@ std::optional<multi_node_config> resolve_multi_node(const launch_options& o, int
   multi_node_config c;
   c.backend = backend;
   auto& r = c.rendezvous;
-  r.run_id = o.rdzv_id.value;
   r.min_nodes = min_nodes;
   r.max_nodes = max_nodes;
   r.local_world_size = nproc_per_node;

@@ -28,9 +28,14 @@ struct node_range;
 
 struct multi_node_config {
   std::string backend;  // "c10d", "etcd-v3" or "static"
+  // The rendezvous's settings but two: the run id and the restart budget
+  // are the job's, kept once in the agent's options (launch_config's
+  // agent.spec) and joined to these by rendezvous_options() (launch_config.h)
+  // when the rendezvous is made; here they stay unset.
   rendezvous::dynamic_rendezvous_options rendezvous;
   // The etcd cluster, for etcd-v3 (the rendezvous' store_factory is made
-  // from it when the run starts, on the agent's event loop).
+  // from it when the run starts, on the agent's event loop); its run id,
+  // likewise, is joined by etcd_options().
   std::optional<rendezvous::etcd_options> etcd;
   // Which setting decided that this node hosts the store, for --dry-run.
   std::string host_decided_by;

@@ -126,7 +126,6 @@ void resolve_rendezvous(const launch_options& o, const scheduler_env& sched, lau
                                                   c.nproc_per_node())) {
     c.agent.spec.run_id = o.rdzv_id.value;
     place_by_scheduler(sched, *multi_node);
-    multi_node->rendezvous.max_restarts = o.max_restarts;
     multi_node->rendezvous.store_access = access;
     multi_node->rendezvous.node_unit = checked_node_unit(o.node_unit, c.nnodes);
     c.warnings.insert(c.warnings.end(), multi_node->warnings.begin(), multi_node->warnings.end());

@@ -38,11 +38,7 @@ std::optional<record_kind> parse_kind(std::string_view name) {
 }
 
 round_record foreign(std::string_view text, int version) {
-  round_record r;
-  r.kind = record_kind::foreign;
-  r.detail = std::string(text);
-  r.version = version;
-  return r;
+  return {.kind = record_kind::foreign, .detail = std::string(text), .version = version};
 }
 
 template <typename T>
@@ -187,34 +183,17 @@ std::string version_mismatch_line(int theirs, std::string_view what) {
 }
 
 round_record node_lost(int node, std::string addr) {
-  round_record r;
-  r.kind = record_kind::node_lost;
-  r.node = node;
-  r.addr = std::move(addr);
-  return r;
+  return {.kind = record_kind::node_lost, .node = node, .addr = std::move(addr)};
 }
 
-round_record node_silent(int node) {
-  round_record r;
-  r.kind = record_kind::node_silent;
-  r.node = node;
-  return r;
-}
+round_record node_silent(int node) { return {.kind = record_kind::node_silent, .node = node}; }
 
 round_record newcomer() { return round_record{}; }
 
 round_record leaving(failure_class c, std::string why) {
-  round_record r;
-  r.kind = record_kind::node_left;
-  r.klass = c;
-  r.detail = std::move(why);
-  return r;
+  return {.kind = record_kind::node_left, .klass = c, .detail = std::move(why)};
 }
 
-round_record finished() {
-  round_record r;
-  r.kind = record_kind::finished;
-  return r;
-}
+round_record finished() { return {.kind = record_kind::finished}; }
 
 }  // namespace dtrun::records

@@ -35,44 +35,81 @@ std::optional<std::uint8_t> find_byte(const std::array<op, n>& table, op o) {
 }
 
 
-void read_fields(op kind, cursor& c, request& r) {
+// What follows a command's byte (docs/store.md): each command's layout,
+// named once here, so the reader and the writer cannot disagree on it.
+enum class body {
+  nonce,            // u32: VALIDATE, PING
+  key_value,        // key, value: SET, APPEND, QUEUE_PUSH
+  key_two_values,   // key, expected, desired: COMPARE_SET
+  key_number,       // key, i64: ADD, BARRIER
+  key,              // GET, DELETE_KEY, WATCH_KEY, QUEUE_POP, QUEUE_LEN
+  keys,             // count, keys: CHECK, WAIT, MULTI_GET
+  key_value_pairs,  // count, (key, value)...: MULTI_SET
+  nothing,          // GETNUMKEYS, CANCEL_WAIT, LIST_KEYS
+};
+
+body body_of(op kind) {
   switch (kind) {
     case op::validate:
     case op::ping:
-      r.nonce = c.value<std::uint32_t>();
-      break;
+      return body::nonce;
     case op::set:
     case op::append:
     case op::queue_push:
-      r.keys.push_back(c.key());
-      r.values.push_back(c.payload());
-      break;
+      return body::key_value;
     case op::compare_set:
-      r.keys.push_back(c.key());
-      r.values.push_back(c.payload());
-      r.values.push_back(c.payload());
-      break;
+      return body::key_two_values;
     case op::add:
     case op::barrier:
-      r.keys.push_back(c.key());
-      r.number = c.value<std::int64_t>();
-      break;
+      return body::key_number;
     case op::get:
     case op::delete_key:
     case op::watch_key:
     case op::queue_pop:
     case op::queue_len:
-      r.keys.push_back(c.key());
-      break;
+      return body::key;
     case op::check:
     case op::wait:
-    case op::multi_get: {
+    case op::multi_get:
+      return body::keys;
+    case op::multi_set:
+      return body::key_value_pairs;
+    case op::num_keys:
+    case op::cancel_wait:
+    case op::list_keys:
+      return body::nothing;
+  }
+  return body::nothing;
+}
+
+void read_fields(op kind, cursor& c, request& r) {
+  switch (body_of(kind)) {
+    case body::nonce:
+      r.nonce = c.value<std::uint32_t>();
+      break;
+    case body::key_value:
+      r.keys.push_back(c.key());
+      r.values.push_back(c.payload());
+      break;
+    case body::key_two_values:
+      r.keys.push_back(c.key());
+      r.values.push_back(c.payload());
+      r.values.push_back(c.payload());
+      break;
+    case body::key_number:
+      r.keys.push_back(c.key());
+      r.number = c.value<std::int64_t>();
+      break;
+    case body::key:
+      r.keys.push_back(c.key());
+      break;
+    case body::keys: {
       auto n = c.count();
       // Grow as bytes arrive; never reserve from an untrusted count.
       for (std::uint64_t i = 0; i < n && c.ok(); ++i) r.keys.push_back(c.key());
       break;
     }
-    case op::multi_set: {
+    case body::key_value_pairs: {
       auto n = c.count();
       for (std::uint64_t i = 0; i < n && c.ok(); ++i) {
         r.keys.push_back(c.key());
@@ -80,9 +117,7 @@ void read_fields(op kind, cursor& c, request& r) {
       }
       break;
     }
-    case op::num_keys:
-    case op::cancel_wait:
-    case op::list_keys:
+    case body::nothing:
       break;
   }
 }
@@ -244,41 +279,31 @@ std::string encode_request(dialect d, const request& req) {
   }
   std::string out;
   put_u8(out, *byte);
-  switch (req.kind) {
-    case op::validate:
-    case op::ping:
+  switch (body_of(req.kind)) {
+    case body::nonce:
       put_u32(out, req.nonce);
       break;
-    case op::set:
-    case op::append:
-    case op::queue_push:
+    case body::key_value:
       put_bytes(out, req.keys.at(0));
       put_bytes(out, req.values.at(0));
       break;
-    case op::compare_set:
+    case body::key_two_values:
       put_bytes(out, req.keys.at(0));
       put_bytes(out, req.values.at(0));
       put_bytes(out, req.values.at(1));
       break;
-    case op::add:
-    case op::barrier:
+    case body::key_number:
       put_bytes(out, req.keys.at(0));
       put_i64(out, req.number);
       break;
-    case op::get:
-    case op::delete_key:
-    case op::watch_key:
-    case op::queue_pop:
-    case op::queue_len:
+    case body::key:
       put_bytes(out, req.keys.at(0));
       break;
-    case op::check:
-    case op::wait:
-    case op::multi_get:
+    case body::keys:
       put_u64(out, req.keys.size());
       for (const auto& k : req.keys) put_bytes(out, k);
       break;
-    case op::multi_set:
+    case body::key_value_pairs:
       if (req.keys.size() != req.values.size()) {
         throw std::invalid_argument("MULTI_SET needs as many values as keys");
       }
@@ -288,9 +313,7 @@ std::string encode_request(dialect d, const request& req) {
         put_bytes(out, req.values[i]);
       }
       break;
-    case op::num_keys:
-    case op::cancel_wait:
-    case op::list_keys:
+    case body::nothing:
       break;
   }
   return out;

@@ -43,6 +43,7 @@
 #include <functional>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -354,12 +355,10 @@ nlohmann::json result(const run_state& state, std::int64_t connect_ns, int conne
   };
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+// The flags, checked; an exit code when the process should stop here
+// (--help, a wrong flag, ranks outside the world, too few descriptors).
+std::optional<int> parse_flags(int argc, char** argv, options& opts, std::string& dialect) {
   CLI::App app{"store_barrier: N ranks' init_process_group + store barrier against a TCPStore"};
-  options opts;
-  std::string dialect = "v1.13";
   dtrun::bench::add_dialect_option(app, dialect);
   app.add_option("--host", opts.host)->capture_default_str();
   app.add_option("--port", opts.port)->required();
@@ -377,7 +376,11 @@ int main(int argc, char** argv) {
                  "connects in flight at once (a burst of thousands overflows a server's "
                  "accept queue)")
       ->capture_default_str()->check(CLI::PositiveNumber);
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
   if (opts.first_rank + opts.ranks > opts.world) {
     std::cerr << fmt::format("store_barrier: ranks {}..{} are outside a world of {}\n",
                              opts.first_rank, opts.first_rank + opts.ranks - 1, opts.world);
@@ -390,6 +393,42 @@ int main(int argc, char** argv) {
                              opts.ranks, opts.ranks + 16, files);
     return 2;
   }
+  return std::nullopt;
+}
+
+// Phase 1: connect and hello, at most --connect-concurrency at a time:
+// each rank ending its hello opens the next connection. Returns how long
+// it took.
+std::int64_t connect_ranks(run_state& state, std::vector<std::shared_ptr<rank_client>>& ranks) {
+  const auto connect_start = monotonic_ns();
+  std::size_t next = 0;
+  state.on_rank_done = [&] {
+    if (next < ranks.size()) ranks[next++]->connect();
+  };
+  state.pending = state.opts.ranks;
+  for (int i = 0; i < std::min(state.opts.ranks, state.opts.connect_concurrency); ++i) {
+    ranks[next++]->connect();
+  }
+  run_phase(state, ranks);
+  state.on_rank_done = nullptr;
+  return monotonic_ns() - connect_start;
+}
+
+// Phase 2: every rank at once, from one instant.
+void run_barrier(run_state& state, std::vector<std::shared_ptr<rank_client>>& ranks) {
+  state.go_ns = monotonic_ns();
+  state.last_done_ns = state.go_ns;
+  state.pending = state.opts.ranks;
+  for (auto& r : ranks) r->run();
+  run_phase(state, ranks);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  options opts;
+  std::string dialect = "v1.13";
+  if (auto code = parse_flags(argc, argv, opts, dialect)) return *code;
 
   // One thread: no locking in Asio's scheduler and reactor.
   asio::io_context io(BOOST_ASIO_CONCURRENCY_HINT_UNSAFE);
@@ -405,18 +444,7 @@ int main(int argc, char** argv) {
     ranks.push_back(std::make_shared<rank_client>(state, opts.first_rank + i));
   }
 
-  // Phase 1: connect and hello, at most --connect-concurrency at a time:
-  // each rank ending its hello opens the next connection.
-  const auto connect_start = monotonic_ns();
-  std::size_t next = 0;
-  state.on_rank_done = [&] {
-    if (next < ranks.size()) ranks[next++]->connect();
-  };
-  state.pending = opts.ranks;
-  for (int i = 0; i < std::min(opts.ranks, opts.connect_concurrency); ++i) ranks[next++]->connect();
-  run_phase(state, ranks);
-  state.on_rank_done = nullptr;
-  const auto connect_ns = monotonic_ns() - connect_start;
+  const auto connect_ns = connect_ranks(state, ranks);
   const int connected = static_cast<int>(
       std::count_if(ranks.begin(), ranks.end(), [](auto& r) { return !r->failed(); }));
   if (state.errors > 0) {
@@ -432,12 +460,7 @@ int main(int argc, char** argv) {
               << (std::cin ? "'" + line + "'" : std::string("end of input")) << '\n';
     return 2;
   }
-  // Phase 2: every rank at once, from one instant.
-  state.go_ns = monotonic_ns();
-  state.last_done_ns = state.go_ns;
-  state.pending = opts.ranks;
-  for (auto& r : ranks) r->run();
-  run_phase(state, ranks);
+  run_barrier(state, ranks);
   auto out = result(state, connect_ns, connected);
   std::cout << out.dump() << std::endl;
   // Hold the connections, as a job holds its store's, until the driver has

@@ -8,10 +8,8 @@ bound is an upper limit, never a wait."""
 
 from __future__ import annotations
 
-import json
 import os
 import select
-import shutil
 import signal
 import subprocess
 import sys
@@ -20,57 +18,10 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import invariants
+from . import faults, invariants
 from .schedule import Fault
-
-HERE = Path(__file__).resolve().parent
-SOURCE_DIR = HERE.parents[1]
-NETNS = SOURCE_DIR / "scripts" / "netns"
-PYTHON = "/usr/bin/python3"
-PORT = 29400
-# Fast rendezvous timeouts, as in the multi-node tests: a silent node is
-# noticed within 3 s; join_timeout bounds a job whose store is gone.
-KEEP_ALIVE, ATTEMPTS, JOIN_TIMEOUT = 1, 3, 30
-RDZV_CONF = (f"join_timeout={JOIN_TIMEOUT},last_call_timeout=1,keep_alive_interval={KEEP_ALIVE},"
-             f"keep_alive_max_attempt={ATTEMPTS},close_timeout=10")
-STOP_TIMEOUT = 5
-# etcd: lease_ttl 3 s is the least that is safe with etcd's 1 s election
-# timeout (tests/e2e/test_etcd_rendezvous.py).
-LEASE_TTL = 3
-ETCD_CONF = RDZV_CONF + f",lease_ttl={LEASE_TTL},request_timeout=5"
-
-
-def sh(*argv, check=False) -> subprocess.CompletedProcess:
-    return subprocess.run([str(a) for a in argv], capture_output=True, text=True, check=check)
-
-
-_PROBES: dict[str, str | None] = {}
-
-
-def not_applicable(kind: str, backend: str) -> str | None:
-    """Why this machine cannot apply a fault kind, or None when it can
-    (probed once, in a namespace of its own)."""
-    if kind == "health_check":
-        return "no health check in dtrun yet (issue 34)"
-    if kind in ("partition", "loss"):
-        if shutil.which("nft") is None:
-            return "nft (nftables) is not installed"
-        return None
-    if kind == "disk_full" and os.geteuid() != 0:
-        return "mounting a tmpfs needs root"
-    if kind == "delay":
-        if "delay" not in _PROBES:
-            ns = f"chprobe{uuid.uuid4().hex[:6]}"
-            sh("ip", "netns", "add", ns)
-            r = sh("ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "lo", "root",
-                   "netem", "delay", "10ms")
-            sh("ip", "netns", "del", ns)
-            _PROBES["delay"] = None if r.returncode == 0 else (
-                "tc netem unavailable (the kernel has no sch_netem: "
-                f"{(r.stderr.strip() or 'tc failed').splitlines()[0]})")
-        return _PROBES["delay"]
-    return None
-
+from .settings import (ATTEMPTS, ETCD_CONF, HEALTH_INTERVAL, JOIN_TIMEOUT, KEEP_ALIVE, LEASE_TTL,
+                       NETNS, PORT, PYTHON, RDZV_CONF, SOURCE_DIR, STOP_TIMEOUT, HERE, sh)
 
 @dataclass
 class Config:
@@ -112,6 +63,8 @@ class Agent:
     proc: subprocess.Popen
     pidfd: int
     log: Path
+    # Its end is the harness's doing (killed, or made to fail its health
+    # check and leave), not the job's.
     killed_by_harness: bool = False
     exit_code: int | None = None
 
@@ -179,6 +132,8 @@ class Run:
                 f"--nproc-per-node={c.nproc}", *rdzv, "--rdzv-id=chaos",
                 f"--max-restarts={c.max_restarts}",
                 f"--stop-timeout={STOP_TIMEOUT}", f"--event-log={self.events}",
+                f"--node-health-check=test ! -e {self.unhealthy_marker(i)}",
+                f"--node-health-check-interval={HEALTH_INTERVAL}",
                 f"--log-dir={self.logs}/h{i}", "--redirects=3", "--python", c.python,
                 HERE / "worker.py", "--journal", self.journal, "--ckpt-dir", self.dir,
                 "--steps", c.steps, "--ckpt-every", c.ckpt_every, "--step-sleep", c.step_sleep,
@@ -191,6 +146,10 @@ class Run:
         self.agents.append(a)
         self.current[i] = a
         return a
+
+    def unhealthy_marker(self, i: int) -> Path:
+        """While this file exists, host i's health check fails."""
+        return self.dir / f"unhealthy-h{i}"
 
     def live(self) -> list[Agent]:
         return [a for a in self.agents if a.exit_code is None]
@@ -220,118 +179,6 @@ class Run:
     def netns_pids(self, i: int) -> list[int]:
         r = sh("ip", "netns", "pids", self.ns(i))
         return [int(x) for x in r.stdout.split()]
-
-    # --- faults ---------------------------------------------------------------
-
-    def nft(self, i: int, rules: str) -> str | None:
-        r = subprocess.run(["ip", "netns", "exec", self.ns(i), "nft", "-f", "-"], input=rules,
-                           capture_output=True, text=True)
-        return None if r.returncode == 0 else r.stderr.strip()
-
-    def apply(self, f: Fault) -> str | None:
-        """Applies a fault; returns why it could not be, or None."""
-        a = self.current.get(f.host)
-        alive = a is not None and a.exit_code is None
-        k = f.kind
-        if k in ("kill_worker", "stop_worker"):
-            if not alive:
-                return "skipped: no agent on that host now"
-            ws = self.workers_of(a)
-            if not ws:
-                return "skipped: no worker running at that moment (between rounds)"
-            f._pid = ws[f.pick % len(ws)]
-            os.kill(f._pid, signal.SIGKILL if k == "kill_worker" else signal.SIGSTOP)
-        elif k == "kill_all_workers":
-            # Every pid first, then the kills back to back: the failures
-            # land on every node within a millisecond or so.
-            pids = [w for x in self.live() for w in self.workers_of(x)]
-            if not pids:
-                return "skipped: no worker running at that moment (between rounds)"
-            for w in pids:
-                try:
-                    os.kill(w, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-        elif k in ("kill_agent", "stop_agent"):
-            if not alive:
-                return "skipped: no agent on that host now"
-            f._pid = a.proc.pid
-            if k == "kill_agent":
-                a.killed_by_harness = True
-            os.kill(a.proc.pid, signal.SIGKILL if k == "kill_agent" else signal.SIGSTOP)
-        elif k == "store_kill" and self.cfg.backend == "etcd":
-            self.etcd.kill(self.cfg.hosts + f.host)
-        elif k in ("kill_host", "store_kill"):
-            if a is not None:
-                a.killed_by_harness = True
-            for pid in self.netns_pids(f.host):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-        elif k == "link_down":
-            sh("ip", "-n", self.ns(f.host), "link", "set", "eth0", "down", check=True)
-        elif k == "partition":
-            return self.nft(f.host, "table inet chaos {\nchain in { type filter hook input "
-                            f"priority 0; ip saddr {self.addr(f.peer)} drop; }}\n}}\n")
-        elif k == "loss":
-            rule = f"numgen random mod 100 < {f.percent} drop;"
-            return self.nft(f.host, "table inet chaos {\n"
-                            f"chain in {{ type filter hook input priority 0; {rule} }}\n"
-                            f"chain out {{ type filter hook output priority 0; {rule} }}\n}}\n")
-        elif k == "disk_full":
-            # Unbuffered writes until ENOSPC: a buffered file would raise
-            # it again from its close.
-            fd = os.open(self.logs / "filler", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            chunk = b"\0" * 65536
-            try:
-                while True:
-                    os.write(fd, chunk)
-            except OSError:
-                pass  # ENOSPC: the disk is full, which is the point
-            finally:
-                os.close(fd)
-        elif k == "hostile_clients":
-            # c10d: the endpoint store; etcd: the workers' store on group
-            # rank 0's host (etcd is not dtrun's code), from the event log.
-            addr, port = self.addr(1), PORT
-            if self.cfg.backend == "etcd":
-                done = [e for e in invariants.read_jsonl(self.events)
-                        if e.get("event") == "rendezvous_completed"]
-                if not done:
-                    return "skipped: no round has completed yet"
-                addr, port = done[-1]["master_addr"], done[-1]["master_port"]
-            p = subprocess.Popen([str(NETNS), "exec", self.name, str(f.host), PYTHON,
-                                  str(HERE / "hostile.py"), addr, str(port),
-                                  str(f.hold), str(self.cfg.seed * 100 + f.index)],
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            self.helpers.append(p)
-        return None
-
-    def undo(self, f: Fault) -> None:
-        k = f.kind
-        if k in ("stop_worker", "stop_agent"):
-            try:
-                os.kill(f._pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
-        elif k == "link_down":
-            sh("ip", "-n", self.ns(f.host), "link", "set", "eth0", "up")
-        elif k in ("partition", "loss"):
-            sh("ip", "netns", "exec", self.ns(f.host), "nft", "delete", "table", "inet", "chaos")
-        elif k == "disk_full":
-            (self.logs / "filler").unlink(missing_ok=True)
-        elif k == "store_kill" and self.cfg.backend == "etcd":
-            # The member comes back from its data dir; not awaited (the loop
-            # goes on serving the job's events meanwhile).
-            self.etcd._start(self.cfg.hosts + f.host, "existing")
-        elif k in ("kill_agent", "kill_host"):
-            # The host comes back: a new agent joins the running job (a
-            # scale-up), unless the job has already ended.
-            if self.job_ended():
-                f._note = "not revived: the job had ended"
-            else:
-                self.start_agent(f.host)
 
     def job_ended(self) -> bool:
         """An agent that exited by itself means the job is over (success or
@@ -419,10 +266,10 @@ class Run:
                     if self.job_ended():
                         self.results.append({"fault": f, "status": "skipped: the job had ended"})
                         continue
-                    why = not_applicable(f.kind, cfg.backend)
+                    why = faults.not_applicable(f.kind, cfg.backend)
                     if why is None:
                         try:
-                            why = self.apply(f)
+                            why = faults.apply(self, f)
                         except (OSError, subprocess.SubprocessError) as e:
                             # The harness's own failure: said, never taken
                             # for dtrun's, and the run goes on.
@@ -437,7 +284,7 @@ class Run:
                     else:
                         busy_until = t
                 else:
-                    self.undo(f)
+                    faults.undo(self, f)
                     for r in self.results:
                         if r["fault"] is f:
                             r["t_undo"] = time.monotonic()
@@ -519,8 +366,10 @@ def execute(cfg: Config, schedule: list[Fault]) -> dict:
         # Undo whatever is still applied (a job that ended mid-fault).
         for r in run.results:
             if r["status"] == "applied" and r["fault"].hold and "t_undo" not in r:
-                if r["fault"].kind not in ("kill_agent", "kill_host"):
-                    run.undo(r["fault"])
+                if r["fault"].kind not in ("kill_agent", "kill_host", "health_check"):
+                    faults.undo(run, r["fault"])
+                elif r["fault"].kind == "health_check":
+                    run.unhealthy_marker(r["fault"].host).unlink(missing_ok=True)
         if loop["timed_out"]:
             for a in run.live():
                 a.killed_by_harness = True

@@ -25,7 +25,7 @@ KINDS = [
                       # etcd: one etcd member killed, then restarted
     "disk_full",      # the tmpfs under --log-dir filled for `hold` s, then emptied
     "hostile_clients",  # a burst of clients sending garbage and cut frames to the store
-    "health_check",   # a failing health check (issue 34, not landed)
+    "health_check",   # the host's --node-health-check fails for `hold` s: the node leaves; revived
     "kill_all_workers",  # every worker of every host SIGKILLed at once (all ranks hitting
                          # the same bug at the same step); opt-in, see DEFAULT_KINDS
 ]

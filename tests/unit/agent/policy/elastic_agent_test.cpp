@@ -201,6 +201,19 @@ TEST_CASE("a membership change restarts the group without spending a restart", "
   CHECK(t.runner.signals_to(t.round_pids(0)[0]) == std::vector<int>{SIGTERM, SIGCONT});
 }
 
+TEST_CASE("with -v the agent says why each round stopped and what follows", "[policy]") {
+  policy_test t(2, 1);
+  t.options.report.level = verbosity::verbose;
+  t.workers([&t](int round, int local_rank, pid_t pid) {
+    if (round == 0 && local_rank == 1) t.runner.exit(pid, 4);
+    if (round == 1) boost::asio::post(t.io, [&t] { t.rdzv.end_round(records::newcomer()); });
+    if (round == 2) t.runner.exit(pid, 0);
+  });
+  CHECK(t.run() == 0);
+  CHECK(t.logged("round 0 stopped: failure; next: decide the restart"));
+  CHECK(t.logged("round 1 stopped: membership change; next: rejoin"));
+}
+
 TEST_CASE("exit codes: killed by signal n is 128+n; a program that cannot start is not restarted",
           "[policy]") {
   {
