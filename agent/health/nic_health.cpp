@@ -71,7 +71,9 @@ bool port_is_active(const ib_port& p) {
   return p.state.find("ACTIVE") != std::string::npos;
 }
 
-std::string port_kind(const ib_port& p) { return p.link_layer == "Ethernet" ? "RoCE" : "InfiniBand"; }
+std::string port_kind(const ib_port& p) {
+  return p.link_layer == "Ethernet" ? "RoCE" : "InfiniBand";
+}
 
 // Up: "up", or "unknown" with a carrier (loopback and some virtual
 // interfaces never say "up").
@@ -230,8 +232,9 @@ std::vector<health_finding> nic_health::judge(const nic_snapshot& now, bool gati
     std::optional<std::uint64_t> before;
     if (auto it = counters_.find(key); it != counters_.end()) before = it->second;
     if (value) counters[key] = *value;
-    if (value && before && *value > *before) return std::make_optional(std::make_pair(*before, *value));
-    return std::optional<std::pair<std::uint64_t, std::uint64_t>>();
+    using rise = std::optional<std::pair<std::uint64_t, std::uint64_t>>;
+    if (value && before && *value > *before) return rise(std::make_pair(*before, *value));
+    return rise();
   };
   for (const auto& p : now.ports) {
     std::string key = fmt::format("port {}/{}", p.device, p.port);

@@ -35,7 +35,9 @@ std::string existing_folder(std::string folder) {
 // system other nodes share.
 std::string probe_tag() {
   char host[256] = {};
-  if (::gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0') return std::to_string(::getpid());
+  if (::gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0') {
+    return std::to_string(::getpid());
+  }
   std::string tag = host;
   for (char& c : tag) {
     if (c == '/' || static_cast<unsigned char>(c) < 0x20) c = '_';

@@ -182,8 +182,8 @@ void define_health_flags(CLI::App& app, launch_options& o) {
   add_option(app, "node-health-check", o.node_health_check,
              "A command (sh -c) that must exit 0 before this node joins and every "
              "--node-health-check-interval while its workers run; 'builtin': the built-in "
-             "checks (GPUs, disk, endpoint, network links, --storage-check) keep the node out too instead of only warning. "
-             "Give it twice for both")
+             "checks (GPUs, disk, endpoint, network links, --storage-check) keep the node out "
+             "too instead of only warning. Give it twice for both")
       ->expected(1)  // one value per flag: never the script after it
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
       ->group(group_health);

@@ -130,3 +130,32 @@ def test_a_hung_storage_path_warns_once_while_the_agent_answers(tmp_path):
                    for f in e["findings"] if f["check"] == "storage"]
         assert [(f["healthy"], f["gating"], f["repeated"]) for f in storage] == [
             (False, False, False)], storage
+
+
+def test_storage_paths_show_in_dry_run_absolute_and_an_empty_one_is_refused(tmp_path):
+    r = dh.run(["--dry-run", "--standalone", "--storage-check=/mnt/a,data", "--no-python", "true"],
+               cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    health = json.loads(r.stdout)["node_health_check"]
+    assert health["storage_check"] == ["/mnt/a", str(tmp_path / "data")]
+    assert health["interval_s"] == 300.0  # the links and paths are watched while running
+    bad = dh.run(["--standalone", "--storage-check=/mnt/a,,/mnt/b", "--no-python", "true"])
+    assert bad.returncode == 2, bad.stderr
+    assert bad.stderr.strip().splitlines() == [
+        "dtrun: error: --storage-check: an empty path in '/mnt/a,,/mnt/b'; give folders "
+        "separated by single commas"], bad.stderr
+
+
+def test_a_folder_that_answers_passes_and_keeps_nothing(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    events = tmp_path / "events.jsonl"
+    r = dh.run(["--standalone", "--node-health-check=builtin", f"--storage-check={shared}",
+                f"--event-log={events}", "--no-python", "/bin/sh", "-c", "touch ran"],
+               cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "ran").exists()
+    assert list(shared.iterdir()) == []  # the probe's file was removed
+    storage = [f for e in dh.read_json_lines(events) if e["event"] == "node_health"
+               for f in e["findings"] if f["check"] == "storage"]
+    assert [(f["healthy"], f["gating"]) for f in storage] == [(True, True)], storage
