@@ -27,6 +27,7 @@
 #include "agent/process/posix_process_runner.h"
 #include "agent/process/worker_group.h"
 #include "rendezvous/base/generation_timer.h"
+#include "tests/unit/agent/real_process_loop.h"
 #include "tests/unit/agent/test_files.h"
 
 namespace storage_probe_test {
@@ -34,28 +35,9 @@ namespace storage_probe_test {
 using namespace dtrun::agent;
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
-
-struct real_agent {
-  boost::asio::io_context io;
-  posix_process_runner runner{io};
-  worker_group group{io, runner, worker_group::hooks{}};
-  real_agent() { group.start(); }
-};
-
-// Runs the loop until `got` is set; fails the test if that takes longer
-// than `limit` (which only a broken probe would).
-void run_until(boost::asio::io_context& io, const std::optional<std::vector<health_finding>>& got,
-               std::chrono::seconds limit = 60s) {
-  dtrun::generation_timer safety(io);
-  bool expired = false;
-  safety.arm_after(limit, [&] {
-    expired = true;
-    io.stop();
-  });
-  while (!got && !expired) io.run_one();
-  io.restart();
-  REQUIRE_FALSE(expired);
-}
+using testing::group_gone_after_reaping;
+using testing::real_agent;
+using testing::run_until;
 
 storage_probe_options options_for(std::vector<std::string> paths,
                                   std::chrono::milliseconds deadline = 60s) {
@@ -118,15 +100,6 @@ struct stalling_mount {
     daemon = -1;
   }
 };
-
-// Reaps what is left of a process group (a blocking wait, not a poll:
-// the test process is the subreaper of the probe's orphans), then whether
-// the group is gone.
-bool group_gone_after_reaping(pid_t pgid) {
-  while (::waitpid(-pgid, nullptr, 0) > 0) {
-  }
-  return ::kill(-pgid, 0) == -1 && errno == ESRCH;
-}
 
 // The kernel state letters of a process group's members, from /proc.
 std::string group_states(pid_t pgid) {
