@@ -192,7 +192,8 @@ void define_health_flags(CLI::App& app, launch_options& o) {
       ->check(seconds_within("--node-health-check-interval", {true, max_duration_s}))
       ->group(group_health);
   add_option(app, "node-health-check-timeout", o.node_health_check_timeout,
-             "Seconds a health check may take; then it is killed and counts as failed")
+             "Seconds a health check may take; then it is killed and counts as failed (a "
+             "--storage-check path's deadline too)")
       ->check(seconds_within("--node-health-check-timeout", {false, max_duration_s}))
       ->group(group_health);
   add_option(app, "storage-check", o.storage_check,

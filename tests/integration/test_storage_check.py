@@ -24,11 +24,26 @@ UNHEALTHY = 75
 STALLING_FS = dh.SOURCE_DIR / "tests" / "fixtures" / "fuse" / "stalling_fs.py"
 
 
+class stalled:
+    def __init__(self, folder, daemon):
+        self.folder = folder
+        self.daemon = daemon
+
+    def wait_for_stalled_request(self):
+        """Blocks until a request reached the daemon, which never answers
+        it: the process that made it is blocked in the kernel for good."""
+        for line in iter(self.daemon.stdout.readline, ""):
+            if line.startswith("stalled "):
+                return
+        raise AssertionError("the FUSE daemon ended before any request reached it")
+
+
 @contextmanager
 def stalling_mount(tmp_path):
-    """Yields a folder no request about a name in is ever answered; tears
-    the mount down (the daemon killed: pending requests fail) at the end.
-    Skips, saying why, only where FUSE cannot be mounted."""
+    """Yields a `stalled` folder no request about a name in is ever
+    answered; tears the mount down (the daemon killed: pending requests
+    fail) at the end. Skips, saying why, only where FUSE cannot be
+    mounted."""
     if not os.access("/dev/fuse", os.R_OK | os.W_OK):
         pytest.skip("no usable /dev/fuse here: FUSE cannot be mounted")
     folder = tmp_path / "stalled"
@@ -40,7 +55,7 @@ def stalling_mount(tmp_path):
             daemon.wait(timeout=30)
             pytest.skip("tests/fixtures/fuse/stalling_fs.py could not mount (python3-fusepy and "
                         f"fuse from scripts/setup-deps?): {daemon.stderr.read().strip()}")
-        yield folder
+        yield stalled(folder, daemon)
     finally:
         daemon.kill()
         daemon.wait(timeout=30)
@@ -74,7 +89,8 @@ def states(pids):
 
 
 def test_a_hung_storage_path_keeps_the_node_out_with_builtin(tmp_path):
-    with stalling_mount(tmp_path) as mount:
+    with stalling_mount(tmp_path) as stall:
+        mount = stall.folder
         env = dh.job_env()
         r = dh.run(["--standalone", "--node-health-check=builtin", f"--storage-check={mount}",
                     "--node-health-check-timeout=0.5", "--no-python", "/bin/sh", "-c",
@@ -89,16 +105,14 @@ def test_a_hung_storage_path_keeps_the_node_out_with_builtin(tmp_path):
             f"check with: mount | grep {mount} and dmesg | tail; this node does not join the job "
             "(exit 75)"), lines
         assert not (tmp_path / "ran").exists()  # never ranked
-        # dtrun is gone; its probe is not: what it started blocks in the
-        # kernel, where the SIGKILL dtrun sent waits.
-        left = dh.marked_pids(env["DTRUN_TEST_MARK"])
-        assert left and set(states(left)) == {"D"}, [dh.describe_process(p) for p in left]
-    # The mount went: the blocked request failed, the pending SIGKILL acted.
+    # dtrun exited without waiting for its probe; once the mount went, the
+    # probe (blocked on it, or killed before it got there) is gone too.
     assert dh.gone_within(env["DTRUN_TEST_MARK"]) == []
 
 
 def test_a_hung_storage_path_warns_once_while_the_agent_answers(tmp_path):
-    with stalling_mount(tmp_path) as mount:
+    with stalling_mount(tmp_path) as stall:
+        mount = stall.folder
         env = dh.job_env(DTRUN_CONTROL_DIR=str(tmp_path / "control"))
         ready = dh.Fifo(tmp_path, "ready")
         go = dh.Fifo(tmp_path, "go")
@@ -109,6 +123,7 @@ def test_a_hung_storage_path_warns_once_while_the_agent_answers(tmp_path):
                          f"echo ready > {ready.path}; read line < {go.path}"], env)
         with dh.cleaned_up(proc, env["DTRUN_TEST_MARK"]):
             ready.lines(1)
+            stall.wait_for_stalled_request()  # the probe is blocked in the kernel now
             # Checks come every 0.1 s while the probe stays stuck: the agent's
             # loop answers, and the path has one probe, never a second.
             for _ in range(3):
@@ -120,6 +135,12 @@ def test_a_hung_storage_path_warns_once_while_the_agent_answers(tmp_path):
             go.write("go\n")
             assert proc.wait(timeout=60) == 0
             stderr = proc.stderr.read()
+            # dtrun exited without waiting for its probe, which is still
+            # blocked on the mount (D; R for the instant the SIGKILL dtrun
+            # sent woke it before the kernel's uninterruptible wait).
+            left = dh.marked_pids(env["DTRUN_TEST_MARK"])
+            assert left and set(states(left)) <= {"D", "R"}, \
+                [dh.describe_process(p) for p in left]
         said = [line for line in dtrun_lines(stderr) if "storage check failed" in line]
         assert len(said) == 1, stderr
         assert said[0].startswith(f"dtrun: warning: storage check failed: {mount} did not "
@@ -130,6 +151,8 @@ def test_a_hung_storage_path_warns_once_while_the_agent_answers(tmp_path):
                    for f in e["findings"] if f["check"] == "storage"]
         assert [(f["healthy"], f["gating"], f["repeated"]) for f in storage] == [
             (False, False, False)], storage
+    # The mount went: the blocked request failed, the pending SIGKILL acted.
+    assert dh.gone_within(env["DTRUN_TEST_MARK"]) == []
 
 
 def test_storage_paths_show_in_dry_run_absolute_and_an_empty_one_is_refused(tmp_path):
