@@ -52,7 +52,8 @@ node_health_checks::node_health_checks(boost::asio::io_context& io,
                                        const env_map& env, nvml_session& nvml,
                                        process_runner& runner, worker_group& exits,
                                        std::function<void(const std::string&)> debug)
-    : io_(io), options_(options), folder_(std::move(folder)), endpoint_(io), env_(env) {
+    : io_(io), options_(options), folder_(std::move(folder)), endpoint_(io), env_(env),
+      debug_(std::move(debug)) {
   if (nvml.available()) {
     gpus_ = expected_gpus(visible_gpus("/", env));
     // NVML sees GPUs the driver's /proc list does not show (a container
@@ -65,9 +66,9 @@ node_health_checks::node_health_checks(boost::asio::io_context& io,
           nvml_gpus(nvml)));
     }
     gpu_.emplace(nvml);
-    if (!gpu_->note().empty() && debug) debug(gpu_->note());
-  } else if (debug) {
-    debug(fmt::format("GPU health checks skipped: {}", nvml.why_unavailable()));
+    if (!gpu_->note().empty() && debug_) debug_(gpu_->note());
+  } else if (debug_) {
+    debug_(fmt::format("GPU health checks skipped: {}", nvml.why_unavailable()));
   }
   if (!options_.storage_paths.empty()) {
     storage_probe_options o;
@@ -124,7 +125,8 @@ void node_health_checks::resolve_endpoint(health_verdict verdict, bool with_buil
 
 // sysfs: quick, on the loop.
 void node_health_checks::check_links(health_verdict verdict) {
-  if (!interfaces_) {
+  bool first = !interfaces_;
+  if (first) {
     std::string routed = endpoint_.address().empty() ? std::string()
                                                      : route_interface(endpoint_.address());
     if (routed == "lo") routed.clear();  // one machine: no link to watch
@@ -133,6 +135,12 @@ void node_health_checks::check_links(health_verdict verdict) {
   auto hca = env_.find("NCCL_IB_HCA");
   auto now = read_nic_snapshot(options_.sysfs_root, hca == env_.end() ? "" : hca->second,
                                *interfaces_);
+  // A check with nothing to judge passes every node: said once.
+  if (first && now.ports.empty() && now.links.empty() && debug_) {
+    debug_("network link checks: nothing to watch (no InfiniBand or RoCE port in sysfs, and no "
+           "socket interface: NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME unset, and the "
+           "rendezvous endpoint is this machine)");
+  }
   for (auto& f : nic_.judge(now, options_.builtin_gating)) verdict.findings.push_back(std::move(f));
   probe_storage(std::move(verdict));
 }

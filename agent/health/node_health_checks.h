@@ -66,6 +66,7 @@ class node_health_checks final : public node_health_checker {
   nic_health nic_;
   std::optional<storage_probe> storage_;
   std::optional<health_command> command_;
+  std::function<void(const std::string&)> debug_;  // the agent's -v log
   std::function<void(health_verdict)> done_;
   bool first_ = true;
   std::uint64_t generation_ = 0;  // a posted check() of before a cancel() does nothing
