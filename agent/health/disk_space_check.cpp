@@ -12,8 +12,6 @@
 
 namespace dtrun::agent {
 
-namespace {
-
 // `folder` as a word a user can paste after `df -h`: as it is when it is
 // plain, else single-quoted (and printable: a control character is
 // escaped, not sent to the terminal).
@@ -30,8 +28,6 @@ std::string shell_word(const std::string& folder) {
   quoted += '\'';
   return printable(quoted);
 }
-
-}  // namespace
 
 std::string format_free_bytes(std::uint64_t bytes) {
   if (bytes < 1024) return fmt::format("{} B", bytes);

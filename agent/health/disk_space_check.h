@@ -15,6 +15,10 @@ namespace dtrun::agent {
 
 constexpr std::uint64_t default_min_free_bytes = std::uint64_t{1} << 30;  // 1 GiB
 
+// `path` as a word a user can paste after a command: as it is when it is
+// plain, else single-quoted (and printable).
+std::string shell_word(const std::string& path);
+
 // "512 B", "1.5 KiB", "3 GiB": binary units, at most one decimal.
 std::string format_free_bytes(std::uint64_t bytes);
 

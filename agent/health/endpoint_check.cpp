@@ -53,6 +53,7 @@ void endpoint_check::run(const std::string& host, std::chrono::milliseconds time
         } else if (found.empty()) {
           finish("no address");
         } else {
+          address_ = found.begin()->endpoint().address().to_string();
           finish("");
         }
       });

@@ -50,6 +50,9 @@ class endpoint_check {
   void cancel();
 
   bool running() const { return static_cast<bool>(done_); }
+  // The first address the last lookup that succeeded gave ("10.0.0.1"),
+  // else empty.
+  const std::string& address() const { return address_; }
 
  private:
   void finish(const std::string& error);
@@ -57,6 +60,7 @@ class endpoint_check {
   boost::asio::ip::tcp::resolver resolver_;
   generation_timer timeout_;
   std::string host_;
+  std::string address_;
   bool gating_ = false;
   std::function<void(health_finding)> done_;
   // Moved on by every run and cancel(), and by destruction: a lookup's

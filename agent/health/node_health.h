@@ -16,7 +16,7 @@ namespace dtrun::agent {
 
 // One finding of a check: a built-in (disk, endpoint, gpu) or the command.
 struct health_finding {
-  std::string check;  // "command", "disk", "endpoint", "gpu"
+  std::string check;  // "command", "disk", "endpoint", "gpu", "nic", "storage"
   bool healthy = true;
   // One line: what failed and the command to check it by hand; empty when
   // healthy.
@@ -27,6 +27,10 @@ struct health_finding {
   // The command's last output lines, bounded and printable; empty for the
   // built-ins.
   std::vector<std::string> output_tail;
+  // The same failure the check before reported (a port still down, a
+  // storage probe still stuck): kept in the verdict and the event, not
+  // said again in the agent's log, so a watch that lasts hours is one line.
+  bool repeated = false;
 };
 
 struct health_verdict {

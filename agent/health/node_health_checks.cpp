@@ -1,5 +1,7 @@
 #include "agent/health/node_health_checks.h"
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -29,6 +31,20 @@ std::string existing_folder(std::string folder) {
   return p.empty() ? std::string(".") : p.string();
 }
 
+// "HOST.PID": the storage probe's file is this agent's own, on a file
+// system other nodes share.
+std::string probe_tag() {
+  char host[256] = {};
+  if (::gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0') {
+    return std::to_string(::getpid());
+  }
+  std::string tag = host;
+  for (char& c : tag) {
+    if (c == '/' || static_cast<unsigned char>(c) < 0x20) c = '_';
+  }
+  return tag + "." + std::to_string(::getpid());
+}
+
 }  // namespace
 
 node_health_checks::node_health_checks(boost::asio::io_context& io,
@@ -36,7 +52,8 @@ node_health_checks::node_health_checks(boost::asio::io_context& io,
                                        const env_map& env, nvml_session& nvml,
                                        process_runner& runner, worker_group& exits,
                                        std::function<void(const std::string&)> debug)
-    : io_(io), options_(options), folder_(std::move(folder)), endpoint_(io) {
+    : io_(io), options_(options), folder_(std::move(folder)), endpoint_(io), env_(env),
+      debug_(std::move(debug)) {
   if (nvml.available()) {
     gpus_ = expected_gpus(visible_gpus("/", env));
     // NVML sees GPUs the driver's /proc list does not show (a container
@@ -49,9 +66,16 @@ node_health_checks::node_health_checks(boost::asio::io_context& io,
           nvml_gpus(nvml)));
     }
     gpu_.emplace(nvml);
-    if (!gpu_->note().empty() && debug) debug(gpu_->note());
-  } else if (debug) {
-    debug(fmt::format("GPU health checks skipped: {}", nvml.why_unavailable()));
+    if (!gpu_->note().empty() && debug_) debug_(gpu_->note());
+  } else if (debug_) {
+    debug_(fmt::format("GPU health checks skipped: {}", nvml.why_unavailable()));
+  }
+  if (!options_.storage_paths.empty()) {
+    storage_probe_options o;
+    o.paths = options_.storage_paths;
+    o.deadline = options_.timeout;
+    o.tag = probe_tag();
+    storage_.emplace(io, runner, exits, std::move(o));
   }
   if (!options_.command.empty()) {
     health_command_options o;
@@ -70,9 +94,8 @@ void node_health_checks::check(std::function<void(health_verdict)> done) {
   boost::asio::post(io_, [this, with_builtins, generation = ++generation_] {
     if (generation != generation_ || !done_) return;  // cancelled meanwhile
     health_verdict verdict;
-    if (!with_builtins) return run_command(std::move(verdict));
-    builtins(verdict);
-    resolve_endpoint(std::move(verdict));
+    if (with_builtins) builtins(verdict);
+    resolve_endpoint(std::move(verdict), with_builtins);
   });
 }
 
@@ -84,15 +107,49 @@ void node_health_checks::builtins(health_verdict& verdict) {
   if (gpu_) verdict.findings.push_back(gpu_->check(gpus_, gating));
 }
 
-// Only when it may keep the node out: the rendezvous already warns, at
-// once, of an endpoint that does not resolve (store_host.cpp).
-void node_health_checks::resolve_endpoint(health_verdict verdict) {
-  if (options_.endpoint_host.empty() || !options_.builtin_gating) {
-    return run_command(std::move(verdict));
+// Its finding only when it may keep the node out: the rendezvous already
+// warns, at once, of an endpoint that does not resolve (store_host.cpp).
+// Resolved once besides, for the route to it (the links' check).
+void node_health_checks::resolve_endpoint(health_verdict verdict, bool with_builtins) {
+  bool judged = with_builtins && options_.builtin_gating;
+  bool for_route = !interfaces_;
+  if (options_.endpoint_host.empty() || !(judged || for_route)) {
+    return check_links(std::move(verdict));
   }
   endpoint_.run(options_.endpoint_host, endpoint_timeout, options_.builtin_gating,
-                [this, verdict = std::move(verdict)](health_finding f) mutable {
-                  verdict.findings.push_back(std::move(f));
+                [this, judged, verdict = std::move(verdict)](health_finding f) mutable {
+                  if (judged) verdict.findings.push_back(std::move(f));
+                  check_links(std::move(verdict));
+                });
+}
+
+// sysfs: quick, on the loop.
+void node_health_checks::check_links(health_verdict verdict) {
+  bool first = !interfaces_;
+  if (first) {
+    std::string routed = endpoint_.address().empty() ? std::string()
+                                                     : route_interface(endpoint_.address());
+    if (routed == "lo") routed.clear();  // one machine: no link to watch
+    interfaces_ = socket_interfaces(options_.sysfs_root, env_, routed);
+  }
+  auto hca = env_.find("NCCL_IB_HCA");
+  auto now = read_nic_snapshot(options_.sysfs_root, hca == env_.end() ? "" : hca->second,
+                               *interfaces_);
+  // A check with nothing to judge passes every node: said once.
+  if (first && now.ports.empty() && now.links.empty() && debug_) {
+    debug_("network link checks: nothing to watch (no InfiniBand or RoCE port in sysfs, and no "
+           "socket interface: NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME unset, and the "
+           "rendezvous endpoint is this machine)");
+  }
+  for (auto& f : nic_.judge(now, options_.builtin_gating)) verdict.findings.push_back(std::move(f));
+  probe_storage(std::move(verdict));
+}
+
+void node_health_checks::probe_storage(health_verdict verdict) {
+  if (!storage_) return run_command(std::move(verdict));
+  storage_->run(options_.builtin_gating,
+                [this, verdict = std::move(verdict)](std::vector<health_finding> found) mutable {
+                  for (auto& f : found) verdict.findings.push_back(std::move(f));
                   run_command(std::move(verdict));
                 });
 }
@@ -114,6 +171,7 @@ void node_health_checks::cancel() {
   done_ = nullptr;
   ++generation_;
   endpoint_.cancel();
+  if (storage_) storage_->cancel();
   if (command_) command_->cancel();
 }
 

@@ -31,11 +31,23 @@ void elastic_agent::impl::check_health_then_join() {
   });
 }
 
+namespace {
+
+// A failure not reported before.
+bool has_news(const health_verdict& verdict) {
+  for (const auto& f : verdict.findings) {
+    if (!f.healthy && !f.repeated) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 // Each finding in one line (and the command's last lines at debug level),
 // and the event. Returns whether the node may join or stay.
 bool elastic_agent::impl::report_health(const health_verdict& verdict, const char* when) {
   for (const auto& f : verdict.findings) {
-    if (f.healthy) continue;
+    if (f.healthy || f.repeated) continue;  // a lasting problem is said once
     if (!f.gating) log(fmt::format("warning: {} (not keeping this node out: pass "
                                    "--node-health-check=builtin for that)",
                                    f.reason));
@@ -46,17 +58,19 @@ bool elastic_agent::impl::report_health(const health_verdict& verdict, const cha
 }
 
 // While the workers run: the command (and gating built-ins) every
-// --node-health-check-interval. The timer is armed when a round's workers
-// start and cancelled when the round ends (end_round), so a check never
-// delays a restart.
+// --node-health-check-interval, and the watches of the links and storage
+// paths, which run gating or not. The timer is armed when a round's
+// workers start and cancelled when the round ends (end_round), so a check
+// never delays a restart.
 void elastic_agent::impl::arm_health_check() {
-  if (health_ == nullptr || !options_.health.gating() || options_.health.interval.count() <= 0) {
-    return;
-  }
+  if (health_ == nullptr || options_.health.interval.count() <= 0) return;
   health_timer_.arm_after(options_.health.interval, [this] {
     if (phase_ != phase::running) return;
     health_->check([this](health_verdict verdict) {
       if (phase_ != phase::running) return;  // the round ended meanwhile: dropped
+      // A watch that only warns writes an event only with news: not one
+      // per interval for hours of a healthy job.
+      if (!options_.health.gating() && !has_news(verdict)) return arm_health_check();
       if (report_health(verdict, "while running")) return arm_health_check();
       leave_unhealthy(verdict.first_reason());
     });

@@ -172,7 +172,8 @@ void run_reporter::node_health(const health_verdict& verdict, std::string_view w
                              {"healthy", f.healthy},
                              {"gating", f.gating},
                              {"reason", f.reason.empty() ? ojson(nullptr) : ojson(f.reason)},
-                             {"output_tail", f.output_tail}});
+                             {"output_tail", f.output_tail},
+                             {"repeated", f.repeated}});
   }
   events_.emit("node_health", ojson{{"round", current_round()},
                                     {"when", std::string(when)},

@@ -33,6 +33,12 @@ struct node_health_options {
   // The rendezvous endpoint's host, for the built-in check that it
   // resolves; empty: single node, nothing to resolve.
   std::string endpoint_host;
+  // --storage-check: folders that must answer a 4 KiB write, fsync and
+  // read within `timeout` (storage_probe.h); empty: none.
+  std::vector<std::string> storage_paths;
+  // Where the NIC built-in reads the kernel's view of the links
+  // (nic_health.h); a fake tree in the tests.
+  std::string sysfs_root = "/sys";
 
   // Whether anything can keep the node out (the built-ins alone only warn).
   bool gating() const { return !command.empty() || builtin_gating; }

@@ -182,8 +182,8 @@ void define_health_flags(CLI::App& app, launch_options& o) {
   add_option(app, "node-health-check", o.node_health_check,
              "A command (sh -c) that must exit 0 before this node joins and every "
              "--node-health-check-interval while its workers run; 'builtin': the built-in "
-             "checks (GPUs, disk, endpoint) keep the node out too instead of only warning. "
-             "Give it twice for both")
+             "checks (GPUs, disk, endpoint, network links, --storage-check) keep the node out "
+             "too instead of only warning. Give it twice for both")
       ->expected(1)  // one value per flag: never the script after it
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
       ->group(group_health);
@@ -192,8 +192,14 @@ void define_health_flags(CLI::App& app, launch_options& o) {
       ->check(seconds_within("--node-health-check-interval", {true, max_duration_s}))
       ->group(group_health);
   add_option(app, "node-health-check-timeout", o.node_health_check_timeout,
-             "Seconds a health check may take; then it is killed and counts as failed")
+             "Seconds a health check may take; then it is killed and counts as failed (a "
+             "--storage-check path's deadline too)")
       ->check(seconds_within("--node-health-check-timeout", {false, max_duration_s}))
+      ->group(group_health);
+  add_option(app, "storage-check", o.storage_check,
+             "Folders (comma-separated) that must answer a 4 KiB write, fsync and read within "
+             "--node-health-check-timeout, checked with the node's health (a hung shared file "
+             "system); warn-only unless --node-health-check=builtin")
       ->group(group_health);
   add_option(app, "node-unit", o.node_unit,
              "Keep an elastic job's node count a multiple of this (tensor or pipeline "

@@ -150,6 +150,7 @@ struct launch_options {
   std::vector<std::string> node_health_check;
   double node_health_check_interval = 300.0;  // seconds; 0: before the first join only
   double node_health_check_timeout = 60.0;    // seconds
+  std::string storage_check;  // PATH,... (comma-separated); empty: none
   double gpu_reclaim_timeout = 30.0;  // seconds; 0: not waited for
   int node_unit = 1;  // a round's node count is a multiple of this
   int quarantine_after = 0;            // machine failures in a row; 0: no quarantine

@@ -43,9 +43,11 @@ nlohmann::json no_restart_json(const std::vector<agent::no_restart_rule>& rules)
 nlohmann::json node_health_json(const agent::node_health_options& h) {
   return {{"command", h.command.empty() ? nlohmann::json() : nlohmann::json(h.command)},
           {"builtin", h.builtin_gating ? "gating" : "warn"},
-          {"interval_s", h.gating() ? nlohmann::json(static_cast<double>(h.interval.count()) / 1000.0)
-                                    : nlohmann::json()},
-          {"timeout_s", static_cast<double>(h.timeout.count()) / 1000.0}};
+          // Every check after the first: the links and storage paths are
+          // watched whether or not anything gates.
+          {"interval_s", static_cast<double>(h.interval.count()) / 1000.0},
+          {"timeout_s", static_cast<double>(h.timeout.count()) / 1000.0},
+          {"storage_check", h.storage_paths}};
 }
 
 std::string rdzv_endpoint(const launch_config& c) {

@@ -2,7 +2,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
+#include <sstream>
 #include <string>
+#include <system_error>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -12,6 +16,25 @@
 
 namespace dtrun::launcher {
 namespace {
+
+// --storage-check: absolute paths (the probe runs in the agent's folder
+// too, but a message should name the path whole), made so without touching
+// the file system: a hung mount must not hang the launch.
+std::vector<std::string> storage_paths(const std::string& list) {
+  std::vector<std::string> paths;
+  std::stringstream in(list);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    if (item.empty()) {
+      throw usage_error("--storage-check: an empty path in '" + list +
+                        "'; give folders separated by single commas");
+    }
+    std::error_code ec;
+    auto whole = std::filesystem::absolute(item, ec);
+    paths.push_back(ec ? item : whole.lexically_normal().string());
+  }
+  return paths;
+}
 
 // --node-health-check: each value "builtin" or the one command.
 void resolve_health(const launch_options& o, launch_config& c) {
@@ -35,6 +58,7 @@ void resolve_health(const launch_options& o, launch_config& c) {
                                   {false, max_duration_s});
   if (h.timeout.count() == 0) h.timeout = std::chrono::milliseconds(1);
   if (const auto* multi = c.multi_node()) h.endpoint_host = multi->rendezvous.endpoint_host;
+  h.storage_paths = storage_paths(o.storage_check);
   c.agent.gpu_reclaim_timeout = seconds_to_duration(o.gpu_reclaim_timeout,
                                                     "--gpu-reclaim-timeout",
                                                     {true, max_duration_s});

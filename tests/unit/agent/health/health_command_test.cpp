@@ -23,37 +23,16 @@
 #include "rendezvous/base/generation_timer.h"
 #include "rendezvous/base/printable.h"
 #include "tests/unit/agent/fake_process_runner.h"
+#include "tests/unit/agent/real_process_loop.h"
 #include "tests/unit/agent/test_files.h"
 
 using namespace dtrun::agent;
 using namespace std::chrono_literals;
+using dtrun::agent::testing::group_gone_after_reaping;
+using dtrun::agent::testing::real_agent;
+using dtrun::agent::testing::run_until;
 
 namespace {
-
-// The agent's process machinery: SIGCHLD reaped on the loop, helpers'
-// exits handed over by the worker group.
-struct real_agent {
-  boost::asio::io_context io;
-  posix_process_runner runner{io};
-  worker_group group{io, runner, worker_group::hooks{}};
-  real_agent() { group.start(); }
-};
-
-// Runs the loop until `got` is set; fails the test if that takes longer
-// than `limit` (which only a broken check would).
-template <typename T>
-void run_until(boost::asio::io_context& io, const std::optional<T>& got,
-               std::chrono::seconds limit = 60s) {
-  dtrun::generation_timer safety(io);
-  bool expired = false;
-  safety.arm_after(limit, [&] {
-    expired = true;
-    io.stop();
-  });
-  while (!got && !expired) io.run_one();
-  io.restart();
-  REQUIRE_FALSE(expired);
-}
 
 health_command_options options_for(std::string command,
                                    std::chrono::milliseconds timeout = 60s) {
@@ -61,15 +40,6 @@ health_command_options options_for(std::string command,
   options.command = std::move(command);
   options.timeout = timeout;
   return options;
-}
-
-// Reaps what is left of a process group whose members were all SIGKILLed
-// (a blocking wait for the kill, not a poll), then whether the group is
-// gone.
-bool group_gone_after_reaping(pid_t pgid) {
-  while (::waitpid(-pgid, nullptr, 0) > 0) {
-  }
-  return ::kill(-pgid, 0) == -1 && errno == ESRCH;
 }
 
 std::size_t total_bytes(const std::vector<std::string>& lines) {

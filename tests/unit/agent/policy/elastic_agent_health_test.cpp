@@ -46,11 +46,14 @@ class scripted_checker : public node_health_checker {
   int cancels = 0;
   // Holds the answer back until release() (a check in flight).
   bool hold = false;
+  // Called as each check starts, after `checks` counted it.
+  std::function<void()> on_check;
 
   void check(std::function<void(health_verdict)> done) override {
     auto v = verdicts.at(std::min<std::size_t>(static_cast<std::size_t>(checks),
                                                verdicts.size() - 1));
     ++checks;
+    if (on_check) on_check();
     pending_ = [done, v] { done(v); };
     if (!hold) release();
   }
@@ -144,6 +147,28 @@ TEST_CASE("a warning of a built-in check does not keep the node out", "[policy][
   CHECK(t.checker.checks == 1);
   CHECK(t.logged("warning: only 0.2 GiB free under /logs (df -h /logs) (not keeping this node "
                  "out: pass --node-health-check=builtin for that)"));
+}
+
+TEST_CASE("a watch that only warns says a lasting failure once, however many checks find it",
+          "[policy][health]") {
+  health_test t(1);
+  t.options.health.command.clear();  // nothing gates: the links and storage are only watched
+  health_finding stuck{"storage", false, "storage check failed: /mnt/shared did not answer",
+                       false, {}};
+  health_finding still = stuck;
+  still.repeated = true;
+  t.checker.verdicts = {{{stuck}}, {{still}}};
+  pid_t worker = -1;
+  t.runner.on_spawn = [&worker](pid_t pid, const spawn_request&) { worker = pid; };
+  // The check before joining, then three while the worker runs.
+  t.checker.on_check = [&t, &worker] {
+    if (t.checker.checks == 4) t.runner.exit(worker, 0);
+  };
+  CHECK(t.run() == 0);
+  CHECK(t.checker.checks == 4);
+  CHECK(std::count_if(t.lines.begin(), t.lines.end(), [](const std::string& l) {
+          return l.find("storage check failed: /mnt/shared") != std::string::npos;
+        }) == 1);
 }
 
 TEST_CASE("a node that turns unhealthy stops its workers and leaves without spending a restart",
