@@ -155,6 +155,8 @@ class dynamic_rendezvous final : public rendezvous_handler {
   void share_progress(bool progressed, std::function<void(std::int64_t)> done) override;
   void publish_status(std::string status_json, std::function<void()> stored) override;
   void census(std::function<void(census_counts)> done) override;
+  void share_preflight(std::string figures, std::chrono::milliseconds timeout,
+                       preflight_judge judge, std::function<void(std::string)> done) override;
 
   // The store's port when this node hosts it (0 otherwise).
   std::uint16_t store_port() const;

@@ -62,6 +62,10 @@ class rendezvous_keys {
   std::string progress(std::int64_t r) const;
   // The round's job-wide checkpoint request (--checkpoint-signal): who.
   std::string checkpoint(std::int64_t r) const;
+  // --preflight: each node's figures (r/<r>/preflight/<group rank>) and
+  // node 0's verdict (r/<r>/preflight/verdict).
+  std::string preflight(std::int64_t r, int group_rank) const;
+  std::string preflight_verdict(std::int64_t r) const;
 
   // --- the failure board: dtrun/<run_id>/failures/<r>/... -----------------
   std::string failure_count(std::int64_t r) const;
