@@ -253,28 +253,28 @@ class rendezvous_handler {
   // `stored` is called once the store has it (never on an error).
   virtual void publish_status(std::string status_json, std::function<void()> stored) = 0;
 
-  // Who else the job has, for the agent's /metrics (docs/observability.md,
-  // dtrun_nodes): the arrivals and the member count (`closed`) of this
-  // node's round, and how many quarantine records the job listed. One
-  // read of three keys (O(1) per node and call); absent keys read 0. On a
-  // store error, or outside any round, `done` is not called. Single node:
-  // itself, at once.
   // --preflight (docs/agent.md, "Preflight"): shares this node's figures
   // (JSON text, a few hundred bytes) with the current round's nodes and
   // completes, on every node, with the round's one verdict (JSON text):
   // the round's node 0 waits up to `timeout` for every node's figures,
   // calls `judge` with them (by group rank; "" where none came) and the
-  // round's room, and stores what it returns; the others wait as long for
-  // it. O(1) store operations per node, O(n) for node 0, once. "" when no
-  // verdict came in time or on a store error (the round's end, if it
-  // ended, comes through watch_round). Single node: judge(its own), at
-  // once.
+  // round's room, and stores what it returns; the others wait for it
+  // twice as long (node 0's wait may start after theirs). O(1) store
+  // operations per node, O(n) for node 0, once. "" when no verdict came
+  // in time or on a store error (the round's end, if it ended, comes
+  // through watch_round). Single node: judge(its own), at once.
   using preflight_judge =
       std::function<std::string(std::vector<std::string> figures, preflight_room room)>;
   virtual void share_preflight(std::string figures, std::chrono::milliseconds timeout,
                                preflight_judge judge,
                                std::function<void(std::string verdict)> done) = 0;
 
+  // Who else the job has, for the agent's /metrics (docs/observability.md,
+  // dtrun_nodes): the arrivals and the member count (`closed`) of this
+  // node's round, and how many quarantine records the job listed. One
+  // read of three keys (O(1) per node and call); absent keys read 0. On a
+  // store error, or outside any round, `done` is not called. Single node:
+  // itself, at once.
   struct census_counts {
     std::int64_t joined = 0;
     std::int64_t members = 0;

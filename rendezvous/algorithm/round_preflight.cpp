@@ -34,8 +34,10 @@ void dynamic_rendezvous::impl::share_preflight(std::string figures,
   preflight_clients_.ops->connect(ignore);
   preflight_clients_.waits->connect(ignore);  // unused; connected so that it closes as it should
   if (group_rank_ == 0) return judge_preflight(r, timeout, std::move(judge), std::move(done));
+  // Twice as long: node 0's own wait may start later than ours (its check
+  // ended after ours) and lasts up to `timeout`.
   preflight_clients_.ops->get(
-      keys_.preflight_verdict(r), timeout,
+      keys_.preflight_verdict(r), 2 * timeout,
       [self = shared_from_this(), t = ticket(), done](store_result verdict) {
         if (!self->current(t)) return;
         self->close_preflight_clients();
