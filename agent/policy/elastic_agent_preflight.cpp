@@ -30,15 +30,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const char* action_name(preflight_action action) {
-  switch (action) {
-    case preflight_action::warn: return "warn";
-    case preflight_action::leave: return "leave";
-    case preflight_action::quarantine: return "quarantine";
-  }
-  return "warn";
-}
-
 std::string read_file(const fs::path& path) {
   std::ifstream in(path);
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
@@ -197,7 +188,7 @@ void elastic_agent::impl::preflight_decided(const std::string& text) {
     someone_leaves = someone_leaves || slow.leaves;
     log(fmt::format("warning: preflight: {}{}", describe(slow), preflight_consequence(slow)));
   }
-  reporter_.preflight(*verdict, action_name(options_.preflight.action));
+  reporter_.preflight(*verdict, preflight_action_name(options_.preflight.action));
   const auto* mine = verdict->named(round_info_.group_rank);
   if (mine != nullptr && mine->leaves) return leave_after_preflight(*mine);
   if (!someone_leaves) return start_workers(round_info_);
@@ -211,7 +202,7 @@ std::string elastic_agent::impl::preflight_consequence(const preflight_slow_node
     case preflight_action::quarantine:
       if (!slow.leaves) return fmt::format("; {}", preflight_verdict_->kept_because);
       return fmt::format("; it leaves the job (--preflight-action={})",
-                         action_name(options_.preflight.action));
+                         preflight_action_name(options_.preflight.action));
   }
   return "";
 }

@@ -66,6 +66,24 @@ enum class preflight_action {
   leave,       // it leaves as an unhealthy node does (a spare or a smaller job)
   quarantine,  // it is quarantined (--quarantine-after's record)
 };
+// The flags' words for them (--preflight=every-round, --preflight-action=leave).
+inline const char* preflight_mode_name(preflight_mode mode) {
+  switch (mode) {
+    case preflight_mode::off: return "off";
+    case preflight_mode::once: return "once";
+    case preflight_mode::every_round: return "every-round";
+  }
+  return "off";
+}
+inline const char* preflight_action_name(preflight_action action) {
+  switch (action) {
+    case preflight_action::warn: return "warn";
+    case preflight_action::leave: return "leave";
+    case preflight_action::quarantine: return "quarantine";
+  }
+  return "warn";
+}
+
 struct preflight_options {
   preflight_mode mode = preflight_mode::off;
   preflight_action action = preflight_action::warn;

@@ -42,11 +42,8 @@ nlohmann::json no_restart_json(const std::vector<agent::no_restart_rule>& rules)
 
 nlohmann::json preflight_json(const agent::preflight_options& p) {
   if (p.mode == agent::preflight_mode::off) return nullptr;
-  const char* action = p.action == agent::preflight_action::leave        ? "leave"
-                       : p.action == agent::preflight_action::quarantine ? "quarantine"
-                                                                         : "warn";
-  return {{"mode", p.mode == agent::preflight_mode::once ? "once" : "every-round"},
-          {"action", action},
+  return {{"mode", agent::preflight_mode_name(p.mode)},
+          {"action", agent::preflight_action_name(p.action)},
           {"timeout_s", static_cast<double>(p.timeout.count()) / 1000.0}};
 }
 

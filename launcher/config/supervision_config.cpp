@@ -58,12 +58,12 @@ void resolve_health(const launch_options& o, launch_config& c) {
 // "Preflight"); the values were checked by the command line's parse.
 void resolve_preflight(const launch_options& o, launch_config& c) {
   agent::preflight_options& p = c.agent.preflight;
-  p.mode = o.preflight == "every-round" ? agent::preflight_mode::every_round
-           : o.preflight == "once"      ? agent::preflight_mode::once
-                                        : agent::preflight_mode::off;
-  p.action = o.preflight_action == "leave"        ? agent::preflight_action::leave
-             : o.preflight_action == "quarantine" ? agent::preflight_action::quarantine
-                                                  : agent::preflight_action::warn;
+  for (auto mode : {agent::preflight_mode::once, agent::preflight_mode::every_round}) {
+    if (o.preflight == agent::preflight_mode_name(mode)) p.mode = mode;
+  }
+  for (auto action : {agent::preflight_action::leave, agent::preflight_action::quarantine}) {
+    if (o.preflight_action == agent::preflight_action_name(action)) p.action = action;
+  }
   p.timeout = seconds_to_duration(o.preflight_timeout, "--preflight-timeout",
                                   {false, max_duration_s});
   if (p.timeout.count() == 0) p.timeout = std::chrono::milliseconds(1);
