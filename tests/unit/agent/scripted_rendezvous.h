@@ -203,7 +203,7 @@ class scripted_rendezvous : public rendezvous::rendezvous_handler {
   // --preflight: the figures this node shared, and the room the judge
   // gets (a test sets it); the judge sees this node's figures alone.
   std::vector<std::string> preflight_figures;
-  preflight_room room{1, 0, 1};
+  rendezvous::preflight_room room{1, 0, 1};
   void share_preflight(std::string figures, std::chrono::milliseconds, preflight_judge judge,
                        std::function<void(std::string)> done) override {
     preflight_figures.push_back(figures);
