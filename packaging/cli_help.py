@@ -91,7 +91,10 @@ def parse_options(help_text: str) -> tuple[list[option], list[tuple[str, str]],
         if stripped.startswith("-") and line.startswith("  -"):
             head, text = (re.split(r"\s{2,}", stripped, maxsplit=1) + [""])[:2]
             spellings, _, rest = head.partition(" ")
-            names = [n for n in spellings.split(",") if n.startswith("-")]
+            # A flag whose bare form sets a value (CLI11's `--preflight{once}`)
+            # is spelled without it; its other values are given as `--flag=VALUE`.
+            names = [re.sub(r"\{[^}]*\}$", "", n) for n in spellings.split(",")
+                     if n.startswith("-")]
             takes_value = rest.startswith(TYPE_WORDS)
             current = option(names=names, takes_value=takes_value, description=text.strip(),
                              numeric=rest.startswith(("INT", "UINT", "FLOAT", "NUMBER")))

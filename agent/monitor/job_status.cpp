@@ -156,6 +156,7 @@ nlohmann::ordered_json to_json(const job_status& s) {
                {"lost_seconds", optional_value(s.lost_seconds)},
                {"spare_nodes", optional_value(s.spare_nodes)},
                {"quarantined_nodes", optional_value(s.quarantined_nodes)},
+               {"preflight", s.preflight ? s.preflight->to_json_value() : json(nullptr)},
                {"nodes", std::move(nodes)},
                {"workers", std::move(workers)}};
 }
@@ -203,6 +204,9 @@ std::optional<job_status> from_json(const nlohmann::json& j, std::string& error)
   if (auto v = number_in(j, "lost_seconds", 0, far_future)) s.lost_seconds = *v;
   if (auto v = integer_in(j, "spare_nodes", 0, i64_max)) s.spare_nodes = *v;
   if (auto v = integer_in(j, "quarantined_nodes", 0, i64_max)) s.quarantined_nodes = *v;
+  if (auto it = j.find("preflight"); it != j.end() && it->is_object()) {
+    s.preflight = preflight_verdict::from_json_value(*it);
+  }
   if (auto it = j.find("nodes"); it != j.end() && it->is_array()) {
     for (const auto& n : *it) {
       if (s.nodes.size() == status_max_entries) break;

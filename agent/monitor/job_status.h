@@ -18,6 +18,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "agent/health/preflight_verdict.h"
+
 namespace dtrun::agent {
 
 // The schema to_json() writes. from_json() reads any "dtrun.status/1"
@@ -87,6 +89,9 @@ struct job_status {
   // dtrun.status/1 after the first release.
   std::optional<std::int64_t> spare_nodes;
   std::optional<std::int64_t> quarantined_nodes;
+  // --preflight's last verdict (docs/agent.md, "Preflight"); unknown
+  // without one. Added to dtrun.status/1 after the first release.
+  std::optional<preflight_verdict> preflight;
   std::vector<node_status> nodes;  // empty for one node
   std::vector<worker_status> workers;
 };

@@ -207,7 +207,7 @@ void elastic_agent::impl::start_round() {
     runner_.when_warm([this, info, t] {
       // A signal ended the run meanwhile (or will, once the store has it).
       if (!current(t) || phase_ != phase::rendezvous || signalled()) return;
-      start_workers(info);
+      start_checked(info);
     });
   });
 }
@@ -216,7 +216,9 @@ void elastic_agent::impl::start_round() {
 void elastic_agent::impl::watch_round_end() {
   rendezvous_.watch_round([this](records::round_record end) {
     if (held_) return end_hold();  // the round's first end decides (elastic_agent_hold.cpp)
-    if (phase_ != phase::running && phase_ != phase::exiting) return;
+    if (phase_ != phase::running && phase_ != phase::exiting && phase_ != phase::preflight) {
+      return;
+    }
     if (end.kind == records::record_kind::job_stopped) {
       return stopped_elsewhere(records::stopped_by(end));
     }
@@ -255,6 +257,8 @@ worker_group::hooks elastic_agent::impl::group_hooks() {
 
 void elastic_agent::impl::on_worker_exit(const worker& w, const exit_status& status,
                                          std::chrono::system_clock::time_point exited_at) {
+  // dtrun's check, not the training: no failure (elastic_agent_preflight.cpp).
+  if (phase_ == phase::preflight) return preflight_worker_exited(w, status);
   // A SIGKILL dtrun did not send, while the kernel counted an OOM kill in
   // the workers' memory cgroup: the OOM killer's victim, proven.
   bool oom_killed = false;
@@ -350,6 +354,8 @@ void elastic_agent::impl::kills_overdue(
     begin_stop(SIGTERM);
   } else if (phase_ == phase::stopping && group_.waited_for() == 0) {
     group_stopped();
+  } else if (phase_ == phase::preflight && group_.waited_for() == 0) {
+    preflight_workers_done();
   }
 }
 
@@ -391,6 +397,7 @@ void elastic_agent::impl::finish(int code) {
   reporter_.agent_exiting(code);
   group_.cancel_timers();
   hold_timer_.cancel();
+  preflight_timer_.cancel();
   cancel_health_check();
   // What a health check left behind in a session of its own (no round's
   // end swept it: the node may never have run workers).

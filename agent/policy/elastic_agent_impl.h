@@ -18,6 +18,8 @@
 //                              failure is worth a restart (--no-restart-on,
 //                              --progress-file)
 //   elastic_agent_preempt.cpp  a job-wide checkpoint; leaving when preempted
+//   elastic_agent_preflight.cpp  --preflight: dtrun's check in the workers'
+//                              place before a round's training, its verdict
 // The policy only: the workers' processes are worker_group's, through a
 // process_runner, and the machine is asked through agent_env (docs/design.md,
 // "The agent: policy and parts").
@@ -26,6 +28,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <cstdint>
@@ -50,6 +53,7 @@
 #include "agent/devices/nvml_api.h"
 #include "agent/monitor/job_monitor.h"
 #include "agent/health/node_health.h"
+#include "agent/health/preflight_verdict.h"
 #include "agent/watch/progress_monitor.h"
 #include "agent/health/quarantine_record.h"
 #include "agent/spec/restart_policy.h"
@@ -112,11 +116,22 @@ class elastic_agent::impl {
     bool ends_job = false;
   };
 
-  // stopping: why is stop_ (stop_reason.h). exiting: our workers all
+  // preflight: dtrun's check runs in the workers' place, or its verdict is
+  // awaited (elastic_agent_preflight.cpp). stopping: why is stop_ (stop_reason.h). exiting: our workers all
   // succeeded; waiting in the exit barrier for the other nodes. outside:
   // out of the job for a while (unhealthy, or in quarantine), to check and
   // rejoin later. reclaiming: stopped; waiting for the GPUs to be given back.
-  enum class phase { starting, rendezvous, running, stopping, reclaiming, exiting, outside, done };
+  enum class phase {
+    starting,
+    rendezvous,
+    preflight,
+    running,
+    stopping,
+    reclaiming,
+    exiting,
+    outside,
+    done
+  };
 
   // A callback's round: one ticket per round (and a last one once the agent
   // finishes), so a callback for an earlier round, or one that comes after
@@ -238,6 +253,17 @@ class elastic_agent::impl {
   void leave_preempted();
   int exit_code_after_success();
 
+  // elastic_agent_preflight.cpp
+  void start_checked(const rendezvous::rendezvous_info& info);
+  void start_preflight(const rendezvous::rendezvous_info& info);
+  void spawn_preflight_worker(const rendezvous::rendezvous_info& info, int local_rank,
+                              const std::filesystem::path& dir, const std::string& script);
+  void preflight_worker_exited(const worker& w, const exit_status& status);
+  void preflight_workers_done();
+  void preflight_decided(const std::string& text);
+  std::string preflight_consequence(const preflight_slow_node& slow) const;
+  void leave_after_preflight(const preflight_slow_node& mine);
+
   // elastic_agent_watch.cpp
   void start_watchdog();
   void start_hang_detection();
@@ -333,6 +359,13 @@ class elastic_agent::impl {
   // its workers' time to save, then leaving with exit_preempted.
   std::int64_t checkpoint_round_ = -1;
   generation_timer preempt_timer_;
+  // --preflight (elastic_agent_preflight.cpp): the check's deadline, when
+  // it started, why this node has no figures (empty: it has), and the
+  // last verdict (`dtrun status` shows it).
+  generation_timer preflight_timer_{io_};
+  std::chrono::steady_clock::time_point preflight_started_{};
+  std::string preflight_problem_;
+  std::optional<preflight_verdict> preflight_verdict_;
 
   phase phase_ = phase::starting;
   ticket ticket_ = 0;

@@ -61,6 +61,16 @@ void elastic_agent::impl::on_signal(int sig) {
   // this node leave, as torchrun's.
   if (sig == SIGINT && phase_ != phase::done && !job_stop_sent_) stop_the_job(sig);
   switch (phase_) {
+    case phase::preflight:
+      // The check's workers stop as the training's would; after their
+      // verdict, none run and the agent exits as between rounds.
+      if (group_.waited_for() == 0) {
+        log(fmt::format("received {}; exiting", signal_name(sig)));
+        stop_because(stop::signal{sig, job_stop_sent_});
+        finish_after_job_stop(128 + sig);
+        break;
+      }
+      [[fallthrough]];
     case phase::running:
       stop_because(stop::signal{sig, job_stop_sent_});
       log(fmt::format("received {}; forwarding it to the workers and stopping them",
@@ -140,7 +150,7 @@ void elastic_agent::impl::stopped_elsewhere(const std::string& who) {
   // signal for the whole job, whichever reaches this node first (with
   // --hosts the launcher also forwards the SIGINT to every host, and the
   // store's word may come before it).
-  if (phase_ == phase::running) {
+  if (phase_ == phase::running || (phase_ == phase::preflight && group_.waited_for() > 0)) {
     begin_stop(SIGINT);
   } else if (phase_ != phase::stopping || group_.waited_for() == 0) {
     // (Stopping, a held failure's verdict: group_stopped finishes.)

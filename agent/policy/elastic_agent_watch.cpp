@@ -156,6 +156,7 @@ job_status elastic_agent::impl::facts() const {
   f.node_rank = round_info_.group_rank;
   f.nnodes = round_info_.group_world_size;
   f.phase = phase_name();
+  f.preflight = preflight_verdict_;
   f.hangs_detected = static_cast<std::uint64_t>(hangs_);
   f.failures = failures_;
   f.rounds = rounds_;
@@ -175,6 +176,7 @@ std::string elastic_agent::impl::phase_name() const {
   switch (phase_) {
     case phase::starting: return "starting";
     case phase::rendezvous: return "rendezvous";
+    case phase::preflight: return "preflight";
     case phase::running: return "running";
     case phase::stopping: return "stopping";
     case phase::exiting: return "exiting";

@@ -191,6 +191,36 @@ void run_reporter::checkpoint_requested(std::string_view by, std::string_view si
                                              {"signal", std::string(signal)}});
 }
 
+// Each named node's line rendered beside the typed verdict: `dtrun report`
+// and people read the line, tools the fields.
+void run_reporter::preflight(const preflight_verdict& verdict, std::string_view action) {
+  ojson named = ojson::array();
+  for (const auto& slow : verdict.slow) {
+    named.push_back(ojson{{"node", slow.node},
+                          {"host", slow.host},
+                          {"figure", slow.figure},
+                          {"value", slow.value},
+                          {"median", slow.median},
+                          {"leaves", slow.leaves},
+                          {"line", describe(slow)}});
+  }
+  events_.emit("preflight", ojson{{"round", current_round()},
+                                  {"action", std::string(action)},
+                                  {"nodes", verdict.nodes},
+                                  {"measured", verdict.measured},
+                                  {"median_compute_s", verdict.median_compute_s
+                                                           ? ojson(*verdict.median_compute_s)
+                                                           : ojson(nullptr)},
+                                  {"median_bandwidth_bps",
+                                   verdict.median_bandwidth_bps
+                                       ? ojson(*verdict.median_bandwidth_bps)
+                                       : ojson(nullptr)},
+                                  {"seconds", verdict.seconds},
+                                  {"slow", std::move(named)},
+                                  {"unmeasured", verdict.unmeasured},
+                                  {"summary", summary_line(verdict)}});
+}
+
 void run_reporter::promoted(std::int64_t round, int group_rank) {
   events_.emit("promoted", ojson{{"round", round}, {"group_rank", group_rank}});
 }

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "agent/health/node_health.h"
+#include "agent/health/preflight_verdict.h"
 #include "agent/health/quarantine_record.h"
 #include "agent/report/agent_log.h"
 #include "agent/report/event_log.h"
@@ -78,6 +79,9 @@ class run_reporter {
   void checkpoint_requested(std::string_view by, std::string_view signal);
   // A spare took a free group rank.
   void promoted(std::int64_t round, int group_rank);
+  // --preflight's verdict, as every node read it, and the action taken
+  // ("warn", "leave", "quarantine"): the `preflight` event.
+  void preflight(const preflight_verdict& verdict, std::string_view action);
   // This machine is kept out of the job for a cooldown.
   void quarantined(const quarantine_record& record);
 

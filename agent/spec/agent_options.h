@@ -61,6 +61,51 @@ struct quarantine_options {
   bool enabled() const { return after > 0; }
 };
 
+// --preflight and --preflight-action (docs/agent.md, "Preflight").
+enum class preflight_mode {
+  off,
+  once,         // in the job's first round (round 0) only: later rounds start at once
+  every_round,  // before every round's training
+};
+enum class preflight_action {
+  warn,        // name the slow node; it stays
+  leave,       // it leaves as an unhealthy node does (a spare or a smaller job)
+  quarantine,  // it is quarantined (--quarantine-after's record)
+};
+// The flags' words for them (--preflight=every-round, --preflight-action=leave).
+inline const char* preflight_mode_name(preflight_mode mode) {
+  switch (mode) {
+    case preflight_mode::off: return "off";
+    case preflight_mode::once: return "once";
+    case preflight_mode::every_round: return "every-round";
+  }
+  return "off";
+}
+inline const char* preflight_action_name(preflight_action action) {
+  switch (action) {
+    case preflight_action::warn: return "warn";
+    case preflight_action::leave: return "leave";
+    case preflight_action::quarantine: return "quarantine";
+  }
+  return "warn";
+}
+
+struct preflight_options {
+  preflight_mode mode = preflight_mode::off;
+  preflight_action action = preflight_action::warn;
+  // The check's workers and the exchange of figures each get this long;
+  // then the training starts without the figures that are missing.
+  std::chrono::milliseconds timeout = std::chrono::seconds(120);
+  // Each exchange's bytes (each way): enough to measure a link rather than
+  // its latency, small enough to take a fraction of a second.
+  long long payload_bytes = 4LL << 20;
+
+  // Whether round `round`'s training is preceded by the check.
+  bool due(std::int64_t round) const {
+    return mode == preflight_mode::every_round || (mode == preflight_mode::once && round == 0);
+  }
+};
+
 struct agent_options {
   worker_group_spec spec;
   // The resolved program and its arguments (argv[1..]).
@@ -120,6 +165,7 @@ struct agent_options {
   // gating), the command and gating built-ins also while workers run.
   node_health_options health;
   quarantine_options quarantine;
+  preflight_options preflight;
   // --no-restart-on: failures that end the job at once (restart_policy.h).
   std::vector<no_restart_rule> no_restart_on;
   // --preload: the modules Python workers' warm interpreter imports

@@ -177,6 +177,29 @@ void define_supervision_flags(CLI::App& app, launch_options& o) {
       ->group(group_supervision);
 }
 
+// --preflight alone is `once`; a value only as --preflight=VALUE, so the
+// flag never takes the script after it.
+void define_preflight_flags(CLI::App& app, launch_options& o, const std::string& group) {
+  app.add_flag("--preflight{once}", o.preflight,
+               "Before the training, run dtrun's check in the workers (a compute timing and "
+               "bandwidth between nodes, with the job's backend) and name a node far below the "
+               "job's median: once (the flag alone: the first round), every-round, or off")
+      ->envname(pet_name("preflight"))
+      ->check(CLI::IsMember({"off", "once", "every-round"}))
+      ->default_str("off")
+      ->group(group);
+  add_option(app, "preflight-action", o.preflight_action,
+             "What --preflight does with a slow node: warn, leave (a spare takes its place, or "
+             "the job goes on smaller if --nnodes allows; else it only warns) or quarantine")
+      ->check(CLI::IsMember({"warn", "leave", "quarantine"}))
+      ->group(group);
+  add_option(app, "preflight-timeout", o.preflight_timeout,
+             "Seconds the --preflight check may take; then the training starts without the "
+             "figures that are missing")
+      ->check(seconds_within("--preflight-timeout", {false, max_duration_s}))
+      ->group(group);
+}
+
 void define_health_flags(CLI::App& app, launch_options& o) {
   const std::string group_health = "Node health";
   add_option(app, "node-health-check", o.node_health_check,
@@ -223,6 +246,7 @@ void define_health_flags(CLI::App& app, launch_options& o) {
   add_option(app, "quarantine-file", o.quarantine_file,
              "Write the job's quarantined hosts here, one per line (for Slurm's --exclude)")
       ->group(group_health);
+  define_preflight_flags(app, o, group_health);
 }
 
 void define_program_flags(CLI::App& app, launch_options& o) {

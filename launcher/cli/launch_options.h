@@ -156,6 +156,11 @@ struct launch_options {
   int quarantine_after = 0;            // machine failures in a row; 0: no quarantine
   double quarantine_cooldown = 60.0;   // seconds, doubled each time up to an hour
   std::string quarantine_file;         // the quarantined hosts, one per line
+  // --preflight (docs/agent.md, "Preflight"): off, once (the flag alone)
+  // or every-round; what a slow node's verdict does; the check's bound.
+  std::string preflight = "off";
+  std::string preflight_action = "warn";
+  double preflight_timeout = 120.0;  // seconds
   // Program.
   std::string role = "default";
   bool module = false;

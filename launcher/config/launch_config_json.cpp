@@ -40,6 +40,13 @@ nlohmann::json no_restart_json(const std::vector<agent::no_restart_rule>& rules)
   return out;
 }
 
+nlohmann::json preflight_json(const agent::preflight_options& p) {
+  if (p.mode == agent::preflight_mode::off) return nullptr;
+  return {{"mode", agent::preflight_mode_name(p.mode)},
+          {"action", agent::preflight_action_name(p.action)},
+          {"timeout_s", static_cast<double>(p.timeout.count()) / 1000.0}};
+}
+
 nlohmann::json node_health_json(const agent::node_health_options& h) {
   return {{"command", h.command.empty() ? nlohmann::json() : nlohmann::json(h.command)},
           {"builtin", h.builtin_gating ? "gating" : "warn"},
@@ -144,6 +151,7 @@ nlohmann::json to_json(const launch_config& c, const env_map& env) {
                                                              1000.0},
                                           {"file", c.agent.quarantine.file}}
                          : nlohmann::json()},
+      {"preflight", preflight_json(c.agent.preflight)},
       {"stack_hook", c.agent.stack_hook},
       {"interpreter", c.agent.interpreter.empty() ? nlohmann::json() : nlohmann::json(c.agent.interpreter)},
       {"stop_on_stdin_eof", c.agent.stop_on_stdin_eof},

@@ -78,6 +78,24 @@ void resolve_health(const launch_options& o, launch_config& c) {
   }
 }
 
+// --preflight, --preflight-action and --preflight-timeout (docs/agent.md,
+// "Preflight"); the values were checked by the command line's parse.
+void resolve_preflight(const launch_options& o, launch_config& c) {
+  agent::preflight_options& p = c.agent.preflight;
+  for (auto mode : {agent::preflight_mode::once, agent::preflight_mode::every_round}) {
+    if (o.preflight == agent::preflight_mode_name(mode)) p.mode = mode;
+  }
+  for (auto action : {agent::preflight_action::leave, agent::preflight_action::quarantine}) {
+    if (o.preflight_action == agent::preflight_action_name(action)) p.action = action;
+  }
+  p.timeout = seconds_to_duration(o.preflight_timeout, "--preflight-timeout",
+                                  {false, max_duration_s});
+  if (p.timeout.count() == 0) p.timeout = std::chrono::milliseconds(1);
+  if (p.mode == agent::preflight_mode::off && o.preflight_action != "warn") {
+    c.warnings.push_back("--preflight-action has no effect without --preflight");
+  }
+}
+
 // --checkpoint-signal and --preempt-notice (docs/agent.md, "Preemption"):
 // signals a process can catch, each for its one job.
 void resolve_preemption(const launch_options& o, agent::agent_options& a) {
@@ -146,6 +164,7 @@ void resolve_supervision(const launch_options& o, const scheduler_env& sched, la
   }
   a.stack_hook = !o.no_stack_hook && !o.no_python;
   resolve_health(o, c);
+  resolve_preflight(o, c);
   if (o.metrics_port > max_port) {
     throw usage_error(fmt::format("--metrics-port: '{}' is not a whole number from 0 to {}",
                                   o.metrics_port, max_port));

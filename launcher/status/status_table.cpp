@@ -82,6 +82,15 @@ std::string render_status(const agent::job_status& s, double now) {
                        100.0 * *s.productive_seconds / (*s.productive_seconds + *s.lost_seconds),
                        *s.productive_seconds, *s.lost_seconds);
   }
+  if (s.preflight) {
+    // Rendered here from the typed verdict; its host names came from
+    // other agents, hence printable().
+    out += printable(agent::summary_line(*s.preflight)) + "\n";
+    for (const auto& slow : s.preflight->slow) {
+      out += fmt::format("preflight: {}{}\n", printable(agent::describe(slow)),
+                         slow.leaves ? "; it left the job" : "");
+    }
+  }
   if (!s.nodes.empty()) {
     text_table nodes({"NODE", "HOST", "AGENT PID", "STATE", "LAST SEEN"});
     for (const auto& n : s.nodes) {

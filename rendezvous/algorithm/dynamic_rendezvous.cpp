@@ -98,6 +98,7 @@ void dynamic_rendezvous::impl::shutdown() {
   if (ops_) ops_->close();
   if (waits_) waits_->close();
   close_checkpoint_watch();
+  close_preflight_clients();
   host_->stop();
 }
 
@@ -191,6 +192,12 @@ void dynamic_rendezvous::share_work(std::string node_work, bool gather, work_com
 }
 void dynamic_rendezvous::publish_stragglers(std::string verdict) {
   impl_->publish_stragglers(std::move(verdict));
+}
+
+void dynamic_rendezvous::share_preflight(std::string figures, std::chrono::milliseconds timeout,
+                                         preflight_judge judge,
+                                         std::function<void(std::string)> done) {
+  impl_->share_preflight(std::move(figures), timeout, std::move(judge), std::move(done));
 }
 store_server_stats dynamic_rendezvous::store_stats() const { return impl_->host().stats(); }
 std::uint16_t dynamic_rendezvous::worker_store_port() const {

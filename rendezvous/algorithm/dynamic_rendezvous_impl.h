@@ -88,6 +88,9 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   void census(std::function<void(rendezvous_handler::census_counts)> done);
   void share_work(std::string node_work, bool gather, rendezvous_handler::work_completion done);
   void publish_stragglers(std::string verdict);
+  void share_preflight(std::string figures, std::chrono::milliseconds timeout,
+                       rendezvous_handler::preflight_judge judge,
+                       std::function<void(std::string)> done);
   void shutdown();
 
   std::chrono::milliseconds departure_bound() const;
@@ -170,6 +173,12 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   // --- round_checkpoint.cpp -------------------------------------------------
   void close_checkpoint_watch();
 
+  // --- round_preflight.cpp --------------------------------------------------
+  void judge_preflight(std::int64_t r, std::chrono::milliseconds timeout,
+                       rendezvous_handler::preflight_judge judge,
+                       std::function<void(std::string)> done);
+  void close_preflight_clients();
+
   // --- round_leave.cpp ------------------------------------------------------
   void await_stop_seen(std::function<void()> done);
   void wake_joiners(std::function<void()> done);
@@ -228,6 +237,9 @@ class dynamic_rendezvous::impl : public std::enable_shared_from_this<dynamic_ren
   // of their own, since the watch lane already holds the WAIT on `over`.
   round_store_clients checkpoint_watch_;
   std::int64_t checkpoint_asked_round_ = -1;  // the round this node last asked in
+  // --preflight's waits (share_preflight), on clients of their own for the
+  // same reason; closed once it completes or the next round connects.
+  round_store_clients preflight_clients_;
 
   friend class dynamic_rendezvous;
 };

@@ -86,6 +86,15 @@ class job_stopped_error : public std::runtime_error {
   std::string who;
 };
 
+// What --preflight's verdict may take out of a round without leaving it
+// short (docs/agent.md, "Preflight"): its members, the spares waiting to
+// take a place, and the fewest nodes the job runs on (--nnodes's MIN).
+struct preflight_room {
+  int members = 1;
+  int spares = 0;
+  int min_nodes = 1;
+};
+
 class rendezvous_handler {
  public:
   // Either the round's info or the error that ended the rendezvous.
@@ -243,6 +252,22 @@ class rendezvous_handler {
   // status --rdzv-endpoint` finds it: best effort, never fails the job.
   // `stored` is called once the store has it (never on an error).
   virtual void publish_status(std::string status_json, std::function<void()> stored) = 0;
+
+  // --preflight (docs/agent.md, "Preflight"): shares this node's figures
+  // (JSON text, a few hundred bytes) with the current round's nodes and
+  // completes, on every node, with the round's one verdict (JSON text):
+  // the round's node 0 waits up to `timeout` for every node's figures,
+  // calls `judge` with them (by group rank; "" where none came) and the
+  // round's room, and stores what it returns; the others wait for it
+  // twice as long (node 0's wait may start after theirs). O(1) store
+  // operations per node, O(n) for node 0, once. "" when no verdict came
+  // in time or on a store error (the round's end, if it ended, comes
+  // through watch_round). Single node: judge(its own), at once.
+  using preflight_judge =
+      std::function<std::string(std::vector<std::string> figures, preflight_room room)>;
+  virtual void share_preflight(std::string figures, std::chrono::milliseconds timeout,
+                               preflight_judge judge,
+                               std::function<void(std::string verdict)> done) = 0;
 
   // Who else the job has, for the agent's /metrics (docs/observability.md,
   // dtrun_nodes): the arrivals and the member count (`closed`) of this

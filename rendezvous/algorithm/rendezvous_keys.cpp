@@ -63,6 +63,12 @@ std::string rendezvous_keys::stragglers(std::int64_t r) const {
 std::string rendezvous_keys::checkpoint(std::int64_t r) const {
   return round_key(r, "checkpoint");
 }
+std::string rendezvous_keys::preflight(std::int64_t r, int group_rank) const {
+  return round_key(r, fmt::format("preflight/{}", group_rank));
+}
+std::string rendezvous_keys::preflight_verdict(std::int64_t r) const {
+  return round_key(r, "preflight/verdict");
+}
 
 std::string rendezvous_keys::failures_key(std::int64_t r, const std::string& rest) const {
   return fmt::format("{}failures/{}/{}", prefix_, r, rest);

@@ -66,6 +66,10 @@ class rendezvous_keys {
   // interval, and the verdict node 0 makes of them.
   std::string work(std::int64_t r, int group_rank) const;  // r/<r>/work/<g>
   std::string stragglers(std::int64_t r) const;            // r/<r>/stragglers
+  // --preflight: each node's figures (r/<r>/preflight/<group rank>) and
+  // node 0's verdict (r/<r>/preflight/verdict).
+  std::string preflight(std::int64_t r, int group_rank) const;
+  std::string preflight_verdict(std::int64_t r) const;
 
   // --- the failure board: dtrun/<run_id>/failures/<r>/... -----------------
   std::string failure_count(std::int64_t r) const;

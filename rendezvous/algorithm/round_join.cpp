@@ -77,6 +77,7 @@ void dynamic_rendezvous::impl::reconnect(std::function<void(std::exception_ptr)>
   if (ops_) ops_->close();
   if (waits_) waits_->close();
   close_checkpoint_watch();
+  close_preflight_clients();
   auto clients = connect_(options_.join_timeout);
   ops_ = std::move(clients.ops);
   waits_ = std::move(clients.waits);

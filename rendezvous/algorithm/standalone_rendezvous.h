@@ -76,6 +76,8 @@ class standalone_rendezvous final : public rendezvous_handler {
   void census(std::function<void(census_counts)> done) override;
   void share_work(std::string node_work, bool gather, work_completion done) override;
   void publish_stragglers(std::string verdict) override;
+  void share_preflight(std::string figures, std::chrono::milliseconds timeout,
+                       preflight_judge judge, std::function<void(std::string)> done) override;
 
   std::uint16_t store_port() const;
 

@@ -219,6 +219,16 @@ class scripted_rendezvous : public rendezvous::rendezvous_handler {
     });
   }
   void publish_stragglers(std::string verdict) override { verdicts.push_back(std::move(verdict)); }
+  // --preflight: the figures this node shared, and the room the judge
+  // gets (a test sets it); the judge sees this node's figures alone.
+  std::vector<std::string> preflight_figures;
+  rendezvous::preflight_room room{1, 0, 1};
+  void share_preflight(std::string figures, std::chrono::milliseconds, preflight_judge judge,
+                       std::function<void(std::string)> done) override {
+    preflight_figures.push_back(figures);
+    auto verdict = judge({std::move(figures)}, room);
+    boost::asio::post(io_, [done, verdict] { done(verdict); });
+  }
 
  private:
   boost::asio::io_context& io_;

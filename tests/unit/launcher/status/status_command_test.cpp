@@ -108,6 +108,29 @@ TEST_CASE("the status table of a merged job has a nodes table and a node column"
   CHECK(text.find("RANK  LOCAL  NODE  PID") != std::string::npos);
 }
 
+TEST_CASE("the preflight's verdict travels in the status and is named in the table") {
+  auto s = one_node();
+  agent::preflight_verdict v;
+  v.nodes = 3;
+  v.measured = 3;
+  v.median_bandwidth_bps = 400e6;
+  v.seconds = 2.5;
+  v.slow.push_back({2, "h3", "bandwidth", 1.2e6, 400e6, true});
+  s.preflight = v;
+  std::string error;
+  auto back = agent::parse_status(agent::to_json(s).dump(), error);
+  REQUIRE(back);
+  REQUIRE(back->preflight);
+  REQUIRE(back->preflight->named(2));
+  CHECK(back->preflight->named(2)->leaves);
+  auto text = render_status(*back, 1000);
+  CHECK(text.find("preflight: 3 of 3 node(s) measured in 2.5 s, median bandwidth 400 MB/s; 1 "
+                  "node(s) far below the median\n") != std::string::npos);
+  CHECK(text.find("preflight: node 2 (host h3) is slow: bandwidth 1.2 MB/s against the job's "
+                  "median 400 MB/s (under 1/3 of it); it left the job\n") != std::string::npos);
+  CHECK_FALSE(agent::parse_status(agent::to_json(one_node()).dump(), error)->preflight);
+}
+
 TEST_CASE("text from other agents is made printable in the table") {
   auto s = one_node();
   s.run_id = "evil\x1b[2Jrun";
