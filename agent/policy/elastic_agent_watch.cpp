@@ -166,8 +166,13 @@ job_status elastic_agent::impl::facts() const {
   auto total = now - agent_started_;
   f.productive_seconds = std::chrono::duration<double>(productive).count();
   f.lost_seconds = std::max(0.0, std::chrono::duration<double>(total - productive).count());
+  worker_progress_facts steps{&pages_, std::nullopt};
+  if (!options_.progress_file.empty()) {
+    std::string problem;  // said by the incidents' reads (read_step)
+    steps.file_step = env_.progress_step(options_.progress_file, problem);
+  }
   f.workers = worker_facts(group_.workers(), phase_ == phase::stopping, logs_,
-                           progress_ ? &*progress_ : nullptr, *output_);
+                           progress_ ? &*progress_ : nullptr, *output_, steps);
   return f;
 }
 
