@@ -249,6 +249,8 @@ class elastic_agent::impl {
   void start_watchdog();
   void start_hang_detection();
   void on_hang(std::chrono::milliseconds idle);
+  std::optional<hang_report> hang_report_of(const std::vector<captured_stack>& stacks,
+                                            std::int64_t round, ticket t);
   void start_monitor();
   job_status facts() const;  // what this agent knows; the monitor measures the rest
   std::string phase_name() const;

@@ -102,15 +102,7 @@ void elastic_agent::impl::on_section_hang(const section_overstay& late) {
   auto round = round_info_.round;
   stacks_->capture(group_.workers(), round, [this, late, limit, round, t = current_ticket()](
                                                 const std::vector<captured_stack>& stacks) {
-    for (const auto& c : stacks) {
-      if (!c.exited && !c.error.empty()) log_error(c.error);
-    }
-    if (!current(t) || phase_ != phase::running) return;
-    hang_report report = make_hang_report(
-        stacks, group_.workers(),
-        [this, round](int local_rank) { return stacks_->file(round, local_rank); });
-    for (const auto& line : report.summary_lines) log_error(line);
-    kill_section_culprit(late, limit, report);
+    if (auto report = hang_report_of(stacks, round, t)) kill_section_culprit(late, limit, *report);
   });
 }
 

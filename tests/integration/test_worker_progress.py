@@ -119,9 +119,12 @@ def test_without_calls_the_step_is_the_progress_file(tmp_path):
     ready = dh.Fifo(tmp_path, "ready")
     progress = tmp_path / "step"
     progress.write_text("41\n")
-    script = f"open({str(ready.path)!r}, 'w').write('ready\\n'); import signal; signal.pause()"
+    script = write_script(tmp_path, "import os, signal\n"
+                                    "with open(os.environ['READY'], 'w') as f: f.write('ready\\n')\n"
+                                    "signal.pause()\n")
+    env["READY"] = str(ready.path)
     proc = dh.start(["--standalone", "--nproc-per-node=1", f"--progress-file={progress}",
-                     "--python", dh.PYTHON, "-c", script], env)
+                     "--python", dh.PYTHON, script], env)
     try:
         ready.lines(1)
         r = subprocess.run([str(dh.DTRUN), "status", "--json"], env=env, capture_output=True,
@@ -162,8 +165,7 @@ def test_a_rank_that_overstays_its_checkpoint_is_a_hang_of_that_section(tmp_path
 
 
 def test_section_timeouts_are_parsed_strictly():
-    r = dh.run(["--standalone", "--section-timeouts=checkpoint=soon", "--python", dh.PYTHON,
-                "-c", "pass"])
+    r = dh.run(["--standalone", "--section-timeouts=checkpoint=soon", "--no-python", "true"])
     assert r.returncode == 2, r.stderr
     lines = [l for l in r.stderr.splitlines() if l.strip()]
     assert len(lines) == 1, r.stderr

@@ -138,7 +138,7 @@ TEST_CASE("progress_page: a reader racing the writer never sees half an update")
   });
   std::int64_t accepted = 0;
   std::int64_t torn = 0;
-  std::int64_t last = 0;
+  std::int64_t last = -1;  // the empty page's step
   while (!done || accepted == 0) {
     progress_words copy{};
     if (!copy_consistent(shared.data(), copy, 1)) continue;
