@@ -113,6 +113,7 @@ int elastic_agent::impl::run() {
       // Nothing ran yet (a full disk, a quota): leave no empty folders
       // behind, in --log-dir too. remove() takes only an empty folder.
       std::error_code ignored;
+      fs::remove(fs::path(hook_dir_) / "modules", ignored);
       fs::remove(hook_dir_, ignored);
       fs::remove(run_dir_, ignored);
       throw;
