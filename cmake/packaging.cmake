@@ -14,6 +14,11 @@ install(TARGETS dtrun dtrun-store RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(FILES ${PROJECT_SOURCE_DIR}/README.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
 file(GLOB dtrun_doc_pages CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/docs/*.md)
 install(FILES ${dtrun_doc_pages} DESTINATION ${CMAKE_INSTALL_DOCDIR})
+# The workers' `import dtrun` (progress to the agent): embedded in the
+# binary for the workers dtrun starts; installed as a file for the wheel,
+# which makes it a Python module (packaging/wheel/setup.py).
+install(FILES ${PROJECT_SOURCE_DIR}/agent/python/dtrun.py
+        DESTINATION ${CMAKE_INSTALL_DATADIR}/dtrun/python)
 
 find_program(DTRUN_HELP2MAN help2man)
 find_package(Python3 COMPONENTS Interpreter)

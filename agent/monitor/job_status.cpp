@@ -93,6 +93,12 @@ worker_status worker_from_json(const json& j) {
   if (auto v = integer_in(j, "gpu_memory_bytes", 0, i64_max)) {
     w.gpu_memory_bytes = static_cast<std::uint64_t>(*v);
   }
+  w.step = integer_in(j, "step", 0, i64_max);
+  if (auto it = j.find("section"); it != j.end() && it->is_string()) {
+    w.section.emplace();
+    read_string(j, "section", *w.section);
+  }
+  w.section_seconds = number_in(j, "section_seconds", 0, far_future);
   return w;
 }
 
@@ -134,7 +140,10 @@ nlohmann::ordered_json to_json(const job_status& s) {
                        {"seconds_since_output", optional_value(w.seconds_since_output)},
                        {"gpu_utilization_percent", optional_value(w.gpu_utilization_percent)},
                        {"gpu_memory_bytes", optional_value(w.gpu_memory_bytes)},
-                       {"last_output", optional_value(w.last_output)}});
+                       {"last_output", optional_value(w.last_output)},
+                       {"step", optional_value(w.step)},
+                       {"section", optional_value(w.section)},
+                       {"section_seconds", optional_value(w.section_seconds)}});
   }
   return ojson{{"schema", status_schema},
                {"run_id", s.run_id},

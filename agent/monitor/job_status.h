@@ -48,6 +48,13 @@ struct worker_status {
   std::optional<std::string> last_output;
   std::optional<double> gpu_utilization_percent;  // 0..100, NVML's per-process SM use
   std::optional<std::uint64_t> gpu_memory_bytes;  // NVML's per-process used memory
+  // Its training step: dtrun.step()'s (the progress page), else the
+  // job's --progress-file; unknown without either. The section it is in
+  // (dtrun.section(), or "step" between steps outside any section) and
+  // for how long. Added to dtrun.status/1 after the first release.
+  std::optional<std::int64_t> step;
+  std::optional<std::string> section;
+  std::optional<double> section_seconds;
 };
 
 // One node of a multi-node job, as the merged view sees it.

@@ -147,6 +147,24 @@ void write_job_metrics(exposition& out, const job_status& s) {
 }
 
 // One sample per worker and metric, where the metric is known.
+// The section each worker is in, as a label: one sample per worker that
+// is in one (dtrun.section(), or "step").
+void write_section_metric(exposition& out, const job_status& s,
+                          const std::vector<std::string>& worker_labels) {
+  bool any = false;
+  for (std::size_t i = 0; i < s.workers.size(); ++i) {
+    const auto& w = s.workers[i];
+    if (!w.section || !w.section_seconds) continue;
+    if (!any) {
+      out.family("dtrun_worker_section_seconds", "gauge",
+                 "Seconds the worker has been in the section it is in now (dtrun.section()).");
+    }
+    any = true;
+    out.sample("dtrun_worker_section_seconds", worker_labels[i] + "," + label("section", *w.section),
+               value_text(*w.section_seconds));
+  }
+}
+
 void write_worker_metrics(exposition& out, const job_status& s) {
   // One agent's own view (no merged nodes): its workers are on its node.
   auto node_rank_of = [&](const worker_status& w) { return s.nodes.empty() ? s.node_rank : w.node_rank; };
@@ -199,6 +217,12 @@ void write_worker_metrics(exposition& out, const job_status& s) {
              [](const worker_status& w) -> opt {
                return w.gpu_memory_bytes ? opt(std::to_string(*w.gpu_memory_bytes)) : std::nullopt;
              });
+  per_worker("dtrun_worker_step", "gauge",
+             "The worker's training step (dtrun.step(), else --progress-file).",
+             [](const worker_status& w) -> opt {
+               return w.step ? opt(std::to_string(*w.step)) : std::nullopt;
+             });
+  write_section_metric(out, s, worker_labels);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "agent/monitor/worker_facts.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "agent/output/output_tail.h"
@@ -17,11 +18,25 @@ bool sees_output(const log_spec& logs, int local_rank) {
   return seen(routes.out) || seen(routes.err);
 }
 
+// The worker's own word (dtrun.step, dtrun.section) over the job's file.
+void add_page_facts(worker_status& fw, const progress_pages& pages, pid_t pid,
+                    std::chrono::steady_clock::time_point now) {
+  auto page = pages.read(fw.local_rank, pid);
+  if (!page) return;
+  if (page->step) fw.step = *page->step;
+  if (auto name = page->current_name()) {
+    fw.section = *name;
+    auto since = std::chrono::steady_clock::time_point(std::chrono::nanoseconds(page->current_since_ns));
+    fw.section_seconds = std::max(0.0, std::chrono::duration<double>(now - since).count());
+  }
+}
+
 }  // namespace
 
 std::vector<worker_status> worker_facts(const std::vector<worker>& workers, bool stopping,
                                         const log_spec& logs, const progress_monitor* progress,
-                                        const worker_output& output) {
+                                        const worker_output& output,
+                                        const worker_progress_facts& steps) {
   std::vector<worker_status> facts;
   auto now = std::chrono::steady_clock::now();
   for (const auto& w : workers) {
@@ -45,6 +60,8 @@ std::vector<worker_status> worker_facts(const std::vector<worker>& workers, bool
       }
       if (auto line = output.last_line(w.local_rank)) fw.last_output = last_output_text(*line);
     }
+    fw.step = steps.file_step;
+    if (steps.pages != nullptr && !w.reaped()) add_page_facts(fw, *steps.pages, w.pid, now);
     facts.push_back(fw);
   }
   return facts;

@@ -10,8 +10,16 @@
 #include "agent/process/worker_group.h"
 #include "agent/spec/log_spec.h"
 #include "agent/watch/progress_monitor.h"
+#include "agent/watch/progress_page.h"
 
 namespace dtrun::agent {
+
+// What the workers' progress pages say (step, section) where they wrote
+// them, else --progress-file's step for all.
+struct worker_progress_facts {
+  const progress_pages* pages = nullptr;
+  std::optional<std::int64_t> file_step;
+};
 
 // `stopping`: the group is being stopped (its live workers say so);
 // `progress`: the hang detector, when --hang-timeout is on (null: off).
@@ -19,6 +27,7 @@ namespace dtrun::agent {
 // knows it: the monitor adds what it measures.
 std::vector<worker_status> worker_facts(const std::vector<worker>& workers, bool stopping,
                                         const log_spec& logs, const progress_monitor* progress,
-                                        const worker_output& output);
+                                        const worker_output& output,
+                                        const worker_progress_facts& steps = {});
 
 }  // namespace dtrun::agent

@@ -113,6 +113,7 @@ int elastic_agent::impl::run() {
       // Nothing ran yet (a full disk, a quota): leave no empty folders
       // behind, in --log-dir too. remove() takes only an empty folder.
       std::error_code ignored;
+      fs::remove(fs::path(hook_dir_) / "modules", ignored);
       fs::remove(hook_dir_, ignored);
       fs::remove(run_dir_, ignored);
       throw;
@@ -122,6 +123,7 @@ int elastic_agent::impl::run() {
   warm_up();
   start_watchdog();
   start_hang_detection();
+  start_section_watch();
   start_monitor();
   reporter_.agent_started(config_summary());
   // The step before any round (--progress-file: a step already there is
@@ -275,7 +277,9 @@ void elastic_agent::impl::on_worker_exit(const worker& w, const exit_status& sta
                       : std::string(),
                   w.watchdog_signal != 0 && status.signal == w.watchdog_signal ? w.hang
                                                                                : std::string(),
-                  options_.interpreter, oom_killed},
+                  options_.interpreter, oom_killed,
+                  w.watchdog_signal != 0 && status.signal == w.watchdog_signal ? w.hang_section
+                                                                               : std::string()},
       phase_ == phase::stopping, stop_signal(stop_), [] {});
   if (record && !record->error_file.empty()) error_file_named_ = true;
   if (phase_ == phase::running) {
@@ -291,6 +295,7 @@ void elastic_agent::impl::on_worker_exit(const worker& w, const exit_status& sta
         failure_->klass = parse_class(record->failure_class).value_or(failure_class::exit);
         failure_->exception_type = record->exception_type;
         failure_->lost_peer = record->lost_peer;
+        failure_->section = record->hang_section;
       }
       ++failures_;
       stop_because(stop::failure{});
@@ -298,6 +303,7 @@ void elastic_agent::impl::on_worker_exit(const worker& w, const exit_status& sta
       auto failed_at = failure_->klass == failure_class::hang ? exited_at - hang_idle_ : exited_at;
       open_incident(failure_->klass, failure_->exception_type, w.rank,
                     fmt::format("worker rank {} {}", w.rank, describe(status)), failed_at);
+      if (incident_) incident_->section = failure_->section;
       count_or_hold(failure_record(records::record_kind::worker_failed,
                                    fmt::format("worker rank {} {}", w.rank, describe(status))));
       begin_stop(SIGTERM);
@@ -318,6 +324,7 @@ void elastic_agent::impl::begin_stop(int sig) {
   workers_stopped();
   phase_ = phase::stopping;
   if (progress_) progress_->stop();
+  if (sections_) sections_->stop();
   group_.stop(sig, options_.stop_timeout);
   if (group_.waited_for() == 0) group_stopped();
 }
@@ -348,6 +355,7 @@ void elastic_agent::impl::kills_overdue(
     failure_->klass = !first->hang.empty()       ? failure_class::hang
                       : !first->watchdog.empty() ? failure_class::watchdog
                                                  : failure_class::signal;
+    failure_->section = first->hang_section;
     ++failures_;
     open_incident(failure_->klass, "", first->rank, reason, std::nullopt);
     count_restart(failure_record(records::record_kind::worker_failed, reason));
@@ -378,6 +386,7 @@ void elastic_agent::impl::end_round() {
   workers_stopped();
   cancel_health_check();
   if (progress_) progress_->stop();
+  if (sections_) sections_->stop();
   std::vector<pid_t> keep = stacks_->helper_pids();  // eu-stack: ends on its own
   group_.end_round(std::move(keep));
   output_->end_round();

@@ -55,6 +55,10 @@
 #include "agent/health/node_health.h"
 #include "agent/health/preflight_verdict.h"
 #include "agent/watch/progress_monitor.h"
+#include "agent/watch/hang_report.h"
+#include "agent/watch/progress_page.h"
+#include "agent/watch/section_learner.h"
+#include "agent/watch/section_watch.h"
 #include "agent/health/quarantine_record.h"
 #include "agent/spec/restart_policy.h"
 #include "agent/report/run_reporter.h"
@@ -93,6 +97,7 @@ class elastic_agent::impl {
     failure_class klass = failure_class::exit;
     std::string exception_type;
     bool lost_peer = false;  // a lost peer can cause it (failure_class.h)
+    std::string section;     // klass hang: the section overstayed (--section-timeouts)
   };
 
   // What ended a round, from then until the workers run again (or the job
@@ -114,6 +119,7 @@ class elastic_agent::impl {
     // Another node failed the job (a job_failed record): no round follows,
     // so this node counts nothing for --max-no-progress-restarts.
     bool ends_job = false;
+    std::string section;  // a hang of this section (--section-timeouts)
   };
 
   // preflight: dtrun's check runs in the workers' place, or its verdict is
@@ -174,6 +180,7 @@ class elastic_agent::impl {
   spawn_request worker_request(const rendezvous::rendezvous_info& info, int local_rank,
                                const std::string& rank_dir, const std::string& error_file);
   void start_workers(const rendezvous::rendezvous_info& info);
+  void add_progress_page(int local_rank, const std::string& rank_dir, env_map& env);
   void watch_round_end();
   worker_group::hooks group_hooks();
   void on_worker_exit(const worker& w, const exit_status& status,
@@ -268,11 +275,21 @@ class elastic_agent::impl {
   void start_watchdog();
   void start_hang_detection();
   void on_hang(std::chrono::milliseconds idle);
+  std::optional<hang_report> hang_report_of(const std::vector<captured_stack>& stacks,
+                                            std::int64_t round, ticket t);
   void start_monitor();
   job_status facts() const;  // what this agent knows; the monitor measures the rest
   std::string phase_name() const;
   void stacks_on_request(control_socket::respond_fn respond);
   void watchdog_expired(const timer_table::expired& e);
+
+  // elastic_agent_sections.cpp
+  void start_section_watch();
+  void load_learned_sections();
+  void save_learned_sections();
+  void on_section_hang(const section_overstay& late);
+  void kill_section_culprit(const section_overstay& late, const std::string& limit,
+                            const hang_report& report);
 
   asio::io_context& io_;
   // The machine (agent_env.h): the tests' or own_env_; first, so that
@@ -302,6 +319,13 @@ class elastic_agent::impl {
   std::optional<job_monitor> monitor_;
   std::optional<worker_stacks> stacks_;
   std::string hook_dir_;  // empty: no start-up hook
+  // The round's progress pages (dtrun.step, dtrun.section), one per
+  // worker, where the hook is on (it makes the module importable).
+  progress_pages pages_;
+  // --section-timeouts: what `auto` learned (kept across rounds) and the
+  // watch of the running round.
+  std::optional<section_learner> learner_;
+  std::optional<section_watch> sections_;
   // torchrun's file-timer watchdog's pipe (TORCHELASTIC_TIMER_FILE);
   // empty: none.
   std::string timer_file_;

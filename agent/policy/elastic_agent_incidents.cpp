@@ -48,7 +48,10 @@ void elastic_agent::impl::open_incident(failure_class klass, std::string excepti
 void elastic_agent::impl::round_end_incident(const records::round_record& end) {
   open_incident(records::round_end_class(end), end.exception_type, end.rank,
                 records::describe(end), std::nullopt, false);
-  if (incident_) incident_->ends_job = end.kind == records::record_kind::job_failed;
+  if (incident_) {
+    incident_->ends_job = end.kind == records::record_kind::job_failed;
+    incident_->section = end.section;
+  }
 }
 
 void elastic_agent::impl::workers_running() {
@@ -75,6 +78,7 @@ void elastic_agent::impl::close_incident(bool resumed) {
       {"round", i.round},
       {"class", name},
       {"exception_type", i.exception_type.empty() ? ojson(nullptr) : ojson(i.exception_type)},
+      {"section", i.section.empty() ? ojson(nullptr) : ojson(i.section)},
       {"rank", i.rank ? ojson(*i.rank) : ojson(nullptr)},
       {"culprit_host", i.here ? ojson(reporter_.host()) : ojson(nullptr)},
       {"detail", i.detail},
@@ -125,6 +129,7 @@ records::round_record elastic_agent::impl::failure_record(records::record_kind k
   r.rank = failure_->rank;
   r.klass = failure_->klass;
   r.exception_type = failure_->exception_type;
+  r.section = failure_->section;
   r.exit_code = failure_->status.code;
   if (failure_->status.signal != 0) r.signal = failure_->status.signal;
   return r;

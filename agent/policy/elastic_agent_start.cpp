@@ -56,6 +56,7 @@ spawn_request elastic_agent::impl::worker_request(const rendezvous::rendezvous_i
     std::string exception_file = (fs::path(rank_dir) / "exception.txt").string();
     fs::remove(exception_file, stale);
     request.env["DTRUN_EXCEPTION_FILE"] = exception_file;
+    add_progress_page(local_rank, rank_dir, request.env);
   }
   if (progress_) {
     // Touching it (any write, or its times set) is progress.
@@ -70,6 +71,20 @@ spawn_request elastic_agent::impl::worker_request(const rendezvous::rendezvous_i
   if (nccl_traces_) add_nccl_trace_env(request.env, fs::path(rank_dir).parent_path().string());
   customize_worker(options_.worker_args, request.args, request.env);
   return request;
+}
+
+// The worker's progress page (progress_page.h), named by
+// DTRUN_PROGRESS_PAGE; a page that cannot be made leaves the worker
+// without one (dtrun.step() then does nothing), said once per worker.
+void elastic_agent::impl::add_progress_page(int local_rank, const std::string& rank_dir,
+                                            env_map& env) {
+  std::string path = (fs::path(rank_dir) / "progress_page").string();
+  try {
+    pages_.add(local_rank, path);
+    env["DTRUN_PROGRESS_PAGE"] = path;
+  } catch (const std::exception& e) {
+    log(fmt::format("warning: {}; dtrun.step() and dtrun.section() report nothing", e.what()));
+  }
 }
 
 void elastic_agent::impl::start_workers(const rendezvous::rendezvous_info& info) {
@@ -106,6 +121,7 @@ void elastic_agent::impl::start_workers(const rendezvous::rendezvous_info& info)
     env_.check_host_name(io_,
                     [this](const std::string& line) { log(fmt::format("warning: {}", line)); });
   }
+  pages_.clear();
   fs::path attempt_dir = fs::path(run_dir_) / fmt::format("attempt_{}", round_info_.round);
   for (int local_rank = 0; local_rank < spec.local_world_size; ++local_rank) {
     fs::path rank_dir = attempt_dir / std::to_string(local_rank);
@@ -139,6 +155,11 @@ void elastic_agent::impl::start_workers(const rendezvous::rendezvous_info& info)
   }
   runner_.round_spawned();
   workers_running();
+  if (sections_) {
+    std::vector<int> local_ranks;
+    for (const auto& w : group_.workers()) local_ranks.push_back(w.local_rank);
+    sections_->start_round(std::move(local_ranks));
+  }
   if (monitor_ && info.group_world_size > 1) monitor_->start_publishing();
   watch_round_end();
   watch_checkpoints();

@@ -76,17 +76,9 @@ void elastic_agent::impl::on_hang(std::chrono::milliseconds idle) {
   auto round = round_info_.round;
   stacks_->capture(group_.workers(), round, [this, idle_s, round, t = current_ticket()](
                                                 const std::vector<captured_stack>& stacks) {
-    // A stacks file that could not be written is said even when the hang
-    // is moot by now.
-    for (const auto& c : stacks) {
-      if (!c.exited && !c.error.empty()) log_error(c.error);
-    }
-    // A worker failed, a signal came or the group restarted meanwhile.
-    if (!current(t) || phase_ != phase::running) return;
-    hang_report report = make_hang_report(
-        stacks, group_.workers(),
-        [this, round](int local_rank) { return stacks_->file(round, local_rank); });
-    for (const auto& line : report.summary_lines) log_error(line);
+    auto reported = hang_report_of(stacks, round, t);
+    if (!reported) return;
+    const hang_report& report = *reported;
     nlohmann::ordered_json stuck = nlohmann::ordered_json::array();
     for (const auto& w : group_.workers()) {
       auto where = report.where.find(w.local_rank);
@@ -116,6 +108,22 @@ void elastic_agent::impl::on_hang(std::chrono::milliseconds idle) {
       group_.signal_one(w, SIGKILL);
     }
   });
+}
+
+// A hang's captured stacks: their errors said (even when the hang is moot
+// by now), then the report, with its summary said; nullopt when a worker
+// failed, a signal came or the group restarted meanwhile.
+std::optional<hang_report> elastic_agent::impl::hang_report_of(
+    const std::vector<captured_stack>& stacks, std::int64_t round, ticket t) {
+  for (const auto& c : stacks) {
+    if (!c.exited && !c.error.empty()) log_error(c.error);
+  }
+  if (!current(t) || phase_ != phase::running) return std::nullopt;
+  hang_report report = make_hang_report(
+      stacks, group_.workers(),
+      [this, round](int local_rank) { return stacks_->file(round, local_rank); });
+  for (const auto& line : report.summary_lines) log_error(line);
+  return report;
 }
 
 // `dtrun status`, `dtrun stacks`, --metrics-port, and the status a node
@@ -167,8 +175,13 @@ job_status elastic_agent::impl::facts() const {
   auto total = now - agent_started_;
   f.productive_seconds = std::chrono::duration<double>(productive).count();
   f.lost_seconds = std::max(0.0, std::chrono::duration<double>(total - productive).count());
+  worker_progress_facts steps{&pages_, std::nullopt};
+  if (!options_.progress_file.empty()) {
+    std::string problem;  // said by the incidents' reads (read_step)
+    steps.file_step = env_.progress_step(options_.progress_file, problem);
+  }
   f.workers = worker_facts(group_.workers(), phase_ == phase::stopping, logs_,
-                           progress_ ? &*progress_ : nullptr, *output_);
+                           progress_ ? &*progress_ : nullptr, *output_, steps);
   return f;
 }
 

@@ -45,8 +45,10 @@ struct worker {
   // The file-timer watchdog sent it `watchdog_signal`: why, for the summary.
   int watchdog_signal = 0;
   std::string watchdog;
-  // dtrun killed it after a hang (--hang-timeout): where it was stuck.
+  // dtrun killed it after a hang (--hang-timeout): where it was stuck;
+  // and for a section's hang (--section-timeouts), the section.
   std::string hang;
+  std::string hang_section;
 
   bool alive() const { return state == worker_state::running; }
   // The group still waits for it (its exit, or its output after it).

@@ -183,12 +183,25 @@ def _dtrun_chain():
             _sys.modules["sitecustomize"] = me
 
 
+def _dtrun_offer_module():
+    # `import dtrun` (progress to the agent, agent/python/dtrun.py) from
+    # the folder the agent wrote it to, last on sys.path: a dtrun the
+    # program installed (the wheel's, the same file) comes first.
+    if _os.environ.get("DTRUN_PROGRESS_PAGE"):
+        here = _os.path.dirname(_os.path.abspath(__file__))
+        _sys.path.append(_os.path.join(here, "modules"))
+
+
 try:
     _dtrun_register()
 except Exception:
     pass
 try:
     _dtrun_chain()
+except Exception:
+    pass
+try:
+    _dtrun_offer_module()
 except Exception:
     pass
 # After the chained sitecustomize, which may install its own (apport's).
@@ -200,23 +213,17 @@ _sys.excepthook = _dtrun_report_start_failure
 
 const char* python_hook_source() { return hook_source; }
 
-void write_python_hook(const std::string& dir) {
-  boost::system::error_code ec;
-  boost::filesystem::create_directories(dir, ec);
-  if (ec) {
-    throw std::runtime_error("cannot create the Python hook directory " + printable(dir) + ": " +
-                             ec.message());
-  }
-  std::string path = dir + "/sitecustomize.py";
+namespace {
+
+// Writes `text` to `path` (mode 0644) beside and renamed: a worker starting
+// meanwhile reads the old file or the new one, never half of one.
+void write_whole_file(const std::string& path, const std::string& text) {
   std::string tmp = path + ".tmp";
-  // Written beside and renamed: a worker starting meanwhile reads the old
-  // file or the new one, never half of one.
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (fd < 0) {
     throw std::runtime_error("cannot write the Python hook " + printable(path) + ": " +
                              std::strerror(errno));
   }
-  std::string text = std::string(hook_source) + python_preload_source();
   const char* p = text.data();
   std::size_t left = text.size();
   bool ok = true;
@@ -239,6 +246,19 @@ void write_python_hook(const std::string& dir) {
     throw std::runtime_error("cannot write the Python hook " + printable(path) + ": " +
                              std::strerror(saved));
   }
+}
+
+}  // namespace
+
+void write_python_hook(const std::string& dir) {
+  boost::system::error_code ec;
+  boost::filesystem::create_directories(dir + "/modules", ec);
+  if (ec) {
+    throw std::runtime_error("cannot create the Python hook directory " + printable(dir) + ": " +
+                             ec.message());
+  }
+  write_whole_file(dir + "/sitecustomize.py", std::string(hook_source) + python_preload_source());
+  write_whole_file(dir + "/modules/dtrun.py", dtrun_module_source());
 }
 
 int stack_dump_signal() { return SIGRTMIN + 3; }

@@ -44,9 +44,14 @@ const char* python_hook_source();
 // imports those modules and forks the workers; elsewhere it does nothing.
 const char* python_preload_source();
 
+// The `dtrun` module workers import (agent/python/dtrun.py, embedded at
+// build time): dtrun.step(), dtrun.section(). The hook appends
+// `dir`/modules to sys.path in a worker that has DTRUN_PROGRESS_PAGE.
+const char* dtrun_module_source();
+
 // Creates `dir` (and its parents, mode 0755) and writes
-// `dir`/sitecustomize.py (mode 0644: the hook, then the warm interpreter),
-// replacing one there. Throws
+// `dir`/sitecustomize.py (mode 0644: the hook, then the warm interpreter)
+// and `dir`/modules/dtrun.py, replacing those there. Throws
 // std::runtime_error naming the path on failure.
 void write_python_hook(const std::string& dir);
 

@@ -270,6 +270,7 @@ def _dtrun_become_worker(fields, fds, state):
     _dtrun_exception_file = _os.environ.pop("DTRUN_EXCEPTION_FILE", "")
     _dtrun_restore_pythonpath(state["here"])
     _dtrun_register()
+    _dtrun_offer_module()
     _dtrun_wait_for_agent(state["libc"], go, state["agent"])
     signal.pthread_sigmask(signal.SIG_SETMASK, state["mask"])
 

@@ -51,6 +51,7 @@ json to_json(const failure_record& r) {
          {"hang", r.hang},             {"hint", r.hint},
          {"class", r.failure_class},   {"exception_type", r.exception_type}};
   j["error_time"] = r.error_time ? json(*r.error_time) : json(nullptr);
+  if (!r.hang_section.empty()) j["hang_section"] = r.hang_section;
   return j;
 }
 
@@ -77,6 +78,7 @@ std::optional<failure_record> failure_from_json(std::string_view text) {
   get_text(j, "log_file", r.log_file, max_record_text);
   get_text(j, "watchdog", r.watchdog, max_record_text);
   get_text(j, "hang", r.hang, max_record_text);
+  get_text(j, "hang_section", r.hang_section, max_record_text);
   get_text(j, "hint", r.hint, max_record_text);
   get_text(j, "exception_type", r.exception_type, max_record_text);
   // Only a known class: the summary and --no-restart-on trust the name.

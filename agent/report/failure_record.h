@@ -33,6 +33,7 @@ struct failure_record {
   std::vector<std::string> log_tail;  // its last lines
   std::string watchdog;     // the file-timer watchdog killed it: which deadline
   std::string hang;         // dtrun killed it after a hang (--hang-timeout): where it was
+  std::string hang_section; // ... a hang of this section (--section-timeouts)
   std::string hint;         // what to do, by cause (failure_hint.h); empty: none known
   std::string failure_class = "exit";  // failure_class.h's name for it
   std::string exception_type;          // "TypeError" when known

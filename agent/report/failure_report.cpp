@@ -121,6 +121,7 @@ failure_record make_failure_record(const worker_exit& e, const error_file_limits
   r.time_ms = std::chrono::duration_cast<std::chrono::milliseconds>(e.time.time_since_epoch()).count();
   r.watchdog = e.watchdog;
   r.hang = e.hang;
+  r.hang_section = e.hang_section;
   auto file = load_error_file(e.error_file, limits);
   if (file.present) r.error_file = e.error_file;
   if (file.contents) {
@@ -191,7 +192,11 @@ void append_root_cause(std::string& out, const failure_record& root) {
     out += fmt::format("  watchdog  : killed by dtrun's file-timer watchdog: {}\n",
                        printable(root.watchdog));
   }
-  if (!root.hang.empty()) {
+  if (!root.hang.empty() && !root.hang_section.empty()) {
+    out += fmt::format("  hang      : killed by dtrun after a hang of section {} "
+                       "(--section-timeouts): {}\n",
+                       printable(root.hang_section), printable(root.hang));
+  } else if (!root.hang.empty()) {
     out += fmt::format("  hang      : killed by dtrun after a hang (--hang-timeout): {}\n",
                        printable(root.hang));
   }

@@ -49,6 +49,9 @@ struct worker_exit {
   std::string interpreter;
   // Its memory cgroup's OOM-kill count rose while it ran (oom_count.h).
   bool oom_killed = false;
+  // With `hang`: the section it overstayed (--section-timeouts); empty
+  // for a job-wide hang.
+  std::string hang_section;
 };
 
 // Builds the record: reads the error file and, when there is none, the

@@ -12,6 +12,7 @@
 #include "agent/spec/log_spec.h"
 #include "agent/spec/report_options.h"
 #include "agent/spec/restart_policy.h"
+#include "agent/spec/section_timeouts.h"
 #include "agent/spec/worker_args.h"
 #include "agent/spec/worker_env.h"
 
@@ -126,6 +127,9 @@ struct agent_options {
   // --hang-timeout: this long without progress from any worker of the job
   // is a hang (stacks captured, the group failed); 0: off.
   std::chrono::milliseconds hang_timeout{0};
+  // --section-timeouts: how long a rank may stay in a named section
+  // (section_timeouts.h); empty: not watched.
+  agent::section_timeouts section_timeouts;
   // Load dtrun's start-up hook in the workers (Python workers only), so
   // their Python stacks can be captured.
   bool stack_hook = false;

@@ -154,6 +154,12 @@ void define_supervision_flags(CLI::App& app, launch_options& o) {
              "after which dtrun captures every rank's stacks and fails the group (0: off)")
       ->check(seconds_within("--hang-timeout", hang_timeout_limits))
       ->group(group_supervision);
+  add_option(app, "section-timeouts", o.section_timeouts,
+             "How long a rank may stay in a section its training marks (dtrun.section(), "
+             "dtrun.step()) before dtrun captures every rank's stacks and fails the group as a "
+             "hang of that section: NAME=SECONDS or NAME=auto (learned), comma-separated, "
+             "e.g. checkpoint=600,step=auto")
+      ->group(group_supervision);
   add_option(app, "preload", o.preload,
              "Python modules a warm interpreter imports once per node, e.g. "
              "torch,torch.distributed; workers are forked from it, so a restart does not "

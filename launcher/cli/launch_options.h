@@ -139,6 +139,9 @@ struct launch_options {
   std::string preempt_notice;
   // Observability (docs/observability.md).
   double hang_timeout = 0.0;  // seconds without progress from any worker; 0: off
+  // --section-timeouts NAME=SECONDS|auto,...: how long a rank may stay in
+  // a section (dtrun.section()); empty: not given.
+  std::string section_timeouts;
   bool no_stack_hook = false;  // no start-up hook in Python workers (no Python stacks)
   // --preload: modules a warm interpreter imports once; Python workers are
   // forked from it (docs/agent.md, "Preload"). Empty: off.

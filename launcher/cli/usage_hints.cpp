@@ -87,7 +87,7 @@ std::vector<std::string> launcher_flags_among(const std::vector<std::string>& sc
          {"standalone", "nnodes", "nproc-per-node", "node-rank", "master-addr", "master-port",
           "rdzv-backend", "rdzv-endpoint", "rdzv-id", "rdzv-conf", "max-restarts",
           "monitor-interval", "start-method", "no-python", "run-path", "local-addr",
-          "local-ranks-filter", "redirects", "tee", "hang-timeout", "metrics-port",
+          "local-ranks-filter", "redirects", "tee", "hang-timeout", "section-timeouts", "metrics-port",
           "numa-binding", "virtual-local-rank", "signals-to-handle", "shutdown-timeout",
           "stop-timeout", "log-line-prefix-template"}) {
       names.insert("--" + name);

@@ -11,6 +11,7 @@
 
 #include "agent/devices/cpu_list.h"
 #include "agent/spec/exit_status.h"
+#include "agent/spec/section_timeouts.h"
 #include "launcher/config/log_options.h"
 
 namespace dtrun::launcher {
@@ -142,6 +143,9 @@ nlohmann::json to_json(const launch_config& c, const env_map& env) {
                              ? nlohmann::json(agent::signal_name(c.agent.preempt_notice))
                              : nlohmann::json(nullptr)},
       {"hang_timeout_s", static_cast<double>(c.agent.hang_timeout.count()) / 1000.0},
+      {"section_timeouts", c.agent.section_timeouts.empty()
+                               ? nlohmann::json()
+                               : nlohmann::json(agent::to_text(c.agent.section_timeouts))},
       {"node_health_check", node_health_json(c.agent.health)},
       {"gpu_reclaim_timeout_s", static_cast<double>(c.agent.gpu_reclaim_timeout.count()) / 1000.0},
       {"quarantine", c.agent.quarantine.enabled()

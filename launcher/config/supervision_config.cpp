@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "agent/spec/exit_status.h"
+#include "agent/spec/section_timeouts.h"
 #include "launcher/config/torch_plugins.h"
 #include "rendezvous/base/number_parse.h"
 
@@ -161,6 +162,9 @@ void resolve_supervision(const launch_options& o, const scheduler_env& sched, la
   // A positive timeout under a millisecond is the shortest one, not "off".
   if (o.hang_timeout > 0 && a.hang_timeout.count() == 0) {
     a.hang_timeout = std::chrono::milliseconds(1);
+  }
+  if (!o.section_timeouts.empty()) {
+    a.section_timeouts = agent::parse_section_timeouts(o.section_timeouts);
   }
   a.stack_hook = !o.no_stack_hook && !o.no_python;
   resolve_health(o, c);

@@ -23,6 +23,14 @@ std::string shown(const std::string& text) {
   return text.empty() ? "-" : printable(text);
 }
 
+// "checkpoint 12s": the section a worker is in and for how long.
+std::string section_cell(const agent::worker_status& w) {
+  if (!w.section) return "-";
+  std::string cell = shown(*w.section);
+  if (w.section_seconds) cell += " " + human_duration(*w.section_seconds);
+  return cell;
+}
+
 // A worker's last line in at most `width` characters (UTF-8 counts once
 // per character, not per byte), "..." marking a cut; "-" when unknown.
 std::string last_output_cell(const std::optional<std::string>& line, std::size_t width) {
@@ -105,7 +113,7 @@ std::string render_status(const agent::job_status& s, double now) {
   std::vector<std::string> header = {"RANK", "LOCAL"};
   if (multi) header.push_back("NODE");
   for (const char* h : {"PID", "STATE", "UPTIME", "CPU%", "RSS", "SINCE OUTPUT", "GPU%", "GPU MEM",
-                        "LAST OUTPUT"}) {
+                        "STEP", "SECTION", "LAST OUTPUT"}) {
     header.push_back(h);
   }
   text_table workers(std::move(header));
@@ -122,6 +130,8 @@ std::string render_status(const agent::job_status& s, double now) {
     row.push_back(w.seconds_since_output ? human_duration(*w.seconds_since_output) : "-");
     row.push_back(w.gpu_utilization_percent ? fmt::format("{:.0f}", *w.gpu_utilization_percent) : "-");
     row.push_back(w.gpu_memory_bytes ? human_bytes(*w.gpu_memory_bytes) : "-");
+    row.push_back(w.step ? std::to_string(*w.step) : "-");
+    row.push_back(section_cell(w));
     row.push_back(last_output_cell(w.last_output, last_output_width));
     workers.add(std::move(row));
   }

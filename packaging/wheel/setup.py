@@ -7,7 +7,9 @@ scripts/package runs, in a scratch copy of this folder:
 
 The binaries go to the wheel's scripts (pip puts them in <venv>/bin, as
 they are: no shebang rewriting), the man pages and completions to its data
-(<venv>/share/...). No Python code: the tag is py3-none-<platform>, the
+(<venv>/share/...). One Python module, `dtrun` (agent/python/dtrun.py,
+from <stage>/share/dtrun/python: dtrun.step() and dtrun.section(), which
+do nothing outside a worker dtrun started). The tag is py3-none-<platform>, the
 platform computed from the binaries (docs/packaging.md):
 manylinux_2_<N>_<arch>, N the highest GLIBC_2.N symbol version they need,
 when they need nothing but glibc (and libgcc_s, which glibc's own package
@@ -20,6 +22,7 @@ from __future__ import annotations
 import os
 import platform
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -30,6 +33,8 @@ from wheel.bdist_wheel import bdist_wheel
 STAGE = Path(os.environ["DTRUN_STAGE"])
 VERSION = os.environ["DTRUN_VERSION"]
 BINARIES = [STAGE / "bin" / "dtrun", STAGE / "bin" / "dtrun-store"]
+# setuptools takes modules from beside setup.py (this scratch copy).
+shutil.copy(STAGE / "share" / "dtrun" / "python" / "dtrun.py", Path(__file__).parent / "dtrun.py")
 
 # glibc's own libraries, and libgcc_s (libc6 depends on it).
 BASE_LIBRARY = re.compile(r"(libc|libm|libpthread|libdl|librt|libresolv|libutil|libanl)\.so\.\d+"
@@ -99,7 +104,7 @@ setup(
     long_description_content_type="text/markdown",
     license_files=[],
     packages=[],
-    py_modules=[],
+    py_modules=["dtrun"],
     scripts=[str(b) for b in BINARIES],
     data_files=[data("share/man/man1"), data("share/bash-completion/completions"),
                 data("share/zsh/vendor-completions")],

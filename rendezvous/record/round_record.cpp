@@ -64,6 +64,7 @@ round_record fields_of(const json& j, record_kind kind) {
   r.exit_code = optional_field<int>(j, "exit_code");
   r.signal = optional_field<int>(j, "signal");
   r.refused = j.value("refused", false);
+  r.section = j.value("section", std::string());
   r.detail = j.value("detail", std::string());
   return r;
 }
@@ -113,7 +114,8 @@ std::string stopped_by(const round_record& r) {
 std::string describe(const round_record& r) {
   switch (r.kind) {
     case record_kind::worker_failed:
-      return fmt::format("node {}: {}{}", r.node, r.detail,
+      return fmt::format("node {}: {}{}{}", r.node, r.detail,
+                         r.section.empty() ? std::string() : " in section " + r.section,
                          r.klass ? " " + class_tag(*r.klass, r.exception_type) : std::string());
     case record_kind::job_failed:
       return fmt::format("node {}: {}", r.node, r.detail);
@@ -147,6 +149,7 @@ std::string to_text(const round_record& r) {
   if (r.exit_code) j["exit_code"] = *r.exit_code;
   if (r.signal) j["signal"] = *r.signal;
   if (r.refused) j["refused"] = true;
+  if (!r.section.empty()) j["section"] = r.section;
   if (!r.detail.empty()) j["detail"] = r.detail;
   // Names that are not UTF-8 (a host's, a health check's words) become
   // U+FFFD rather than throwing.

@@ -48,6 +48,9 @@ struct round_record {
   std::optional<int> exit_code;        // the failed worker's exit code
   std::optional<int> signal;           // ... or the signal that ended it
   bool refused = false;                // job_failed: the restart policy refused a restart
+  // klass hang: the section (--section-timeouts) the worker overstayed;
+  // empty for a job-wide hang (--hang-timeout).
+  std::string section;
   // The human words: a worker's end ("worker rank 3 exited with code 1"),
   // a health check's reason, a stop's signal, a refusal's line; for
   // foreign, the value as found. Shown, never parsed.

@@ -21,7 +21,7 @@ SHIPPED = ["bin/dtrun", "bin/dtrun-store", "share/man/man1/dtrun.1.gz",
            "share/man/man1/dtrun-store.1.gz", "share/bash-completion/completions/dtrun",
            "share/bash-completion/completions/dtrun-store", "share/zsh/vendor-completions/_dtrun",
            "share/zsh/vendor-completions/_dtrun-store", "share/doc/dtrun/README.md",
-           "share/doc/dtrun/agent.md", "share/doc/dtrun/store.md"]
+           "share/doc/dtrun/agent.md", "share/doc/dtrun/store.md", "share/dtrun/python/dtrun.py"]
 
 
 def arch() -> str:

@@ -76,6 +76,14 @@ def test_venv_dtrun_runs_a_two_worker_gloo_ddp_job(venv, tmp_path):
     assert "all-reduce of rank+1 = 3 (expected 3)" in r.stdout
 
 
+def test_the_wheel_installs_the_dtrun_module_which_does_nothing_outside_dtrun(venv):
+    code = "import dtrun; dtrun.step(1)\nwith dtrun.section('x'): pass\nprint(dtrun.enabled())"
+    r = subprocess.run([str(venv / "bin" / "python"), "-c", code], env=dh.job_env(),
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "False"
+
+
 def test_man_dtrun_from_the_venv_manpath(venv):
     env = dict(os.environ, MANPATH=str(venv / "share" / "man"), MANWIDTH="200", LANG="C.UTF-8")
     r = subprocess.run(["man", "-P", "cat", "dtrun"], env=env, capture_output=True, text=True,

@@ -46,6 +46,7 @@ void check_round_trip(const round_record& r) {
   CHECK(back.exit_code == r.exit_code);
   CHECK(back.signal == r.signal);
   CHECK(back.refused == r.refused);
+  CHECK(back.section == r.section);
   CHECK(back.detail == r.detail);
   CHECK(describe(back) == describe(r));
 }
@@ -106,6 +107,16 @@ TEST_CASE("every kind survives the codec, as versioned JSON", "[round_record]") 
   CHECK(j.at("kind") == "job_failed");
   CHECK(j.at("refused") == true);
   CHECK(j.at("class") == "signal");
+}
+
+TEST_CASE("a hang of a section carries the section as a field", "[round_record]") {
+  auto hang = worker_failure(0, 1, failure_class::hang, "", "worker rank 1 was killed by SIGKILL");
+  hang.section = "checkpoint";
+  check_round_trip(hang);
+  CHECK(nlohmann::json::parse(to_text(hang)).at("section") == "checkpoint");
+  CHECK(describe(hang) == "node 0: worker rank 1 was killed by SIGKILL in section checkpoint [hang]");
+  hang.section.clear();  // a job-wide hang (--hang-timeout) names none
+  CHECK(nlohmann::json::parse(to_text(hang)).count("section") == 0);
 }
 
 TEST_CASE("a sentence, another version or corrupt text is foreign, kept as found",

@@ -278,3 +278,28 @@ TEST_CASE("restarts by class: only known classes are read, every class is export
   CHECK(text.find("dtrun_productive_seconds_total{") != std::string::npos);
   CHECK(text.find("dtrun_lost_seconds_total{") != std::string::npos);
 }
+
+TEST_CASE("a worker's step and section travel in the status and show in the metrics") {
+  job_status s;
+  s.run_id = "r";
+  worker_status w;
+  w.pid = 7;
+  w.step = 1200;
+  w.section = "checkpoint";
+  w.section_seconds = 12.5;
+  s.workers.push_back(w);
+  s.workers.push_back(worker_status{});  // no page, no --progress-file: unknown
+  std::string error;
+  auto back = from_json(nlohmann::json::parse(to_json(s).dump()), error);
+  REQUIRE(back);
+  CHECK(back->workers[0].step == 1200);
+  CHECK(back->workers[0].section == std::optional<std::string>("checkpoint"));
+  CHECK(back->workers[0].section_seconds == 12.5);
+  CHECK_FALSE(back->workers[1].step);
+  CHECK_FALSE(back->workers[1].section);
+  auto text = to_prometheus(s);
+  CHECK_THAT(text, Catch::Contains("# TYPE dtrun_worker_step gauge\n"));
+  CHECK_THAT(text, Catch::Contains(R"(local_rank="0",pid="7"} 1200)"));
+  CHECK_THAT(text, Catch::Contains(R"(pid="7",section="checkpoint"} 12.5)"));
+  CHECK(text.find(R"(pid="0",section)") == std::string::npos);
+}

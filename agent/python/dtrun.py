@@ -1,0 +1,208 @@
+"""Progress from a training worker to dtrun, the launcher that started it.
+
+    import dtrun
+
+    for n, batch in enumerate(loader):
+        dtrun.step(n)                      # step n starts now
+        ...
+        with dtrun.section("checkpoint"):  # or @dtrun.section("checkpoint")
+            save(...)
+
+dtrun shows each rank's step and section in `dtrun status` and /metrics,
+learns how long each section takes, and with --section-timeouts names a
+rank that overstays one (docs/agent.md, "Progress from the workers").
+
+Nothing here makes a system call per step or per section: the counters go
+to a page of memory the agent created and reads (agent/watch/progress_page.h
+documents the layout; the constants below are the same). Outside dtrun, or
+in a process dtrun did not start (a DataLoader worker, a subprocess), every
+call does nothing. Call from one thread, the training loop's.
+
+dtrun's start-up hook makes this module importable in the workers it
+starts; the dtrun wheel installs the same file.
+"""
+
+import os as _os
+import time as _time
+
+__all__ = ["step", "section", "enabled"]
+
+_MAGIC = 0x3147504E55525444  # "DTRUNPG1"
+_VERSION = 1
+_PAGE_BYTES = 4096
+_W_WRITER_PID, _W_SEQUENCE, _W_STEP, _W_STEP_START, _W_STEPS_DONE = 3, 4, 5, 6, 7
+_W_CURRENT, _W_CURRENT_SINCE, _W_DEPTH, _W_NAMED = 8, 9, 10, 11
+_STEP_RING, _STEP_RING_ENTRIES, _STEP_ENTRY_WORDS = 16, 16, 5
+_SECTIONS, _SECTION_SLOTS, _SECTION_WORDS = 128, 24, 13
+_NAME_BYTES, _NAME_WORDS, _INTERVAL_RING = 32, 4, 8
+
+_now = _time.monotonic_ns
+_page = None        # memoryview of 64-bit words, None when off
+_map = None
+_sequence = 0
+_step = -1
+_step_start = 0
+_steps_done = 0
+_slots = {"step": 0}  # section name -> slot
+_counts = [0] * _SECTION_SLOTS
+_open = []          # [slot, entered ns] of the open sections, innermost last
+
+
+def enabled():
+    """True when dtrun reads what this process reports."""
+    return _page is not None
+
+
+def _attach():
+    global _page, _map, _sequence
+    path = _os.environ.get("DTRUN_PROGRESS_PAGE", "")
+    if not path:
+        return
+    import mmap
+    fd = _os.open(path, _os.O_RDWR | _os.O_CLOEXEC)
+    try:
+        m = mmap.mmap(fd, _PAGE_BYTES, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    finally:
+        _os.close(fd)
+    words = memoryview(m).cast("q")
+    if words[0] != _MAGIC or words[1] != _VERSION:
+        words.release()
+        m.close()
+        return
+    # The page is the first process's to import this module: a process
+    # it starts with the same environment leaves it alone.
+    if words[_W_WRITER_PID] not in (0, _os.getpid()):
+        words.release()
+        m.close()
+        return
+    words[_W_WRITER_PID] = _os.getpid()
+    _sequence = words[_W_SEQUENCE] + (words[_W_SEQUENCE] & 1)
+    _page, _map = words, m
+    try:
+        _os.register_at_fork(after_in_child=_detach)
+    except Exception:
+        pass
+
+
+def _detach():
+    # A forked child (a DataLoader worker) must not write its parent's page.
+    global _page
+    _page = None
+
+
+def step(n=None):
+    """Step `n` (the previous one + 1 when None) starts now; the previous
+    step, if any, ended now."""
+    global _sequence, _step, _step_start, _steps_done
+    p = _page
+    if p is None:
+        return
+    now = _now()
+    s = _sequence + 1
+    p[_W_SEQUENCE] = s
+    if _step >= 0:
+        at = _STEP_RING + (_steps_done % _STEP_RING_ENTRIES) * _STEP_ENTRY_WORDS
+        p[at] = _step
+        p[at + 1] = _step_start
+        p[at + 2] = now
+        _steps_done += 1
+        p[_W_STEPS_DONE] = _steps_done
+        _close_interval(p, 0, now - _step_start)
+    _step = _step + 1 if n is None else int(n)
+    _step_start = now
+    p[_W_STEP] = _step
+    p[_W_STEP_START] = now
+    if not _open:
+        p[_W_CURRENT] = 0
+        p[_W_CURRENT_SINCE] = now
+    _sequence = s + 1
+    p[_W_SEQUENCE] = _sequence
+
+
+def _close_interval(p, slot, interval):
+    count = _counts[slot] + 1
+    _counts[slot] = count
+    base = _SECTIONS + slot * _SECTION_WORDS + _NAME_WORDS
+    p[base + 1 + (count - 1) % _INTERVAL_RING] = interval
+    p[base] = count
+
+
+def _slot_of(p, name):
+    slot = _slots.get(name)
+    if slot is not None:
+        return slot
+    slot = len(_slots)
+    if slot >= _SECTION_SLOTS:
+        return -1  # no room: timed by nobody, still nested correctly
+    raw = name.encode("utf-8", "replace")[:_NAME_BYTES - 1]
+    raw = raw + b"\0" * (_NAME_BYTES - len(raw))
+    base = _SECTIONS + slot * _SECTION_WORDS
+    for i in range(_NAME_WORDS):
+        p[base + i] = int.from_bytes(raw[8 * i:8 * i + 8], "little", signed=True)
+    _slots[name] = slot
+    p[_W_NAMED] = len(_slots)
+    return slot
+
+
+class section:
+    """`with dtrun.section(name):` or `@dtrun.section(name)`: the rank is
+    busy with `name` in between. Sections nest; the innermost is the one
+    the rank is in."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name):
+        self.name = str(name)
+
+    def __enter__(self):
+        global _sequence
+        p = _page
+        if p is None:
+            return self
+        now = _now()
+        s = _sequence + 1
+        p[_W_SEQUENCE] = s
+        slot = _slot_of(p, self.name)
+        _open.append((slot, now))
+        p[_W_CURRENT] = slot
+        p[_W_CURRENT_SINCE] = now
+        p[_W_DEPTH] = len(_open)
+        _sequence = s + 1
+        p[_W_SEQUENCE] = _sequence
+        return self
+
+    def __exit__(self, kind, value, tb):
+        global _sequence
+        p = _page
+        if p is None or not _open:
+            return False
+        now = _now()
+        s = _sequence + 1
+        p[_W_SEQUENCE] = s
+        slot, entered = _open.pop()
+        if slot >= 0:
+            _close_interval(p, slot, now - entered)
+        # Back to the enclosing section, or to the step: its clock starts
+        # again now, so a long inner section is not charged to it.
+        p[_W_CURRENT] = _open[-1][0] if _open else (0 if _step >= 0 else -1)
+        p[_W_CURRENT_SINCE] = now
+        p[_W_DEPTH] = len(_open)
+        _sequence = s + 1
+        p[_W_SEQUENCE] = _sequence
+        return False
+
+    def __call__(self, function):
+        import functools
+        name = self.name
+
+        @functools.wraps(function)
+        def timed(*args, **kwargs):
+            with section(name):
+                return function(*args, **kwargs)
+        return timed
+
+
+try:
+    _attach()
+except Exception:
+    _page = None
