@@ -119,6 +119,9 @@ def main():
                           timeout=timeout)
     store = dist.PrefixStore(plan["store_prefix"], store)
     dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
+    # Every rank times its compute at the same moment, so that none is
+    # timed alone while the others still start (import torch) or idle.
+    dist.barrier()
     compute = _compute_seconds(torch, device, sync)
     peers = _peers(torch, dist, device, plan["node"], local_rank, plan["partners"])
     exchanges = _bandwidth(torch, dist, backend, device, sync, plan, peers)

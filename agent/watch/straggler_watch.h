@@ -50,6 +50,10 @@ class straggler_watch {
   // `interval`: 0 for interval_for(members) (tests give their own).
   straggler_watch(boost::asio::io_context& io, straggler_rules rules, hooks h,
                   std::chrono::milliseconds interval = std::chrono::milliseconds(0));
+  // A share still in flight completes into nothing.
+  ~straggler_watch() { stop(); }
+  straggler_watch(const straggler_watch&) = delete;
+  straggler_watch& operator=(const straggler_watch&) = delete;
 
   // A round's workers run: this node is `group_rank` of `members`, on
   // `host`. Forgets the last round's streaks (step numbers start again).

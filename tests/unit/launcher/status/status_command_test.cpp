@@ -88,12 +88,13 @@ TEST_CASE("status argument errors are usage errors (exit 2)") {
 TEST_CASE("the status table shows the job line and one row per worker") {
   auto text = render_status(one_node(), 1000 + 3725);
   CHECK(text.find("run job1  round 1  restarts 1/3  phase running  nodes 1  agent pid 321 on node1  up 1h02m\n") == 0);
+  INFO(text);
   CHECK(text.find("RANK  LOCAL  PID  STATE    UPTIME  CPU%  RSS      SINCE OUTPUT  GPU%  GPU MEM  "
-                  "LAST OUTPUT\n") != std::string::npos);
+                  "STEP  SECTION  LAST OUTPUT\n") != std::string::npos);
   CHECK(text.find("0     0      400  running  1h02m   97    3.0 MiB  -             -     -        "
-                  "-\n") != std::string::npos);
+                  "-     -        -\n") != std::string::npos);
   CHECK(text.find("1     1      401  running  1h02m   -     3.0 MiB  1m15s         88    2.0 GiB  "
-                  "step 7/10\n") != std::string::npos);
+                  "-     -        step 7/10\n") != std::string::npos);
   CHECK(text.find("NODE") == std::string::npos);  // one node: no nodes table
 }
 
