@@ -23,6 +23,7 @@ starts; the dtrun wheel installs the same file.
 """
 
 import os as _os
+import sys as _sys
 import time as _time
 
 __all__ = ["step", "section", "enabled"]
@@ -55,7 +56,11 @@ def enabled():
 
 def _attach():
     global _page, _map, _sequence
-    path = _os.environ.get("DTRUN_PROGRESS_PAGE", "")
+    # The start-up hook moves the path from os.environ to sys (a worker's
+    # environment stays torchrun's); --preload's workers have it in
+    # os.environ.
+    path = (_os.environ.get("DTRUN_PROGRESS_PAGE", "")
+            or getattr(_sys, "_dtrun_progress_page", ""))
     if not path:
         return
     import mmap

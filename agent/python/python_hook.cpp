@@ -187,7 +187,12 @@ def _dtrun_offer_module():
     # `import dtrun` (progress to the agent, agent/python/dtrun.py) from
     # the folder the agent wrote it to, last on sys.path: a dtrun the
     # program installed (the wheel's, the same file) comes first.
-    if _os.environ.get("DTRUN_PROGRESS_PAGE"):
+    # The page's path leaves os.environ, as the hook's own variables do, so
+    # that the program and what it starts see torchrun's environment;
+    # dtrun.py finds it on sys.
+    page = _os.environ.pop("DTRUN_PROGRESS_PAGE", "")
+    if page:
+        _sys._dtrun_progress_page = page
         here = _os.path.dirname(_os.path.abspath(__file__))
         _sys.path.append(_os.path.join(here, "modules"))
 

@@ -35,7 +35,9 @@ def long_flags(help_text: str) -> list[str]:
     for line in help_text.splitlines():
         match = re.match(r"  (-\S+)", line)
         if match:
-            flags += [f for f in match.group(1).split(",") if f.startswith("--")]
+            # A flag whose bare form sets a value shows it: --preflight{once}.
+            flags += [re.sub(r"\{[^}]*\}$", "", f) for f in match.group(1).split(",")
+                      if f.startswith("--")]
     return flags
 
 
