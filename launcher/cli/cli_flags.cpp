@@ -97,6 +97,8 @@ void define_rdzv_flags(CLI::App& app, launch_options& o) {
       ->group(group_rdzv);
 }
 
+void define_watch_flags(CLI::App& app, launch_options& o, const std::string& group_supervision);
+
 void define_supervision_flags(CLI::App& app, launch_options& o) {
   const std::string group_supervision = "Supervision";
   add_option(app, "max-restarts", o.max_restarts,
@@ -149,6 +151,12 @@ void define_supervision_flags(CLI::App& app, launch_options& o) {
              "Accepted for torchrun compatibility; dtrun reacts to events, it does not poll")
       ->check(seconds_within("--monitor-interval", monitor_interval_limits))
       ->group(group_supervision);
+  define_watch_flags(app, o, group_supervision);
+}
+
+// The rest of the Supervision group, in --help's order: hangs and
+// sections, the start-up hook and --preload, the metrics server.
+void define_watch_flags(CLI::App& app, launch_options& o, const std::string& group_supervision) {
   add_option(app, "hang-timeout", o.hang_timeout,
              "Seconds without progress from any worker (output, heartbeat file, file timer) "
              "after which dtrun captures every rank's stacks and fails the group (0: off)")
