@@ -174,12 +174,12 @@ void etcd_round_store::attempt(std::string path, std::string text, bool may_repe
                       }
                       if (r.error.find("requested lease not found") != std::string::npos) {
                         // The job's lease (or ours) expired under us: the
-                        // session tells every client, this one included.
-                        self->session_->lost(fmt::format(
-                            "etcd dropped a lease of this agent ({}); its keys are gone",
-                            r.error));
+                        // session finds out which and tells every client,
+                        // this one included, before the call fails (as a
+                        // lost session, then).
                         r.retryable = false;
-                        return then(std::move(r));
+                        return self->session_->lease_refused(
+                            r.error, [r, then]() mutable { then(std::move(r)); });
                       }
                       if (r.error.empty() || !r.retryable || (r.sent && !may_repeat) ||
                           clock_type::now() >= deadline) {

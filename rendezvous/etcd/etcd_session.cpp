@@ -216,33 +216,56 @@ void etcd_session::schedule_renewal() {
                    });
 }
 
+std::string etcd_session::agent_lease_lost() const {
+  return fmt::format("etcd let this agent's lease expire (its TTL is {} s; was the etcd cluster "
+                     "without quorum, or this machine suspended?)",
+                     options_.lease_ttl.count());
+}
+
+std::string etcd_session::job_lease_lost() const {
+  return fmt::format("the job's lease in etcd expired (no agent of run '{}' renewed it for {} s), "
+                     "and the job's keys with it",
+                     options_.run_id, options_.lease_ttl.count());
+}
+
 // The agent's lease first, then the job's: the job's keys stay while any of
 // its agents lives.
 void etcd_session::renew() {
   auto self = shared_from_this();
-  keep_alive(lease_,
-             fmt::format("etcd let this agent's lease expire (its TTL is {} s; was the etcd "
-                         "cluster without quorum, or this machine suspended?)",
-                         options_.lease_ttl.count()),
-             [self] { self->renew_job(); });
+  auto failed = [self](const std::string& error) { self->renewal_failed(error); };
+  keep_alive(lease_, agent_lease_lost(), [self, failed] {
+    self->keep_alive(self->job_lease_, self->job_lease_lost(), [self] {
+      self->last_renewed_ = std::chrono::steady_clock::now();
+      self->schedule_renewal();
+    }, failed);
+  }, failed);
 }
 
-void etcd_session::renew_job() {
+// The same two keep-alives as a renewal, at once and apart from it: the
+// regular renewal goes on. When both leases live after all (the refused
+// request named a lease this session no longer holds), they still count as
+// lost, with etcd's words: the rendezvous rejoins on fresh ones either way.
+void etcd_session::lease_refused(const std::string& error, std::function<void()> checked) {
+  if (job_lease_.empty() || closed_) return asio::post(io_, std::move(checked));
+  checked_.push_back(std::move(checked));
+  if (checking_) return;
+  checking_ = true;
   auto self = shared_from_this();
-  keep_alive(job_lease_,
-             fmt::format("the job's lease in etcd expired (no agent of run '{}' renewed it for "
-                         "{} s), and the job's keys with it",
-                         options_.run_id, options_.lease_ttl.count()),
-             [self] {
-               self->last_renewed_ = std::chrono::steady_clock::now();
-               self->schedule_renewal();
-             });
+  auto unknown = [self, error](const std::string&) {
+    self->lose(fmt::format("etcd dropped a lease of this agent ({}); its keys are gone", error));
+  };
+  keep_alive(lease_, agent_lease_lost(), [self, unknown] {
+    self->keep_alive(self->job_lease_, self->job_lease_lost(), [unknown] { unknown({}); },
+                     unknown);
+  }, unknown);
 }
 
-// One keep-alive of lease `id`; `renewed` runs when etcd extended it, and
-// the agent's lease is lost with `lost_message` when etcd says it expired.
+// One keep-alive of lease `id`; `renewed` runs when etcd extended it,
+// `failed` when no usable answer came, and the leases are lost with
+// `lost_message` when etcd says it expired.
 void etcd_session::keep_alive(const std::string& id, std::string lost_message,
-                              std::function<void()> renewed) {
+                              std::function<void()> renewed,
+                              std::function<void(const std::string&)> failed) {
   auto self = shared_from_this();
   auto lease = lease_;
   json body{{"ID", id}};
@@ -250,12 +273,12 @@ void etcd_session::keep_alive(const std::string& id, std::string lost_message,
   auto timeout = std::min<std::chrono::milliseconds>(options_.attempt_timeout, options_.lease_ttl);
   connection_->post("/v3/lease/keepalive", body.dump(), timeout,
                     [self, lease, lost_message = std::move(lost_message),
-                     renewed = std::move(renewed)](etcd_reply r) {
+                     renewed = std::move(renewed), failed = std::move(failed)](etcd_reply r) {
                       if (self->closed_ || self->lease_ != lease) return;
                       std::int64_t ttl = 0;
                       r.error = etcd_reply_problem(r, "lease keep-alive",
                           [&](std::string_view text) { return parse_keepalive(text, ttl); });
-                      if (!r.error.empty()) return self->renewal_failed(r.error);
+                      if (!r.error.empty()) return failed(r.error);
                       // A lost lease still answers 200, without a TTL.
                       if (ttl == 0) return self->lose(lost_message);
                       renewed();
@@ -279,16 +302,20 @@ void etcd_session::renewal_failed(const std::string& error) {
   schedule_renewal();
 }
 
-void etcd_session::lost(const std::string& why) {
-  if (!job_lease_.empty() && !closed_) lose(why);
-}
-
 void etcd_session::lose(const std::string& why) {
   lease_.clear();
   job_lease_.clear();
   timer_.cancel();
   auto listeners = std::exchange(listeners_, {});
   for (auto& [id, lost] : listeners) lost(why);
+  end_check();
+}
+
+// Every lease_refused caller hears that the check is over: the lease is
+// lost (their clients were told first) or the session closed.
+void etcd_session::end_check() {
+  checking_ = false;
+  for (auto& checked : std::exchange(checked_, {})) asio::post(io_, std::move(checked));
 }
 
 std::uint64_t etcd_session::listen(std::function<void(const std::string&)> lost) {
@@ -303,6 +330,7 @@ void etcd_session::close() {
   closed_ = true;
   timer_.cancel();
   listeners_.clear();
+  end_check();
   if (lease_.empty() || !connection_) return;
   // Revoking removes the lease's keys now rather than a TTL later; if the
   // loop stops first, the lease simply expires. Only the agent's own: the

@@ -52,9 +52,12 @@ class etcd_session : public std::enable_shared_from_this<etcd_session> {
   // The job's lease (above); "" when none. Every other key goes on it.
   const std::string& job_lease() const { return job_lease_; }
 
-  // Someone learnt that a lease is gone (etcd refused a put on it): the
-  // leases count as lost, with `why`.
-  void lost(const std::string& why);
+  // etcd refused a request on one of the leases ("requested lease not
+  // found", `error`): a keep-alive of each tells which one expired, and the
+  // leases count as lost with that lease's line, whichever request learnt
+  // it first. `checked` runs (from the loop) once they are, or at once when
+  // no lease is held.
+  void lease_refused(const std::string& error, std::function<void()> checked);
 
   // Calls `lost` (once per lease) when the lease is lost. Returns an id
   // for forget().
@@ -78,9 +81,13 @@ class etcd_session : public std::enable_shared_from_this<etcd_session> {
   void schedule_renewal();
   void renew();
   void renew_job();
-  void keep_alive(const std::string& id, std::string lost_message, std::function<void()> renewed);
+  std::string agent_lease_lost() const;
+  std::string job_lease_lost() const;
+  void keep_alive(const std::string& id, std::string lost_message, std::function<void()> renewed,
+                  std::function<void(const std::string&)> failed);
   void renewal_failed(const std::string& error);
   void lose(const std::string& why);
+  void end_check();
 
   boost::asio::io_context& io_;
   etcd_options options_;
@@ -88,10 +95,11 @@ class etcd_session : public std::enable_shared_from_this<etcd_session> {
   std::shared_ptr<etcd_connection> connection_;
   generation_timer timer_;  // the pause before a retry, then the next renewal
   std::string lease_, job_lease_;
-  bool granting_ = false, closed_ = false;
+  bool granting_ = false, closed_ = false, checking_ = false;
   std::chrono::steady_clock::time_point deadline_, last_renewed_;
   std::string last_error_;
   std::vector<std::function<void(std::string)>> waiting_;
+  std::vector<std::function<void()>> checked_;  // lease_refused's callers
   std::map<std::uint64_t, std::function<void(const std::string&)>> listeners_;
   std::uint64_t next_listener_ = 0;
 };

@@ -410,3 +410,67 @@ TEST_CASE("etcd: a wait on a client whose lease etcd dropped fails as a lost ses
   CHECK(waited.kind == store_error_kind::session_lost);
   CHECK_THAT(what_of(waited.error), Contains("etcd let this agent's lease expire"));
 }
+
+namespace {
+
+// What etcd answers a put on a lease it no longer has (recorded from 3.4).
+fake_etcd_member::reply lease_not_found() {
+  std::string body =
+      R"({"error":"etcdserver: requested lease not found","message":"etcdserver: requested )"
+      R"(lease not found","code":5})";
+  return {fmt::format("HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\n"
+                      "Content-Length: {}\r\n\r\n{}",
+                      body.size(), body)};
+}
+
+// The error a put gets when etcd refuses it for its lease; the agent's
+// lease answers its keep-alives without a TTL from then on when
+// `agent_lease_expired`.
+std::string refused_put_error(bool agent_lease_expired) {
+  asio::io_context io;
+  bool refused = false;
+  fake_etcd_member m(io, [&](const std::string& path, const std::string& body) {
+    if (path == "/v3/kv/put") {
+      refused = true;
+      return lease_not_found();
+    }
+    // Only after the put: the regular renewal cannot have found it first.
+    if (path == "/v3/lease/keepalive" && refused && agent_lease_expired) {
+      return fake_etcd_member::reply{http_json(R"({"result":{"ID":"7"}})")};
+    }
+    return etcd_like(path, body);
+  });
+  store_result put;
+  asio::steady_timer guard(io, 10s);  // a bound: the put's answer stops the loop
+  guard.async_wait([&](const boost::system::error_code& ec) {
+    if (!ec) io.stop();
+  });
+  auto store = connected_store(io, options_for(m), [&](std::shared_ptr<round_store> s) {
+    s->set("k", "v", [&](store_result r) {
+      put = std::move(r);
+      guard.cancel();
+      io.stop();
+    });
+  });
+  REQUIRE_NOTHROW(io.run());
+  store->close();
+  REQUIRE(put.error);
+  CHECK(put.kind == store_error_kind::session_lost);
+  return what_of(put.error);
+}
+
+}  // namespace
+
+TEST_CASE("etcd: a put refused for an expired lease names the agent's lease, as its renewal "
+          "would have") {
+  // Whichever request meets the expired lease first, the agent's line is
+  // the same (the e2e's SIGSTOPped agent raced its status put against its
+  // renewal).
+  CHECK_THAT(refused_put_error(true), Contains("etcd let this agent's lease expire"));
+}
+
+TEST_CASE("etcd: a put refused while both leases still renew is a lost session in etcd's words") {
+  auto error = refused_put_error(false);
+  CHECK_THAT(error, Contains("etcd dropped a lease of this agent") &&
+                        Contains("requested lease not found"));
+}
