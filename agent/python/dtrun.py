@@ -98,7 +98,13 @@ def _detach():
 def step(n=None):
     """Step `n` (the previous one + 1 when None) starts now; the previous
     step, if any, ended now."""
-    global _sequence, _step, _step_start, _steps_done
+    global _explicit
+    _explicit = True
+    _step_now(n)
+
+
+def _step_now(n):
+    global _sequence, _step, _step_start, _steps_done, _wait
     p = _page
     if p is None:
         return
@@ -110,6 +116,11 @@ def step(n=None):
         p[at] = _step
         p[at + 1] = _step_start
         p[at + 2] = now
+        # Own work and wait: timed only once instrument_*() ran (the
+        # start-up hook's, issue 48 item 2); 0 is "not timed".
+        p[at + 3] = max(1, now - _step_start - _wait) if _timing else 0
+        p[at + 4] = _wait
+        _wait = 0
         _steps_done += 1
         p[_W_STEPS_DONE] = _steps_done
         _close_interval(p, 0, now - _step_start)
@@ -205,6 +216,138 @@ class section:
             with section(name):
                 return function(*args, **kwargs)
         return timed
+
+
+# Own work per step (issue 48, item 2; docs/stragglers.md). In synchronous
+# training every rank's step lasts as long as the slowest rank's, so what
+# names a straggler is its own work: a step's wall time less the time the
+# rank waited in collectives. dtrun's start-up hook calls instrument() when
+# torch is imported (unless --worker-timing=off):
+# - DistributedDataParallel: its gradient all-reduce runs in C++, so the
+#   wait comes from DDP's own timing (its logging data, sampled every
+#   iteration): the communication still running after the backward's last
+#   gradient was ready. DDP measures an iteration at the next forward, so
+#   a step's figures are filled in one step late. Without dtrun.step()
+#   calls, each forward of a DDP model starts a step.
+# - torch.distributed's blocking collectives (all_reduce, broadcast, ...):
+#   timed around the call (async_op=True calls are not: their wait happens
+#   elsewhere).
+# Both run outside torch.compile's graphs (torch.compiler.disable): a
+# compiled model calls them as before, with a graph break at a wrapped
+# collective.
+_timing = False      # instrument_*() ran: steps carry own work and wait
+_wait = 0            # ns the running step waited in timed collectives
+_explicit = False    # the program calls dtrun.step(): DDP's forward does not
+_in_collective = 0   # nesting: all_gather_object calls all_gather
+
+
+def _fill_step_wait(p, step_no, wait):
+    # Adds `wait` to the ring entry of completed step `step_no` (when it is
+    # still in the ring) and works its own work out again.
+    done = p[_W_STEPS_DONE]
+    for back in range(min(done, _STEP_RING_ENTRIES)):
+        at = _STEP_RING + ((done - 1 - back) % _STEP_RING_ENTRIES) * _STEP_ENTRY_WORDS
+        if p[at] == step_no:
+            total = p[at + 4] + wait
+            p[at + 4] = total
+            p[at + 3] = max(1, p[at + 2] - p[at + 1] - total)
+            return
+
+
+def _ddp_pre_forward(module, args):
+    if not _explicit and _page is not None:
+        _step_now(None)
+    return None
+
+
+def _ddp_post_forward(module, args, output):
+    global _sequence
+    p = _page
+    if p is None:
+        return None
+    try:
+        data = module._get_ddp_logging_data()
+        iteration = int(data.get("iteration", 0))
+        exposed = int(data["backward_comm_time_end"]) - int(data["backward_compute_time_end"])
+    except Exception:
+        return None
+    seen = module.__dict__.get("_dtrun_iteration", 0)
+    if iteration <= seen:
+        return None  # no backward since (an evaluation forward)
+    module.__dict__["_dtrun_iteration"] = iteration
+    s = _sequence + 1
+    p[_W_SEQUENCE] = s
+    _fill_step_wait(p, _step - 1, max(0, exposed))
+    _sequence = s + 1
+    p[_W_SEQUENCE] = _sequence
+    return None
+
+
+def _timed_collective(function):
+    import functools
+
+    @functools.wraps(function)
+    def timed(*args, **kwargs):
+        global _wait, _in_collective
+        if _page is None or _in_collective or kwargs.get("async_op"):
+            return function(*args, **kwargs)
+        _in_collective += 1
+        start = _now()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            _in_collective -= 1
+            _wait += _now() - start
+    timed.__dtrun_timed__ = True
+    return timed
+
+
+_COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object",
+                "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single",
+                "broadcast", "broadcast_object_list", "reduce", "gather", "scatter", "barrier")
+
+
+def _outside_compile(function):
+    try:
+        import torch
+        return torch.compiler.disable(function, recursive=True)
+    except Exception:
+        return function
+
+
+def instrument_collectives(c10d):
+    """Times the blocking collectives of torch.distributed.distributed_c10d
+    (called by the start-up hook right after that module ran, before
+    torch.distributed copies its names)."""
+    global _timing
+    _timing = True
+    for name in _COLLECTIVES:
+        function = getattr(c10d, name, None)
+        if callable(function) and not getattr(function, "__dtrun_timed__", False):
+            setattr(c10d, name, _outside_compile(_timed_collective(function)))
+
+
+def instrument_ddp(distributed):
+    """Times DistributedDataParallel (torch.nn.parallel.distributed) models."""
+    global _timing
+    _timing = True
+    ddp = distributed.DistributedDataParallel
+    original = ddp.__init__
+    if getattr(original, "__dtrun_timed__", False):
+        return
+    pre, post = _outside_compile(_ddp_pre_forward), _outside_compile(_ddp_post_forward)
+
+    def __init__(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        try:
+            self._set_ddp_runtime_logging_sample_rate(1)
+            self.register_forward_pre_hook(pre)
+            self.register_forward_hook(post)
+        except Exception:
+            pass
+    __init__.__wrapped__ = original
+    __init__.__dtrun_timed__ = True
+    ddp.__init__ = __init__
 
 
 try:

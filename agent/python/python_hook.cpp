@@ -197,6 +197,52 @@ def _dtrun_offer_module():
         _sys.path.append(_os.path.join(here, "modules"))
 
 
+class _DtrunAfterImport:
+    # Own work per step (docs/stragglers.md): once torch's c10d module and
+    # DDP's have run, dtrun's module times them. A finder first on
+    # sys.meta_path that finds nothing itself: it asks the others and wraps
+    # the loader's exec_module; it leaves sys.meta_path once both are done.
+    _actions = {"torch.distributed.distributed_c10d": "instrument_collectives",
+                "torch.nn.parallel.distributed": "instrument_ddp"}
+
+    def find_spec(self, name, path=None, target=None):
+        action = self._actions.get(name)
+        if action is None:
+            return None
+        for finder in _sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        loader = getattr(spec, "loader", None)
+        run = getattr(loader, "exec_module", None)
+        if run is None:
+            return None
+        del self._actions[name]
+        if not self._actions and self in _sys.meta_path:
+            _sys.meta_path.remove(self)
+
+        def exec_module(module):
+            run(module)
+            try:
+                import dtrun
+                getattr(dtrun, action)(module)
+            except Exception:
+                pass
+        loader.exec_module = exec_module
+        return spec
+
+
+def _dtrun_time_torch():
+    # --worker-timing=off sets DTRUN_WORKER_TIMING=0.
+    if (_os.environ.get("DTRUN_PROGRESS_PAGE")
+            and _os.environ.get("DTRUN_WORKER_TIMING", "1") != "0"):
+        _sys.meta_path.insert(0, _DtrunAfterImport())
+
+
 try:
     _dtrun_register()
 except Exception:
@@ -207,6 +253,10 @@ except Exception:
     pass
 try:
     _dtrun_offer_module()
+except Exception:
+    pass
+try:
+    _dtrun_time_torch()
 except Exception:
     pass
 # After the chained sitecustomize, which may install its own (apport's).
