@@ -145,6 +145,8 @@ nlohmann::ordered_json to_json(const job_status& s) {
                        {"section", optional_value(w.section)},
                        {"section_seconds", optional_value(w.section_seconds)}});
   }
+  ojson stragglers = ojson::array();
+  for (const auto& named : s.stragglers) stragglers.push_back(ojson(straggler_json(named)));
   return ojson{{"schema", status_schema},
                {"run_id", s.run_id},
                {"round", s.round},
@@ -166,6 +168,7 @@ nlohmann::ordered_json to_json(const job_status& s) {
                {"spare_nodes", optional_value(s.spare_nodes)},
                {"quarantined_nodes", optional_value(s.quarantined_nodes)},
                {"preflight", s.preflight ? s.preflight->to_json_value() : json(nullptr)},
+               {"stragglers", std::move(stragglers)},
                {"nodes", std::move(nodes)},
                {"workers", std::move(workers)}};
 }
@@ -215,6 +218,12 @@ std::optional<job_status> from_json(const nlohmann::json& j, std::string& error)
   if (auto v = integer_in(j, "quarantined_nodes", 0, i64_max)) s.quarantined_nodes = *v;
   if (auto it = j.find("preflight"); it != j.end() && it->is_object()) {
     s.preflight = preflight_verdict::from_json_value(*it);
+  }
+  if (auto it = j.find("stragglers"); it != j.end() && it->is_array()) {
+    for (const auto& entry : *it) {
+      if (s.stragglers.size() == status_max_entries) break;
+      if (auto named = straggler_from_json(entry)) s.stragglers.push_back(std::move(*named));
+    }
   }
   if (auto it = j.find("nodes"); it != j.end() && it->is_array()) {
     for (const auto& n : *it) {

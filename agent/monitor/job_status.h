@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "agent/health/preflight_verdict.h"
+#include "agent/watch/straggler_codec.h"
 
 namespace dtrun::agent {
 
@@ -99,6 +100,10 @@ struct job_status {
   // --preflight's last verdict (docs/agent.md, "Preflight"); unknown
   // without one. Added to dtrun.status/1 after the first release.
   std::optional<preflight_verdict> preflight;
+  // The job's stragglers as this agent last read the verdict
+  // (docs/stragglers.md); empty when nobody is slow or nobody judges.
+  // Added to dtrun.status/1 after the first release.
+  std::vector<named_straggler> stragglers;
   std::vector<node_status> nodes;  // empty for one node
   std::vector<worker_status> workers;
 };

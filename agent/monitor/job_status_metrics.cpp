@@ -72,6 +72,31 @@ void write_node_state(exposition& out, const std::string& job, const std::string
   }
 }
 
+// The job's stragglers as this agent last read them: one sample per named
+// node of its own work and of the job's median (docs/stragglers.md); the
+// families stay (HELP and TYPE) when nobody is slow.
+void write_stragglers(exposition& out, const std::string& job,
+                      const std::vector<named_straggler>& stragglers) {
+  auto who = [&job](const named_straggler& named) {
+    std::string ranks;
+    for (int r : named.finding.ranks) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
+    return job + "," + label("straggler_node_rank", std::to_string(named.finding.node_rank)) +
+           "," + label("straggler_host", named.host) + "," + label("straggler_ranks", ranks);
+  };
+  out.family("dtrun_straggler_own_work_seconds", "gauge",
+             "A straggler's own work per step (median over its streak); labels name it.");
+  for (const auto& named : stragglers) {
+    out.sample("dtrun_straggler_own_work_seconds", who(named),
+               value_text(named.finding.own_work_s));
+  }
+  out.family("dtrun_straggler_job_median_seconds", "gauge",
+             "The job's median own work per step over the same steps as the straggler's.");
+  for (const auto& named : stragglers) {
+    out.sample("dtrun_straggler_job_median_seconds", who(named),
+               value_text(named.finding.job_median_s));
+  }
+}
+
 // The job's and this agent's metrics, one sample each.
 void write_job_metrics(exposition& out, const job_status& s) {
   std::string job = label("run_id", s.run_id) + "," + label("node_rank", std::to_string(s.node_rank));
@@ -114,6 +139,7 @@ void write_job_metrics(exposition& out, const job_status& s) {
                std::to_string(*s.quarantined_nodes));
   }
   write_node_state(out, job, s.phase);
+  write_stragglers(out, job, s.stragglers);
 
   // Every class is written, 0 included (a series that appears only at
   // its first incident cannot be rated).

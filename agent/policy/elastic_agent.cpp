@@ -124,6 +124,7 @@ int elastic_agent::impl::run() {
   start_watchdog();
   start_hang_detection();
   start_section_watch();
+  start_straggler_watch();
   start_monitor();
   reporter_.agent_started(config_summary());
   // The step before any round (--progress-file: a step already there is
@@ -325,6 +326,7 @@ void elastic_agent::impl::begin_stop(int sig) {
   phase_ = phase::stopping;
   if (progress_) progress_->stop();
   if (sections_) sections_->stop();
+  stop_straggler_watch();
   group_.stop(sig, options_.stop_timeout);
   if (group_.waited_for() == 0) group_stopped();
 }
@@ -387,6 +389,7 @@ void elastic_agent::impl::end_round() {
   cancel_health_check();
   if (progress_) progress_->stop();
   if (sections_) sections_->stop();
+  stop_straggler_watch();
   std::vector<pid_t> keep = stacks_->helper_pids();  // eu-stack: ends on its own
   group_.end_round(std::move(keep));
   output_->end_round();

@@ -107,6 +107,7 @@ void elastic_agent::impl::leave_unhealthy(const std::string& reason) {
 // After leave_unhealthy's stop (group_stopped), once the others were told.
 void elastic_agent::impl::leave_job(const std::string& reason) {
   if (!departed_) return;  // the workers ended first: the telling's callback comes back here
+  if (stragglers_.quarantine) return enter_quarantine(reason, -1, "straggler");
   if (options_.quarantine.enabled()) return machine_failed(reason, -1, "health");
   reporter_.node_left(reason);
   finish(exit_node_unhealthy);

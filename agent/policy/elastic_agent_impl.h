@@ -20,6 +20,8 @@
 //   elastic_agent_preempt.cpp  a job-wide checkpoint; leaving when preempted
 //   elastic_agent_preflight.cpp  --preflight: dtrun's check in the workers'
 //                              place before a round's training, its verdict
+//   elastic_agent_stragglers.cpp  stragglers: own work per step shared, node
+//                              0's verdict, a named node's line or leaving
 // The policy only: the workers' processes are worker_group's, through a
 // process_runner, and the machine is asked through agent_env (docs/design.md,
 // "The agent: policy and parts").
@@ -59,6 +61,7 @@
 #include "agent/watch/progress_page.h"
 #include "agent/watch/section_learner.h"
 #include "agent/watch/section_watch.h"
+#include "agent/watch/straggler_watch.h"
 #include "agent/health/quarantine_record.h"
 #include "agent/spec/restart_policy.h"
 #include "agent/report/run_reporter.h"
@@ -271,6 +274,14 @@ class elastic_agent::impl {
   std::string preflight_consequence(const preflight_slow_node& slow) const;
   void leave_after_preflight(const preflight_slow_node& mine);
 
+  // elastic_agent_stragglers.cpp
+  void start_straggler_watch();
+  void start_straggler_round(const rendezvous::rendezvous_info& info);
+  void stop_straggler_watch();
+  std::vector<rank_work_sample> straggler_samples();
+  void stragglers_named(const std::vector<named_straggler>& fresh);
+  void straggler_verdict(const std::vector<named_straggler>& now);
+
   // elastic_agent_watch.cpp
   void start_watchdog();
   void start_hang_detection();
@@ -326,6 +337,17 @@ class elastic_agent::impl {
   // watch of the running round.
   std::optional<section_learner> learner_;
   std::optional<section_watch> sections_;
+  // Stragglers (elastic_agent_stragglers.cpp): the watch (none without the
+  // hook or with --worker-timing=off), each rank's last step shared, the
+  // verdict as last read (`dtrun status`), whether this node said it was
+  // named in this streak, and whether it leaves into quarantine.
+  struct straggler_state {
+    std::optional<straggler_watch> watch;
+    std::map<int, std::int64_t> published;
+    std::vector<named_straggler> verdict;
+    bool said = false;
+    bool quarantine = false;
+  } stragglers_;
   // torchrun's file-timer watchdog's pipe (TORCHELASTIC_TIMER_FILE);
   // empty: none.
   std::string timer_file_;

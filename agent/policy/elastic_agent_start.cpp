@@ -82,6 +82,8 @@ void elastic_agent::impl::add_progress_page(int local_rank, const std::string& r
   try {
     pages_.add(local_rank, path);
     env["DTRUN_PROGRESS_PAGE"] = path;
+    // The hook leaves DDP and the collectives alone (docs/stragglers.md).
+    if (!options_.stragglers.worker_timing) env["DTRUN_WORKER_TIMING"] = "0";
   } catch (const std::exception& e) {
     log(fmt::format("warning: {}; dtrun.step() and dtrun.section() report nothing", e.what()));
   }
@@ -160,6 +162,7 @@ void elastic_agent::impl::start_workers(const rendezvous::rendezvous_info& info)
     for (const auto& w : group_.workers()) local_ranks.push_back(w.local_rank);
     sections_->start_round(std::move(local_ranks));
   }
+  start_straggler_round(info);
   if (monitor_ && info.group_world_size > 1) monitor_->start_publishing();
   watch_round_end();
   watch_checkpoints();

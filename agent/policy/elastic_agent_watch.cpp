@@ -165,6 +165,7 @@ job_status elastic_agent::impl::facts() const {
   f.nnodes = round_info_.group_world_size;
   f.phase = phase_name();
   f.preflight = preflight_verdict_;
+  f.stragglers = stragglers_.verdict;
   f.hangs_detected = static_cast<std::uint64_t>(hangs_);
   f.failures = failures_;
   f.rounds = rounds_;

@@ -321,10 +321,16 @@ def instrument_collectives(c10d):
     torch.distributed copies its names)."""
     global _timing
     _timing = True
+    # torch.distributed copies the names when it runs after c10d; when it
+    # ran already (the module was imported before), its copies are timed too.
+    package = _sys.modules.get("torch.distributed")
     for name in _COLLECTIVES:
         function = getattr(c10d, name, None)
         if callable(function) and not getattr(function, "__dtrun_timed__", False):
-            setattr(c10d, name, _outside_compile(_timed_collective(function)))
+            timed = _outside_compile(_timed_collective(function))
+            setattr(c10d, name, timed)
+            if package is not None and getattr(package, name, None) is function:
+                setattr(package, name, timed)
 
 
 def instrument_ddp(distributed):

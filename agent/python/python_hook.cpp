@@ -202,8 +202,9 @@ class _DtrunAfterImport:
     # DDP's have run, dtrun's module times them. A finder first on
     # sys.meta_path that finds nothing itself: it asks the others and wraps
     # the loader's exec_module; it leaves sys.meta_path once both are done.
-    _actions = {"torch.distributed.distributed_c10d": "instrument_collectives",
-                "torch.nn.parallel.distributed": "instrument_ddp"}
+    def __init__(self):
+        self._actions = {"torch.distributed.distributed_c10d": "instrument_collectives",
+                         "torch.nn.parallel.distributed": "instrument_ddp"}
 
     def find_spec(self, name, path=None, target=None):
         action = self._actions.get(name)
@@ -237,10 +238,21 @@ class _DtrunAfterImport:
 
 
 def _dtrun_time_torch():
-    # --worker-timing=off sets DTRUN_WORKER_TIMING=0.
-    if (_os.environ.get("DTRUN_PROGRESS_PAGE")
-            and _os.environ.get("DTRUN_WORKER_TIMING", "1") != "0"):
-        _sys.meta_path.insert(0, _DtrunAfterImport())
+    # --worker-timing=off sets DTRUN_WORKER_TIMING=0 (taken out of
+    # os.environ, as the page's path is). Modules already imported (a
+    # --preload interpreter's) are timed now; the others when imported.
+    timing = _os.environ.pop("DTRUN_WORKER_TIMING", "1") != "0"
+    if not timing or not getattr(_sys, "_dtrun_progress_page", ""):
+        return
+    after = _DtrunAfterImport()
+    for name, action in list(after._actions.items()):
+        module = _sys.modules.get(name)
+        if module is not None:
+            del after._actions[name]
+            import dtrun
+            getattr(dtrun, action)(module)
+    if after._actions:
+        _sys.meta_path.insert(0, after)
 
 
 try:

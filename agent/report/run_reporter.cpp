@@ -142,6 +142,11 @@ void run_reporter::hang_detected(nlohmann::ordered_json fields) {
   events_.emit("hang_detected", std::move(fields));
 }
 
+void run_reporter::straggler(nlohmann::ordered_json fields) {
+  fields["round"] = current_round();
+  events_.emit("straggler", std::move(fields));
+}
+
 void run_reporter::restart(int count, int max) {
   events_.emit("restart", ojson{{"count", count}, {"max", max}, {"after_round", current_round()}});
 }

@@ -59,6 +59,10 @@ class run_reporter {
   // --hang-timeout: no progress anywhere for `fields.idle_s` seconds;
   // `fields` names the stuck locations and the stack files.
   void hang_detected(nlohmann::ordered_json fields);
+  // Node 0 named a straggler (docs/stragglers.md): `fields` say which node
+  // (straggler_host, straggler_ranks) with the evidence; the event's own
+  // host is this writer's.
+  void straggler(nlohmann::ordered_json fields);
   // A worker outlived its SIGKILL (kill_watch): the agent stopped waiting
   // for it. `state` is its /proc state letter ('?': unreadable).
   void worker_unkillable(int local_rank, int rank, long pid, char state);

@@ -107,6 +107,14 @@ struct preflight_options {
   }
 };
 
+// --straggler-action and --worker-timing (docs/stragglers.md): what a node
+// named a straggler does (the same three answers as --preflight-action's),
+// and whether the workers' start-up hook times their own work per step.
+struct straggler_options {
+  preflight_action action = preflight_action::warn;
+  bool worker_timing = true;
+};
+
 struct agent_options {
   worker_group_spec spec;
   // The resolved program and its arguments (argv[1..]).
@@ -170,6 +178,7 @@ struct agent_options {
   node_health_options health;
   quarantine_options quarantine;
   preflight_options preflight;
+  straggler_options stragglers;
   // --no-restart-on: failures that end the job at once (restart_policy.h).
   std::vector<no_restart_rule> no_restart_on;
   // --preload: the modules Python workers' warm interpreter imports

@@ -120,19 +120,55 @@ node_work decode_work(std::string_view text, std::string& error) {
   return out;
 }
 
+json straggler_json(const named_straggler& named) {
+  const straggler_finding& f = named.finding;
+  return {{"node_rank", f.node_rank},
+          {"host", named.host},
+          {"ranks", f.ranks},
+          {"whole_node", f.whole_node},
+          {"own_work_s", f.own_work_s},
+          {"job_median_s", f.job_median_s},
+          {"first_step", f.first_step},
+          {"last_step", f.last_step},
+          {"leaves", named.leaves},
+          {"kept_because", named.kept_because}};
+}
+
+std::optional<named_straggler> straggler_from_json(const json& entry) {
+  named_straggler named;
+  straggler_finding& f = named.finding;
+  auto host = entry.is_object() ? entry.find("host") : entry.end();
+  auto ranks = entry.is_object() ? entry.find("ranks") : entry.end();
+  if (!entry.is_object() || host == entry.end() || !host->is_string() || ranks == entry.end() ||
+      !ranks->is_array() || !read_number(entry, "node_rank", f.node_rank) ||
+      !read_number(entry, "own_work_s", f.own_work_s) ||
+      !read_number(entry, "job_median_s", f.job_median_s) ||
+      !read_number(entry, "first_step", f.first_step) ||
+      !read_number(entry, "last_step", f.last_step)) {
+    return std::nullopt;
+  }
+  named.host = host->get<std::string>().substr(0, host_max_bytes);
+  for (const json& rank : *ranks) {
+    if (rank.is_number_integer() && f.ranks.size() < work_max_ranks) {
+      f.ranks.push_back(rank.get<int>());
+    }
+  }
+  auto flag = [&](const char* key) {
+    auto it = entry.find(key);
+    return it != entry.end() && it->is_boolean() && it->get<bool>();
+  };
+  f.whole_node = flag("whole_node");
+  named.leaves = flag("leaves");
+  auto kept = entry.find("kept_because");
+  if (kept != entry.end() && kept->is_string()) {
+    named.kept_because = kept->get<std::string>().substr(0, host_max_bytes);
+  }
+  return named;
+}
+
 std::string encode_stragglers(const std::vector<named_straggler>& stragglers) {
   json list = json::array();
-  for (const named_straggler& named : stragglers) {
-    const straggler_finding& f = named.finding;
-    list.push_back({{"node_rank", f.node_rank},
-                    {"host", named.host},
-                    {"ranks", f.ranks},
-                    {"whole_node", f.whole_node},
-                    {"own_work_s", f.own_work_s},
-                    {"job_median_s", f.job_median_s},
-                    {"first_step", f.first_step},
-                    {"last_step", f.last_step}});
-  }
+  for (const named_straggler& named : stragglers) list.push_back(straggler_json(named));
   return json{{"schema", stragglers_schema}, {"stragglers", std::move(list)}}.dump(
       -1, ' ', false, json::error_handler_t::replace);
 }
@@ -142,27 +178,7 @@ std::vector<named_straggler> decode_stragglers(std::string_view text, std::strin
   auto list = list_of(text, stragglers_schema, "stragglers", error);
   if (!list) return out;
   for (const json& entry : *list) {
-    named_straggler named;
-    straggler_finding& f = named.finding;
-    auto host = entry.is_object() ? entry.find("host") : entry.end();
-    auto ranks = entry.is_object() ? entry.find("ranks") : entry.end();
-    if (!entry.is_object() || host == entry.end() || !host->is_string() ||
-        ranks == entry.end() || !ranks->is_array() || !read_number(entry, "node_rank", f.node_rank) ||
-        !read_number(entry, "own_work_s", f.own_work_s) ||
-        !read_number(entry, "job_median_s", f.job_median_s) ||
-        !read_number(entry, "first_step", f.first_step) ||
-        !read_number(entry, "last_step", f.last_step)) {
-      continue;
-    }
-    named.host = host->get<std::string>().substr(0, host_max_bytes);
-    for (const json& rank : *ranks) {
-      if (rank.is_number_integer() && f.ranks.size() < work_max_ranks) {
-        f.ranks.push_back(rank.get<int>());
-      }
-    }
-    auto whole = entry.find("whole_node");
-    f.whole_node = whole != entry.end() && whole->is_boolean() && whole->get<bool>();
-    out.push_back(std::move(named));
+    if (auto named = straggler_from_json(entry)) out.push_back(std::move(*named));
   }
   return out;
 }

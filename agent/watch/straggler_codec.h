@@ -16,6 +16,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "agent/watch/straggler_detector.h"
 
 namespace dtrun::agent {
@@ -48,13 +50,22 @@ struct node_work {
 std::string encode_work(const std::string& host, const std::vector<rank_work_sample>& samples);
 node_work decode_work(std::string_view text, std::string& error);
 
-// A straggler as the verdict names it: the finding and its node's host.
+// A straggler as the verdict names it: the finding, its node's host, and
+// what node 0 decided it does: leave (--straggler-action leave or
+// quarantine, with room for the job to lose it) or stay, and why it stays
+// when the action would have sent it away.
 struct named_straggler {
   straggler_finding finding;
   std::string host;
+  bool leaves = false;
+  std::string kept_because;
 };
 
 std::string encode_stragglers(const std::vector<named_straggler>& stragglers);
+// One entry of the verdict, as `dtrun status` also carries it; nullopt
+// for an entry without the finding's fields (never throws).
+nlohmann::json straggler_json(const named_straggler& named);
+std::optional<named_straggler> straggler_from_json(const nlohmann::json& entry);
 std::vector<named_straggler> decode_stragglers(std::string_view text, std::string& error);
 
 }  // namespace dtrun::agent

@@ -13,6 +13,21 @@ double lower_median(std::vector<double> values) {
   return *middle;
 }
 
+namespace {
+
+// Seconds per step as a reader takes them in: "0.240 s", "51.9 ms", "40 us".
+std::string per_step(double s) {
+  if (s >= 0.1) return fmt::format("{:.3f} s", s);
+  if (s >= 0.0001) return fmt::format("{:.1f} ms", s * 1e3);
+  return fmt::format("{:.0f} us", s * 1e6);
+}
+
+}  // namespace
+
+bool straggler_detector::slower(double own, double median) const {
+  return own > rules_.factor * median && own - median >= rules_.min_excess_s;
+}
+
 std::string describe(const straggler_finding& finding, const std::string& host) {
   std::string ranks;
   for (int rank : finding.ranks) {
@@ -20,10 +35,11 @@ std::string describe(const straggler_finding& finding, const std::string& host) 
   }
   const double ratio = finding.job_median_s > 0 ? finding.own_work_s / finding.job_median_s : 0;
   return fmt::format(
-      "node {} ({}) is a straggler: rank{} {} work{} {:.3f} s per step against the job's median "
-      "{:.3f} s ({:.2f}x) over steps {}-{}",
+      "node {} ({}) is a straggler: rank{} {} work{} {} per step against the job's median "
+      "{} ({:.2f}x) over steps {}-{}",
       finding.node_rank, host, finding.ranks.size() == 1 ? "" : "s", ranks,
-      finding.ranks.size() == 1 ? "s" : "", finding.own_work_s, finding.job_median_s, ratio,
+      finding.ranks.size() == 1 ? "s" : "", per_step(finding.own_work_s),
+      per_step(finding.job_median_s), ratio,
       finding.first_step, finding.last_step);
 }
 
@@ -91,7 +107,7 @@ std::vector<straggler_finding> straggler_detector::observe(
     for (const auto& [rank, sample] : view.rank) {
       seen_ranks.insert(rank);
       node_of_rank_[rank] = sample.node_rank;
-      const bool slow = sample.own_work_s > rules_.factor * view.rank_median;
+      const bool slow = slower(sample.own_work_s, view.rank_median);
       update(ranks_, rank, slow, sample, sample.own_work_s, view.rank_median);
     }
   }
@@ -104,7 +120,7 @@ std::vector<straggler_finding> straggler_detector::observe(
     view.node_median = lower_median(node_figures);
     for (const auto& [node, own] : view.node_own) {
       seen_nodes.insert(node);
-      const bool slow = own > rules_.factor * view.node_median;
+      const bool slow = slower(own, view.node_median);
       update(nodes_, node, slow, view.node_span[node], own, view.node_median);
     }
   }

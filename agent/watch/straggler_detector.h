@@ -55,6 +55,10 @@ struct straggler_rules {
   std::int64_t warmup_steps = 20;
   std::int64_t min_slow_steps = 10;
   int min_samples = 2;
+  // And at least this much longer than the median: a step of a few
+  // microseconds (a micro-batch's forward) is all noise in relative terms,
+  // and 2 ms a step costs a job little.
+  double min_excess_s = 0.002;
 };
 
 // A rank or node named slow, with the evidence.
@@ -91,6 +95,7 @@ class straggler_detector {
   const straggler_rules& rules() const { return rules_; }
 
  private:
+  bool slower(double own, double median) const;
   struct streak {
     std::int64_t first_step = 0;
     std::int64_t last_step = 0;

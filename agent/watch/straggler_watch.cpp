@@ -3,11 +3,17 @@
 #include <algorithm>
 #include <utility>
 
+#include <fmt/format.h>
+
 namespace dtrun::agent {
 
-straggler_watch::straggler_watch(boost::asio::io_context& io, straggler_rules rules, hooks h,
-                                 std::chrono::milliseconds interval)
-    : hooks_(std::move(h)), interval_(interval), detector_(rules), timer_(io) {}
+straggler_watch::straggler_watch(boost::asio::io_context& io, straggler_rules rules,
+                                 bool send_away, hooks h, std::chrono::milliseconds interval)
+    : hooks_(std::move(h)),
+      interval_(interval),
+      detector_(rules),
+      timer_(io),
+      send_away_(send_away) {}
 
 std::chrono::milliseconds straggler_watch::interval_for(int members) {
   return std::chrono::milliseconds(std::max(1000, members));
@@ -20,6 +26,8 @@ void straggler_watch::start_round(int group_rank, int members, std::string host)
   host_ = std::move(host);
   hosts_.assign(static_cast<std::size_t>(members_), std::string());
   detector_.reset();
+  decided_.clear();
+  leavers_ = 0;
   arm();
 }
 
@@ -39,14 +47,16 @@ void straggler_watch::tick() {
   std::string work = encode_work(host_, hooks_.samples());
   hooks_.share(std::move(work), gather,
                [this, gather, generation = generation_, current = *generation_](
-                   std::vector<std::string> per_node, std::string verdict) {
+                   std::vector<std::string> per_node, std::string verdict,
+                   straggler_room room) {
                  if (*generation != current) return;
-                 if (gather) judge(per_node);
+                 if (gather) judge(per_node, room);
                  read_verdict(verdict);
                });
 }
 
-void straggler_watch::judge(const std::vector<std::string>& per_node) {
+void straggler_watch::judge(const std::vector<std::string>& per_node,
+                            const straggler_room& room) {
   std::vector<rank_work_sample> samples;
   for (std::size_t g = 0; g < per_node.size(); ++g) {
     if (per_node[g].empty()) continue;
@@ -70,12 +80,36 @@ void straggler_watch::judge(const std::vector<std::string>& per_node) {
     std::vector<named_straggler> out;
     for (const straggler_finding& finding : findings) {
       out.push_back({finding, host_of(finding.node_rank)});
+      decide(out.back(), room);
     }
     return out;
   };
   std::vector<named_straggler> fresh = name(detector_.observe(samples));
   if (!fresh.empty()) hooks_.named(fresh);
   hooks_.publish(encode_stragglers(name(detector_.current())));
+}
+
+// Once per node and round: a spare takes the leaver's place, else the job
+// goes on smaller while it stays at --nnodes' minimum or above; else the
+// node stays, saying why.
+void straggler_watch::decide(named_straggler& named, const straggler_room& room) {
+  auto known = decided_.find(named.finding.node_rank);
+  if (known == decided_.end()) {
+    std::pair<bool, std::string> d{false, ""};
+    if (send_away_) {
+      bool spare = leavers_ < room.spares;
+      bool smaller = room.members - std::max(0, leavers_ - room.spares) - 1 >= room.min_nodes;
+      d.first = spare || smaller;
+      if (d.first) ++leavers_;
+      if (!d.first) {
+        d.second = fmt::format("no spare, and the job is at --nnodes' minimum of {} node(s)",
+                               room.min_nodes);
+      }
+    }
+    known = decided_.emplace(named.finding.node_rank, std::move(d)).first;
+  }
+  named.leaves = known->second.first;
+  named.kept_because = known->second.second;
 }
 
 void straggler_watch::read_verdict(const std::string& verdict) {

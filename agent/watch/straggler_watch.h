@@ -17,6 +17,7 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,9 +30,19 @@
 
 namespace dtrun::agent {
 
+// The room a round has to lose a node (rendezvous_handler's
+// preflight_room): a spare takes a leaver's place, else the job goes on
+// smaller down to min_nodes.
+struct straggler_room {
+  int members = 1;
+  int spares = 0;
+  int min_nodes = 1;
+};
+
 class straggler_watch {
  public:
-  using share_done = std::function<void(std::vector<std::string> per_node, std::string verdict)>;
+  using share_done = std::function<void(std::vector<std::string> per_node, std::string verdict,
+                                        straggler_room room)>;
   struct hooks {
     // This node's ranks' figures over the steps they finished since the
     // last call (ranks without a timed step left out).
@@ -47,8 +58,10 @@ class straggler_watch {
     std::function<void(const std::string&)> debug;
   };
 
+  // `send_away`: a straggler leaves when the room allows
+  // (--straggler-action leave or quarantine); else every one stays.
   // `interval`: 0 for interval_for(members) (tests give their own).
-  straggler_watch(boost::asio::io_context& io, straggler_rules rules, hooks h,
+  straggler_watch(boost::asio::io_context& io, straggler_rules rules, bool send_away, hooks h,
                   std::chrono::milliseconds interval = std::chrono::milliseconds(0));
   // A share still in flight completes into nothing.
   ~straggler_watch() { stop(); }
@@ -66,7 +79,8 @@ class straggler_watch {
  private:
   void arm();
   void tick();
-  void judge(const std::vector<std::string>& per_node);
+  void judge(const std::vector<std::string>& per_node, const straggler_room& room);
+  void decide(named_straggler& named, const straggler_room& room);
   void read_verdict(const std::string& verdict);
 
   hooks hooks_;
@@ -77,6 +91,11 @@ class straggler_watch {
   int members_ = 1;
   std::string host_;
   std::vector<std::string> hosts_;  // by group rank, from their figures
+  bool send_away_ = false;
+  // This round's decisions by node (a named node's stays as first made)
+  // and the room they used.
+  std::map<int, std::pair<bool, std::string>> decided_;
+  int leavers_ = 0;
   // Outlives a pending share: a completion after stop() finds it stale.
   std::shared_ptr<std::uint64_t> generation_ = std::make_shared<std::uint64_t>(0);
 };

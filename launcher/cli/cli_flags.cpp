@@ -207,6 +207,16 @@ void define_preflight_flags(CLI::App& app, launch_options& o, const std::string&
              "the job goes on smaller if --nnodes allows; else it only warns) or quarantine")
       ->check(CLI::IsMember({"warn", "leave", "quarantine"}))
       ->group(group);
+  add_option(app, "straggler-action", o.straggler_action,
+             "What a node named a straggler (its ranks' own work per step far above the job's "
+             "median) does: warn, leave (as --preflight-action's) or quarantine")
+      ->check(CLI::IsMember({"warn", "leave", "quarantine"}))
+      ->group(group);
+  add_option(app, "worker-timing", o.worker_timing,
+             "on: the start-up hook times DDP and torch.distributed's collectives so that "
+             "stragglers are named; off: it wraps nothing")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->group(group);
   add_option(app, "preflight-timeout", o.preflight_timeout,
              "Seconds the --preflight check may take; then the training starts without the "
              "figures that are missing")

@@ -164,6 +164,10 @@ struct launch_options {
   std::string preflight = "off";
   std::string preflight_action = "warn";
   double preflight_timeout = 120.0;  // seconds
+  // docs/stragglers.md: what a node named a straggler does; whether the
+  // start-up hook times the workers' own work per step.
+  std::string straggler_action = "warn";
+  std::string worker_timing = "on";
   // Program.
   std::string role = "default";
   bool module = false;

@@ -48,6 +48,11 @@ nlohmann::json preflight_json(const agent::preflight_options& p) {
           {"timeout_s", static_cast<double>(p.timeout.count()) / 1000.0}};
 }
 
+nlohmann::json stragglers_json(const agent::straggler_options& s) {
+  return {{"action", agent::preflight_action_name(s.action)},
+          {"worker_timing", s.worker_timing}};
+}
+
 nlohmann::json node_health_json(const agent::node_health_options& h) {
   return {{"command", h.command.empty() ? nlohmann::json() : nlohmann::json(h.command)},
           {"builtin", h.builtin_gating ? "gating" : "warn"},
@@ -156,6 +161,7 @@ nlohmann::json to_json(const launch_config& c, const env_map& env) {
                                           {"file", c.agent.quarantine.file}}
                          : nlohmann::json()},
       {"preflight", preflight_json(c.agent.preflight)},
+      {"stragglers", stragglers_json(c.agent.stragglers)},
       {"stack_hook", c.agent.stack_hook},
       {"interpreter", c.agent.interpreter.empty() ? nlohmann::json() : nlohmann::json(c.agent.interpreter)},
       {"stop_on_stdin_eof", c.agent.stop_on_stdin_eof},

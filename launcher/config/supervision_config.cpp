@@ -95,6 +95,11 @@ void resolve_preflight(const launch_options& o, launch_config& c) {
   if (p.mode == agent::preflight_mode::off && o.preflight_action != "warn") {
     c.warnings.push_back("--preflight-action has no effect without --preflight");
   }
+  agent::straggler_options& s = c.agent.stragglers;
+  for (auto action : {agent::preflight_action::leave, agent::preflight_action::quarantine}) {
+    if (o.straggler_action == agent::preflight_action_name(action)) s.action = action;
+  }
+  s.worker_timing = o.worker_timing != "off";
 }
 
 // --checkpoint-signal and --preempt-notice (docs/agent.md, "Preemption"):

@@ -99,6 +99,11 @@ std::string render_status(const agent::job_status& s, double now) {
                          slow.leaves ? "; it left the job" : "");
     }
   }
+  for (const auto& named : s.stragglers) {
+    out += fmt::format("straggler: {}{}\n",
+                       printable(agent::describe(named.finding, named.host)),
+                       named.leaves ? "; it leaves the job" : "");
+  }
   if (!s.nodes.empty()) {
     text_table nodes({"NODE", "HOST", "AGENT PID", "STATE", "LAST SEEN"});
     for (const auto& n : s.nodes) {

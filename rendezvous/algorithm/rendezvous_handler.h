@@ -288,12 +288,14 @@ class rendezvous_handler {
   // round's verdict back in the same request; with `gather` (the round's
   // node 0) it also reads every node's figures (one read of `members`
   // keys: O(n) bytes at node 0, O(1) at the others). `done(per_node,
-  // verdict)`: figures by group rank ("" where a node wrote none; empty
-  // without `gather`), the verdict ("" when none). On a store error, or
+  // verdict, room)`: figures by group rank ("" where a node wrote none;
+  // empty without `gather`), the verdict ("" when none), and with `gather`
+  // the room the round has to lose a node (as --preflight's; members and
+  // min_nodes otherwise). On a store error, or
   // outside any round, `done` is not called. Single node: its own figures
   // and the verdict it last published, at once.
-  using work_completion =
-      std::function<void(std::vector<std::string> per_node, std::string verdict)>;
+  using work_completion = std::function<void(std::vector<std::string> per_node,
+                                             std::string verdict, preflight_room room)>;
   virtual void share_work(std::string node_work, bool gather, work_completion done) = 0;
 
   // Node 0's verdict (JSON text, bounded by the caller), read back by

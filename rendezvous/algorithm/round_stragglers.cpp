@@ -3,9 +3,11 @@
 // the verdict r/<r>/stragglers in the same batch; the round's node 0 also
 // reads every node's figures and SETs the verdict. Two requests per node
 // and interval; node 0's read is O(members) keys.
+#include <algorithm>
 #include <utility>
 
 #include "rendezvous/algorithm/dynamic_rendezvous_impl.h"
+#include "rendezvous/base/parse_whole.h"
 
 namespace dtrun::rendezvous {
 
@@ -19,10 +21,19 @@ void dynamic_rendezvous::impl::share_work(std::string node_work, bool gather,
   for (int g = 0; g < nodes; ++g) {
     keys.push_back(keys_.work(round_, g));
   }
-  ops_->read_now(std::move(keys), [done, nodes](store_result r) {
-    if (r.error || r.values.size() != static_cast<std::size_t>(nodes) + 1) return;
-    std::vector<std::string> per_node(r.values.begin() + 1, r.values.end());
-    done(std::move(per_node), std::move(r.values[0]));
+  // Node 0 also reads how many arrived: its spares are those beyond the
+  // round's members (as judge_preflight's room).
+  if (gather) keys.push_back(keys_.joined(round_));
+  const std::size_t expected = keys.size();
+  preflight_room room{members_, 0, options_.min_nodes};
+  ops_->read_now(std::move(keys), [done, nodes, expected, room](store_result r) mutable {
+    if (r.error || r.values.size() != expected) return;
+    std::vector<std::string> per_node(r.values.begin() + 1, r.values.begin() + 1 + nodes);
+    if (nodes > 0) {
+      auto joined = parse_whole<int>(r.values.back()).value_or(room.members);
+      room.spares = std::max(0, joined - room.members);
+    }
+    done(std::move(per_node), std::move(r.values[0]), room);
   });
 }
 

@@ -166,7 +166,7 @@ void standalone_rendezvous::share_work(std::string node_work, bool gather,
                                        work_completion done) {
   std::vector<std::string> per_node;
   if (gather) per_node.push_back(std::move(node_work));
-  done(std::move(per_node), local_verdict_);
+  done(std::move(per_node), local_verdict_, preflight_room{1, 0, 1});
 }
 
 void standalone_rendezvous::publish_stragglers(std::string verdict) {

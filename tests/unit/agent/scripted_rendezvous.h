@@ -214,8 +214,8 @@ class scripted_rendezvous : public rendezvous::rendezvous_handler {
       per_node.push_back(std::move(node_work));
     }
     std::string verdict = verdicts.empty() ? std::string() : verdicts.back();
-    boost::asio::post(io_, [done, per_node = std::move(per_node), verdict]() mutable {
-      done(std::move(per_node), std::move(verdict));
+    boost::asio::post(io_, [this, done, per_node = std::move(per_node), verdict]() mutable {
+      done(std::move(per_node), std::move(verdict), room);
     });
   }
   void publish_stragglers(std::string verdict) override { verdicts.push_back(std::move(verdict)); }

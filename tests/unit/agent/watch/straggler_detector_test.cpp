@@ -142,3 +142,24 @@ TEST_CASE("a job of one rank has nobody to compare with", "[straggler]") {
 }
 
 }  // namespace straggler_detector_test
+
+namespace straggler_detector_test {
+
+TEST_CASE("steps of a millisecond or less are not judged by ratio alone", "[straggler]") {
+  // Rank 3 works 3x the median, but 1 ms a step longer: below the 2 ms
+  // floor (a micro-batch's forward timed in Python is mostly noise).
+  straggler_detector detector;
+  for (std::int64_t first = 21; first < 81; first += 10) {
+    CHECK(detector.observe(interval(2, 2, first, 10, 0.0005, {{3, 0.0015}})).empty());
+  }
+  // The same ratio at 5 ms against 15 ms is named, in milliseconds.
+  detector.reset();
+  detector.observe(interval(2, 2, 21, 10, 0.005, {{3, 0.015}}));
+  auto named = detector.observe(interval(2, 2, 31, 10, 0.005, {{3, 0.015}}));
+  REQUIRE(named.size() == 1);
+  CHECK(describe(named[0], "h2") ==
+        "node 1 (h2) is a straggler: rank 3 works 15.0 ms per step against the job's median "
+        "5.0 ms (3.00x) over steps 21-40");
+}
+
+}  // namespace straggler_detector_test

@@ -3,6 +3,8 @@
 #include <boost/asio/io_context.hpp>
 #include <catch2/catch.hpp>
 
+#include <optional>
+
 namespace straggler_watch_test {
 
 using namespace dtrun::agent;
@@ -35,7 +37,7 @@ TEST_CASE("node 0 names the slow node once, publishes the verdict and reads it b
     std::vector<std::string> per_node{work, encode_work("host-b", job.node(1)),
                                       encode_work("host-c", job.node(2))};
     job.next_step += 5;
-    done(per_node, published);
+    done(per_node, published, straggler_room{3, 0, 1});
   };
   hooks.publish = [&](std::string verdict) { published = std::move(verdict); };
   hooks.named = [&](const std::vector<named_straggler>& fresh) {
@@ -47,7 +49,7 @@ TEST_CASE("node 0 names the slow node once, publishes the verdict and reads it b
     if (verdicts.size() == 4) watch->stop();
   };
   hooks.debug = [](const std::string& line) { FAIL(line); };
-  watch = std::make_unique<straggler_watch>(io, straggler_rules{}, hooks, 1ms);
+  watch = std::make_unique<straggler_watch>(io, straggler_rules{}, false, hooks, 1ms);
   watch->start_round(0, 3, "host-a");
   io.run();
   CHECK(shares == 4);
@@ -62,6 +64,47 @@ TEST_CASE("node 0 names the slow node once, publishes the verdict and reads it b
   REQUIRE(verdicts[2].size() == 1);
   CHECK(verdicts[2][0].host == "host-c");
   CHECK(verdicts[3][0].finding.last_step == 35);
+  CHECK_FALSE(verdicts[3][0].leaves);  // warn: nobody is sent away
+}
+
+// The verdict node 0 reads back once node 2 is named, with
+// --straggler-action leave or quarantine and `room`.
+named_straggler sent_away_in(straggler_room room) {
+  boost::asio::io_context io;
+  three_nodes job;
+  std::string published;
+  std::optional<named_straggler> seen;
+  straggler_watch::hooks hooks;
+  hooks.samples = [&] { return job.node(0); };
+  hooks.share = [&](std::string work, bool, straggler_watch::share_done done) {
+    std::vector<std::string> per_node{work, encode_work("host-b", job.node(1)),
+                                      encode_work("host-c", job.node(2))};
+    job.next_step += 5;
+    done(per_node, published, room);
+  };
+  hooks.publish = [&](std::string verdict) { published = std::move(verdict); };
+  hooks.named = [](const std::vector<named_straggler>&) {};
+  std::unique_ptr<straggler_watch> watch;
+  hooks.verdict = [&](const std::vector<named_straggler>& now) {
+    if (now.empty()) return;
+    seen = now[0];
+    watch->stop();
+  };
+  hooks.debug = [](const std::string& line) { FAIL(line); };
+  watch = std::make_unique<straggler_watch>(io, straggler_rules{}, true, hooks, 1ms);
+  watch->start_round(0, 3, "host-a");
+  io.run();
+  REQUIRE(seen);
+  return *seen;
+}
+
+TEST_CASE("a straggler leaves when a spare takes its place or the job may go on smaller",
+          "[straggler]") {
+  CHECK(sent_away_in({3, 1, 3}).leaves);  // a spare
+  CHECK(sent_away_in({3, 0, 2}).leaves);  // smaller: 2 nodes are enough
+  named_straggler kept = sent_away_in({3, 0, 3});
+  CHECK_FALSE(kept.leaves);
+  CHECK(kept.kept_because == "no spare, and the job is at --nnodes' minimum of 3 node(s)");
 }
 
 TEST_CASE("another node only shares its figures and reads the verdict; stop() ends it",
@@ -76,7 +119,7 @@ TEST_CASE("another node only shares its figures and reads the verdict; stop() en
   hooks.share = [&](std::string work, bool gather, straggler_watch::share_done done) {
     CHECK_FALSE(gather);
     shared.push_back(std::move(work));
-    done({}, verdict);
+    done({}, verdict, straggler_room{});
   };
   hooks.publish = [](std::string) { FAIL("only node 0 publishes"); };
   hooks.named = [](const std::vector<named_straggler>&) { FAIL("only node 0 names"); };
@@ -86,7 +129,7 @@ TEST_CASE("another node only shares its figures and reads the verdict; stop() en
     watch->stop();
   };
   hooks.debug = [](const std::string& line) { FAIL(line); };
-  watch = std::make_unique<straggler_watch>(io, straggler_rules{}, hooks, 1ms);
+  watch = std::make_unique<straggler_watch>(io, straggler_rules{}, false, hooks, 1ms);
   watch->start_round(1, 3, "host-b");
   io.run();
   REQUIRE(shared.size() == 1);
