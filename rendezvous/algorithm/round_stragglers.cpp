@@ -2,7 +2,10 @@
 // node of a running round SETs its work figures at r/<r>/work/<g> and reads
 // the verdict r/<r>/stragglers in the same batch; the round's node 0 also
 // reads every node's figures and SETs the verdict. Two requests per node
-// and interval; node 0's read is O(members) keys.
+// and interval (four on the c10d store: the node's WAIT on `over` gives
+// way to them and comes back); node 0's read is O(members) keys plus the
+// round's arrivals (its spares) (docs/benchmarks.md, "Straggler figures at
+// 10,000 nodes").
 #include <algorithm>
 #include <utility>
 

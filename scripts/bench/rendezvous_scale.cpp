@@ -7,6 +7,12 @@
 //   rendezvous_scale --nodes 1024                       # one process, one loop
 //   rendezvous_scale --nodes 16384 --client-processes 2
 //   rendezvous_scale --nodes 10000 --store-threads 1    # the store on its own thread
+//   rendezvous_scale --nodes 10000 --work-intervals 3   # then the stragglers' traffic
+//
+// --work-intervals K: after the round, K intervals of straggler figures
+// (rendezvous_scale_work.h), one JSON line each; the other nodes then run
+// in at least one client process, so that this one's CPU time is the
+// store's and node 0's.
 //
 // One process holds two descriptors per node (the node's connection and the
 // store's end of it), so past half the descriptor limit the nodes other
@@ -26,6 +32,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -38,6 +45,8 @@
 #include <fmt/format.h>
 
 #include "rendezvous/algorithm/dynamic_rendezvous.h"
+#include "rendezvous/base/parse_whole.h"
+#include "scripts/bench/rendezvous_scale_work.h"
 
 using namespace dtrun::rendezvous;
 namespace bp = boost::process;
@@ -82,14 +91,21 @@ std::unique_ptr<dynamic_rendezvous> make_agent(boost::asio::io_context& io, int 
   return std::make_unique<dynamic_rendezvous>(io, o);
 }
 
+// --work-intervals.
+int work_intervals = 0;
+
 // Starts every agent's round; `on_all` runs (on the loop) once all have an
-// outcome, with the failure count. `finished` gets each node's time.
+// outcome, with the failure count. `finished` gets each node's time,
+// `group_ranks` each agent's rank (by agent).
 void start_rounds(std::vector<std::unique_ptr<dynamic_rendezvous>>& agents,
-                  std::vector<std::int64_t>& finished, std::function<void(int failed)> on_all) {
+                  std::vector<std::int64_t>& finished, std::vector<int>& group_ranks,
+                  std::function<void(int failed)> on_all) {
   auto failed = std::make_shared<int>(0);
-  for (auto& a : agents) {
-    a->next_round([&finished, failed, total = agents.size(), on_all](std::exception_ptr e,
-                                                                    rendezvous_info) {
+  group_ranks.assign(agents.size(), -1);
+  for (std::size_t i = 0; i < agents.size(); ++i) {
+    agents[i]->next_round([&finished, &group_ranks, i, failed, total = agents.size(), on_all](
+                              std::exception_ptr e, rendezvous_info info) {
+      if (!e) group_ranks[i] = info.group_rank;
       if (e && ++*failed == 1) {
         try {
           std::rethrow_exception(e);
@@ -130,9 +146,10 @@ int run_in_process(int nodes) {
   auto port = agents[0]->store_port();
   for (int i = 1; i < nodes; ++i) agents.push_back(make_agent(io, nodes, port, false));
   std::vector<std::int64_t> finished;
+  std::vector<int> ranks;
   int failed = 0;
   auto start = now_ns();
-  start_rounds(agents, finished, [&](int f) {
+  start_rounds(agents, finished, ranks, [&](int f) {
     failed = f;
     for (auto& a : agents) a->shutdown();
   });
@@ -141,9 +158,31 @@ int run_in_process(int nodes) {
   return failed == 0 ? 0 : 1;
 }
 
+// After the round, a client process's agents share their work figures on
+// each "work <k>" and say "shared <answered> <bytes read>", until "exit".
+void serve_work(boost::asio::io_context& io, std::vector<std::unique_ptr<dynamic_rendezvous>>& agents,
+                const std::vector<int>& ranks, int nodes) {
+  std::string line;
+  while (std::getline(std::cin, line) && line.rfind("work ", 0) == 0) {
+    const int interval = dtrun::parse_whole<int>(std::string_view(line).substr(5)).value_or(0);
+    int answered = 0;
+    std::uint64_t read = 0;
+    io.restart();
+    scale_work::share_all(io, agents, ranks, interval, scale_work::slow_node_of(nodes),
+                          std::chrono::seconds(120), [&](int a, std::uint64_t r) {
+                            answered = a;
+                            read = r;
+                            io.stop();
+                          });
+    io.run();
+    std::cout << "shared " << answered << ' ' << read << std::endl;
+  }
+}
+
 // A client process: `count` agents of the round. Says "ready", starts on
 // "go", says "done <failed> <finish times>", and holds its connections
-// until "exit" (a node that leaves early would end the round for others).
+// until "exit" (a node that leaves early would end the round for others);
+// serve_work() between the two.
 int run_client(int nodes, std::uint16_t port, int count) {
   boost::asio::io_context io;
   std::vector<std::unique_ptr<dynamic_rendezvous>> agents;
@@ -152,8 +191,9 @@ int run_client(int nodes, std::uint16_t port, int count) {
   std::string line;
   if (!std::getline(std::cin, line) || line != "go") return 2;
   std::vector<std::int64_t> finished;
+  std::vector<int> ranks;
   int failed = 0;
-  start_rounds(agents, finished, [&](int f) {
+  start_rounds(agents, finished, ranks, [&](int f) {
     failed = f;
     io.stop();
   });
@@ -161,7 +201,7 @@ int run_client(int nodes, std::uint16_t port, int count) {
   std::cout << "done " << failed;
   for (auto t : finished) std::cout << ' ' << t;
   std::cout << std::endl;
-  std::getline(std::cin, line);  // "exit", or the parent is gone
+  serve_work(io, agents, ranks, nodes);  // until "exit", or the parent is gone
   for (auto& a : agents) a->shutdown();
   return 0;
 }
@@ -171,6 +211,47 @@ struct client_process {
   bp::ipstream from;
   bp::child process;
 };
+
+// Each client's "done <failed> <finish times>" into `finished`: the
+// failures, or -1 when a client died.
+int collect_clients(std::vector<std::unique_ptr<client_process>>& clients,
+                    std::vector<std::int64_t>& finished) {
+  int failed = 0;
+  std::string line;
+  for (auto& c : clients) {
+    if (!std::getline(c->from, line)) {
+      fmt::print(stderr, "rendezvous_scale: a client process died\n");
+      return -1;
+    }
+    std::istringstream words(line);
+    std::string done;
+    int f = 0;
+    words >> done >> f;
+    failed += f;
+    for (std::int64_t t; words >> t;) finished.push_back(t);
+  }
+  return failed;
+}
+
+// --work-intervals after the round: the clients' nodes share on "work <k>".
+int run_work(boost::asio::io_context& io, dynamic_rendezvous& node0, int nodes,
+             std::vector<std::unique_ptr<client_process>>& clients) {
+  auto others_share = [&clients](int interval) {
+    for (auto& c : clients) c->to << "work " << interval << std::endl;
+    std::pair<int, std::uint64_t> sum{0, 0};
+    std::string line, word;
+    for (auto& c : clients) {
+      int answered = 0;
+      std::uint64_t read = 0;
+      if (!std::getline(c->from, line)) continue;  // a dead client answered nobody
+      std::istringstream(line) >> word >> answered >> read;
+      sum.first += answered;
+      sum.second += read;
+    }
+    return sum;
+  };
+  return scale_work::measure_intervals(io, node0, nodes, work_intervals, others_share);
+}
 
 // The store's host here, the other nodes in `processes` client processes.
 int run_spread(int nodes, int processes, const std::string& self) {
@@ -195,6 +276,7 @@ int run_spread(int nodes, int processes, const std::string& self) {
     }
   }
   std::vector<std::int64_t> finished, host_finished;  // the latter written by the loop's thread
+  std::vector<int> host_rank;
   std::promise<int> host_done;
   std::thread loop([&] { io.run(); });
   auto start = now_ns();
@@ -202,23 +284,24 @@ int run_spread(int nodes, int processes, const std::string& self) {
   std::vector<std::unique_ptr<dynamic_rendezvous>> hosted;
   hosted.push_back(std::move(host));
   boost::asio::post(io, [&] {
-    start_rounds(hosted, host_finished, [&](int f) { host_done.set_value(f); });
+    start_rounds(hosted, host_finished, host_rank, [&](int f) { host_done.set_value(f); });
   });
-  int failed = 0;
-  for (auto& c : clients) {
-    if (!std::getline(c->from, line)) {
-      fmt::print(stderr, "rendezvous_scale: a client process died\n");
-      return 2;
-    }
-    std::istringstream words(line);
-    std::string done;
-    int f = 0;
-    words >> done >> f;
-    failed += f;
-    for (std::int64_t t; words >> t;) finished.push_back(t);
-  }
+  int failed = collect_clients(clients, finished);
+  if (failed < 0) return 2;
   failed += host_done.get_future().get();
   finished.insert(finished.end(), host_finished.begin(), host_finished.end());
+  int work_failed = 0;
+  if (work_intervals > 0 && failed == 0) {
+    // Ranks go by (address, pid): the store's host, started first, is node 0
+    // unless pids wrapped; node 0 must be here, where the store is measured.
+    if (host_rank[0] != 0) {
+      fmt::print(stderr, "rendezvous_scale: the store's host is node {}, not 0\n", host_rank[0]);
+      work_failed = 1;
+    } else {
+      print_result(nodes, start, finished, failed, scale_work::stats_on_loop(io, *hosted[0]));
+      work_failed = run_work(io, *hosted[0], nodes, clients);
+    }
+  }
   for (auto& c : clients) c->to << "exit" << std::endl;
   for (auto& c : clients) c->process.wait();
   boost::asio::post(io, [&] {
@@ -226,8 +309,10 @@ int run_spread(int nodes, int processes, const std::string& self) {
     io.stop();
   });
   loop.join();
-  print_result(nodes, start, finished, failed, hosted[0]->store_stats());
-  return failed == 0 ? 0 : 1;
+  if (work_intervals == 0 || failed != 0) {
+    print_result(nodes, start, finished, failed, hosted[0]->store_stats());
+  }
+  return failed == 0 && work_failed == 0 ? 0 : 1;
 }
 
 // N nodes on one machine connect from one address, so each takes an
@@ -264,6 +349,10 @@ int main(int argc, char** argv) {
   app.add_option("--store-threads", host_store_threads,
                  "threads of the host's store's own (0: on the host agent's loop)")
       ->check(CLI::Range(0, 64));
+  app.add_option("--work-intervals", work_intervals,
+                 "after the round, intervals of straggler figures shared and judged "
+                 "(rendezvous_scale_work.h)")
+      ->check(CLI::Range(0, 1000));
   // A client process's own options (run_spread starts them).
   app.add_option("--store-port", store_port)->group("");
   app.add_option("--count", count)->group("");
@@ -278,6 +367,7 @@ int main(int argc, char** argv) {
   if (processes < 0) {
     processes = in_one <= limit ? 0 : static_cast<int>((nodes - 1 + per_client - 1) / per_client);
   }
+  if (work_intervals > 0) processes = std::max(processes, 1);
   const auto store_needs = processes == 0 ? in_one : nodes + spare_descriptors;
   const auto client_needs =
       processes == 0 ? 0 : (nodes - 1 + processes - 1) / processes + spare_descriptors;
