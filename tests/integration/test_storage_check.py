@@ -174,6 +174,46 @@ def test_a_hung_storage_path_warns_once_while_the_agent_answers(tmp_path):
     assert dh.gone_within(env["DTRUN_TEST_MARK"]) == []
 
 
+def test_dtrun_status_names_a_hung_storage_path_while_it_lasts(tmp_path):
+    with stalling_mount(tmp_path) as stall:
+        mount = stall.folder
+        env = dh.job_env(DTRUN_CONTROL_DIR=str(tmp_path / "control"))
+        ready = dh.Fifo(tmp_path, "ready")
+        go = dh.Fifo(tmp_path, "go")
+        proc = dh.start(["--standalone", f"--storage-check={mount}",
+                         "--node-health-check-timeout=0.5", "--node-health-check-interval=0.1",
+                         "--no-python", "/bin/sh", "-c",
+                         f"echo ready > {ready.path}; read line < {go.path}"], env)
+        with dh.cleaned_up(proc, env["DTRUN_TEST_MARK"]):
+            ready.lines(1)
+            # Said once in the log, after the agent noted it for status.
+            dh.wait_for_stderr(proc, "storage check failed")
+            [probe] = probe_shells(env["DTRUN_TEST_MARK"])
+            said = (f"storage check failed: {mount} did not answer a 4 KiB write, fsync and "
+                    f"read within 500 ms (probe pid {probe}")
+            status = subprocess.run([str(dh.DTRUN), "status", "--json"], env=env,
+                                    capture_output=True, text=True, timeout=60)
+            assert status.returncode == 0, status.stderr
+            [job] = json.loads(status.stdout)
+            assert job["phase"] == "running"
+            # Every check since finds it still stuck: the reason of the
+            # latest says so, beyond the words the log said once.
+            [health] = job["health"]
+            assert health["reason"].startswith(said), health
+            by_hand = f"check with: mount | grep {mount} and dmesg | tail"
+            assert health["reason"].endswith(by_hand), health
+            assert {k: v for k, v in health.items() if k != "reason"} == {
+                "node_rank": 0, "check": "storage", "gating": False, "output_tail": []}
+            table = subprocess.run([str(dh.DTRUN), "status"], env=env, capture_output=True,
+                                   text=True, timeout=60)
+            assert table.returncode == 0, table.stderr
+            lines = [line for line in table.stdout.splitlines() if line.startswith("health: ")]
+            assert len(lines) == 1, table.stdout
+            assert lines[0].startswith(f"health: storage (warning): {said}"), table.stdout
+            go.write("go\n")
+            assert proc.wait(timeout=60) == 0
+
+
 def test_storage_paths_show_in_dry_run_absolute_and_an_empty_one_is_refused(tmp_path):
     r = dh.run(["--dry-run", "--standalone", "--storage-check=/mnt/a,data", "--no-python", "true"],
                cwd=tmp_path)
