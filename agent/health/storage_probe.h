@@ -13,10 +13,12 @@
 // the probe is left running and the path is failed; while that probe
 // lives, a later run starts none for the path but reports it still stuck
 // (`repeated`: said once). When it ends, the next run probes again. When
-// this object goes (the agent exits), each probe still running gets
-// SIGKILL: the signal waits in the kernel, and the process dies (and is
-// reaped by init, or by the subreaper above the agent) once its mount
-// answers or is aborted; the agent does not wait for it.
+// the agent ends, each probe still running gets SIGKILL, to its whole
+// process group (the agent's sweep of its children, kill_adopted, or this
+// object's end, whichever comes first): the signal waits in the kernel,
+// and the process dies (and is reaped by init, or by the subreaper above
+// the agent) once its mount answers or is aborted; the agent does not
+// wait for it.
 //
 // Single-threaded, on the agent's event loop. Completion handlers do not
 // throw. The runner and the group must outlive this object.

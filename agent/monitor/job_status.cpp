@@ -16,6 +16,11 @@ using json = nlohmann::json;
 
 // Bounds on what a hostile or broken document can make us hold.
 constexpr std::size_t max_string_bytes = 256;
+// A health finding's reason names a path or an interface and the command
+// to check it by hand: longer than other strings, and whole in --json.
+constexpr std::size_t max_reason_bytes = 1024;
+// A health command's output tail (last_lines.h keeps 10).
+constexpr std::size_t max_tail_lines = 16;
 
 template <class T>
 ojson optional_value(const std::optional<T>& v) {
@@ -64,11 +69,12 @@ void read_int(const json& j, const char* key, T& out, std::int64_t lo, std::int6
   if (auto v = integer_in(j, key, lo, hi)) out = static_cast<T>(*v);
 }
 
-void read_string(const json& j, const char* key, std::string& out) {
+void read_string(const json& j, const char* key, std::string& out,
+                 std::size_t max_bytes = max_string_bytes) {
   auto it = j.find(key);
   if (it == j.end() || !it->is_string()) return;
   const auto& s = it->get_ref<const std::string&>();
-  out = s.substr(0, max_string_bytes);
+  out = s.substr(0, max_bytes);
 }
 
 worker_status worker_from_json(const json& j) {
@@ -102,6 +108,22 @@ worker_status worker_from_json(const json& j) {
   return w;
 }
 
+health_status health_from_json(const json& j) {
+  health_status h;
+  read_int(j, "node_rank", h.node_rank, 0, int_max);
+  read_string(j, "check", h.check);
+  read_string(j, "reason", h.reason, max_reason_bytes);
+  if (auto it = j.find("gating"); it != j.end() && it->is_boolean()) h.gating = it->get<bool>();
+  if (auto it = j.find("output_tail"); it != j.end() && it->is_array()) {
+    for (const auto& line : *it) {
+      if (h.output_tail.size() == max_tail_lines) break;
+      if (!line.is_string()) continue;
+      h.output_tail.push_back(line.get_ref<const std::string&>().substr(0, max_string_bytes));
+    }
+  }
+  return h;
+}
+
 node_status node_from_json(const json& j) {
   node_status n;
   read_int(j, "node_rank", n.node_rank, 0, int_max);
@@ -124,6 +146,14 @@ nlohmann::ordered_json to_json(const job_status& s) {
                      {"agent_pid", n.agent_pid},
                      {"state", n.state},
                      {"last_heartbeat", optional_value(n.last_heartbeat)}});
+  }
+  ojson health = ojson::array();
+  for (const auto& h : s.health) {
+    health.push_back({{"node_rank", h.node_rank},
+                      {"check", h.check},
+                      {"reason", h.reason},
+                      {"gating", h.gating},
+                      {"output_tail", h.output_tail}});
   }
   ojson workers = ojson::array();
   for (const auto& w : s.workers) {
@@ -169,6 +199,7 @@ nlohmann::ordered_json to_json(const job_status& s) {
                {"quarantined_nodes", optional_value(s.quarantined_nodes)},
                {"preflight", s.preflight ? s.preflight->to_json_value() : json(nullptr)},
                {"stragglers", std::move(stragglers)},
+               {"health", std::move(health)},
                {"nodes", std::move(nodes)},
                {"workers", std::move(workers)}};
 }
@@ -223,6 +254,12 @@ std::optional<job_status> from_json(const nlohmann::json& j, std::string& error)
     for (const auto& entry : *it) {
       if (s.stragglers.size() == status_max_entries) break;
       if (auto named = straggler_from_json(entry)) s.stragglers.push_back(std::move(*named));
+    }
+  }
+  if (auto it = j.find("health"); it != j.end() && it->is_array()) {
+    for (const auto& h : *it) {
+      if (s.health.size() == status_max_entries) break;
+      if (h.is_object()) s.health.push_back(health_from_json(h));
     }
   }
   if (auto it = j.find("nodes"); it != j.end() && it->is_array()) {

@@ -4,7 +4,7 @@
 // The agent fills a job_status from its own state (and proc_stats,
 // gpu_stats); to_json() is the versioned wire form other dtrun processes
 // read back with from_json(), and to_prometheus() the scrape form.
-// docs/status-notes.md lists every field and metric.
+// docs/observability.md lists every field and metric.
 #pragma once
 
 #include <sys/types.h>
@@ -58,6 +58,18 @@ struct worker_status {
   std::optional<double> section_seconds;
 };
 
+// One failing node health check (node_health.h's health_finding, the
+// healthy ones left out), as the node's latest check found it: a link
+// down, a storage path that hangs, a GPU, the disk, the command.
+struct health_status {
+  int node_rank = 0;   // the node it failed on (filled when nodes are merged)
+  std::string check;   // "command", "disk", "endpoint", "gpu", "nic", "storage"
+  std::string reason;  // one line, as the agent's log said it
+  bool gating = true;  // it keeps the node out (else the agent only warned)
+  // --node-health-check's command: its last output lines; empty otherwise.
+  std::vector<std::string> output_tail;
+};
+
 // One node of a multi-node job, as the merged view sees it.
 struct node_status {
   int node_rank = 0;
@@ -104,6 +116,10 @@ struct job_status {
   // (docs/stragglers.md); empty when nobody is slow or nobody judges.
   // Added to dtrun.status/1 after the first release.
   std::vector<named_straggler> stragglers;
+  // The failing checks of the node's latest health check (every node's,
+  // merged); empty when all passed or none ran. Added to dtrun.status/1
+  // after the first release.
+  std::vector<health_status> health;
   std::vector<node_status> nodes;  // empty for one node
   std::vector<worker_status> workers;
 };
@@ -136,7 +152,8 @@ std::string escape_label_value(std::string_view value);
 // One view of a multi-node job from each node's own status (any order,
 // nullopt for a node that published nothing): the job fields come from the
 // lowest node that has them, `nodes` lists every node 0..n-1, `workers`
-// every node's workers with node_rank set, ordered by rank.
+// every node's workers with node_rank set, ordered by rank, and `health`
+// every node's failing checks with node_rank set, in node order.
 job_status merge_nodes(const std::vector<std::optional<job_status>>& per_node);
 
 // One status per run from the agents found on this machine (any order):

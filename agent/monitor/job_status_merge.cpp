@@ -23,6 +23,7 @@ job_status merge_nodes(const std::vector<std::optional<job_status>>& per_node) {
       merged = *s;
       merged.nodes = std::move(nodes);
       merged.workers.clear();
+      merged.health.clear();
       merged.hangs_detected = merged.failures = 0;
       have_job = true;
     }
@@ -39,6 +40,10 @@ job_status merge_nodes(const std::vector<std::optional<job_status>>& per_node) {
     for (auto w : s->workers) {
       w.node_rank = static_cast<int>(i);
       merged.workers.push_back(std::move(w));
+    }
+    for (auto h : s->health) {  // per node, in node order
+      h.node_rank = static_cast<int>(i);
+      merged.health.push_back(std::move(h));
     }
   }
   merged.nnodes = std::max<int>(merged.nnodes, static_cast<int>(per_node.size()));

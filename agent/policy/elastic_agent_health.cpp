@@ -5,6 +5,8 @@
 // check time to every restart of the job.
 #include <signal.h>
 
+#include <set>
+#include <string>
 #include <utility>
 
 #include <fmt/format.h>
@@ -19,6 +21,7 @@ namespace dtrun::agent {
 void elastic_agent::impl::check_health_then_join() {
   if (health_ == nullptr) return start_round();
   health_->check([this](health_verdict verdict) {
+    note_health(verdict);
     // A signal ended the run meanwhile (or will, once the store has it).
     if (phase_ != phase::starting || signalled()) return;
     if (report_health(verdict, "before joining")) return start_round();
@@ -57,6 +60,20 @@ bool elastic_agent::impl::report_health(const health_verdict& verdict, const cha
   return verdict.healthy();
 }
 
+// What `dtrun status` shows: each check's latest failures, news or not (a
+// warning said once in the log shows there for as long as it lasts). A
+// check that did not run this time (the GPU, disk and endpoint built-ins
+// run at the first check only, unless they keep the node out) keeps what
+// it found last; every check that runs gives at least one finding.
+void elastic_agent::impl::note_health(const health_verdict& verdict) {
+  std::set<std::string> ran;
+  for (const auto& f : verdict.findings) ran.insert(f.check);
+  std::erase_if(health_failing_, [&](const health_finding& f) { return ran.count(f.check) > 0; });
+  for (const auto& f : verdict.findings) {
+    if (!f.healthy) health_failing_.push_back(f);
+  }
+}
+
 // While the workers run: the command (and gating built-ins) every
 // --node-health-check-interval, and the watches of the links and storage
 // paths, which run gating or not. The timer is armed when a round's
@@ -67,6 +84,7 @@ void elastic_agent::impl::arm_health_check() {
   health_timer_.arm_after(options_.health.interval, [this] {
     if (phase_ != phase::running) return;
     health_->check([this](health_verdict verdict) {
+      note_health(verdict);
       if (phase_ != phase::running) return;  // the round ended meanwhile: dropped
       // A watch that only warns writes an event only with news: not one
       // per interval for hours of a healthy job.

@@ -219,6 +219,7 @@ class elastic_agent::impl {
   // elastic_agent_health.cpp
   void check_health_then_join();
   bool report_health(const health_verdict& verdict, const char* when);
+  void note_health(const health_verdict& verdict);
   void arm_health_check();
   void cancel_health_check();
   void leave_unhealthy(const std::string& reason);
@@ -361,6 +362,8 @@ class elastic_agent::impl {
   std::unique_ptr<node_health_checker> own_health_;
   node_health_checker* health_ = nullptr;
   generation_timer health_timer_;
+  // Each check's latest failures (note_health), for `dtrun status`.
+  std::vector<health_finding> health_failing_;
   bool departed_ = false;  // the other nodes were told this node leaves
   // Quarantine: machine failures in a row, whether this round had one
   // (a round without resets the count), and this machine's quarantines.

@@ -166,6 +166,10 @@ job_status elastic_agent::impl::facts() const {
   f.phase = phase_name();
   f.preflight = preflight_verdict_;
   f.stragglers = stragglers_.verdict;
+  for (const auto& finding : health_failing_) {
+    f.health.push_back({round_info_.group_rank, finding.check, finding.reason, finding.gating,
+                        finding.output_tail});
+  }
   f.hangs_detected = static_cast<std::uint64_t>(hangs_);
   f.failures = failures_;
   f.rounds = rounds_;

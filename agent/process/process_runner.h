@@ -53,7 +53,8 @@ class process_runner {
   virtual char state(pid_t pid) = 0;
 
   // SIGKILL to every child this process adopted (as subreaper) except
-  // `keep` and the runner's own helpers.
+  // `keep` and the runner's own helpers, and to the process group each of
+  // them leads (a helper's own children die with it).
   virtual void kill_adopted(std::vector<pid_t> keep) = 0;
 
   // --preload (preload_runner.h); a runner without it does nothing here.

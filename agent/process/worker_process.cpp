@@ -271,6 +271,13 @@ void kill_adopted_children(const std::vector<pid_t>& keep) {
   for (std::string word; children >> word;) {  // "123 456 "
     auto pid = parse_whole<pid_t>(word);
     if (pid && *pid > 0 && std::find(keep.begin(), keep.end(), *pid) == keep.end()) {
+      // Its process group first, when it leads one (a health check's
+      // shell: spawned with setsid): killed alone, its own children (the
+      // storage probe's dd, blocked on a hung mount) would come to us only
+      // once it has died, after this list was read, and would outlive the
+      // agent unsignalled. A child that leads no group: ESRCH, and the
+      // pid alone below.
+      ::kill(-*pid, SIGKILL);
       ::kill(*pid, SIGKILL);
     }
   }

@@ -82,7 +82,9 @@ bool become_subreaper();
 
 // Sends SIGKILL to every direct child of this process except `keep` (the
 // workers' orphans adopted as subreaper, including ones that left their
-// worker's process group). Reaping is left to the caller's SIGCHLD loop.
+// worker's process group; a health check's helpers), and to the process
+// group each of them leads, so that their own children die with them.
+// Reaping is left to the caller's SIGCHLD loop.
 void kill_adopted_children(const std::vector<pid_t>& keep);
 
 }  // namespace dtrun::agent

@@ -45,6 +45,30 @@ std::string last_output_cell(const std::optional<std::string>& line, std::size_t
   return text.substr(0, starts[width - 3]) + "...";
 }
 
+// --preflight's verdict: rendered here from the typed value; its host
+// names came from other agents, hence printable().
+std::string preflight_lines(const agent::preflight_verdict& verdict) {
+  std::string out = printable(agent::summary_line(verdict)) + "\n";
+  for (const auto& slow : verdict.slow) {
+    out += fmt::format("preflight: {}{}\n", printable(agent::describe(slow)),
+                       slow.leaves ? "; it left the job" : "");
+  }
+  return out;
+}
+
+// One line per failing health check, whole: the reason names what failed
+// and the command to check it by hand. `multi`: the job has a nodes table.
+std::string health_lines(const std::vector<agent::health_status>& health, bool multi) {
+  std::string out;
+  for (const auto& h : health) {
+    out += fmt::format("health: {}{} ({}): {}\n",
+                       multi ? fmt::format("node {} ", h.node_rank) : std::string(),
+                       shown(h.check), h.gating ? "keeps the node out" : "warning",
+                       shown(h.reason));
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string human_bytes(std::uint64_t bytes) {
@@ -90,20 +114,13 @@ std::string render_status(const agent::job_status& s, double now) {
                        100.0 * *s.productive_seconds / (*s.productive_seconds + *s.lost_seconds),
                        *s.productive_seconds, *s.lost_seconds);
   }
-  if (s.preflight) {
-    // Rendered here from the typed verdict; its host names came from
-    // other agents, hence printable().
-    out += printable(agent::summary_line(*s.preflight)) + "\n";
-    for (const auto& slow : s.preflight->slow) {
-      out += fmt::format("preflight: {}{}\n", printable(agent::describe(slow)),
-                         slow.leaves ? "; it left the job" : "");
-    }
-  }
   for (const auto& named : s.stragglers) {
     out += fmt::format("straggler: {}{}\n",
                        printable(agent::describe(named.finding, named.host)),
                        named.leaves ? "; it leaves the job" : "");
   }
+  if (s.preflight) out += preflight_lines(*s.preflight);
+  out += health_lines(s.health, !s.nodes.empty());
   if (!s.nodes.empty()) {
     text_table nodes({"NODE", "HOST", "AGENT PID", "STATE", "LAST SEEN"});
     for (const auto& n : s.nodes) {

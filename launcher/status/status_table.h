@@ -1,4 +1,6 @@
-// The human form of `dtrun status`: a job line, a nodes table (multi-node
+// The human form of `dtrun status`: a job line (and a line for each fact
+// the job has to tell: failures, restarts by class, goodput, --preflight's
+// verdict, each failing node health check), a nodes table (multi-node
 // only) and a workers table, in fixed-width columns. Pure: tested without
 // agents.
 #pragma once

@@ -303,3 +303,60 @@ TEST_CASE("a worker's step and section travel in the status and show in the metr
   CHECK_THAT(text, Catch::Contains(R"(pid="7",section="checkpoint"} 12.5)"));
   CHECK(text.find(R"(pid="0",section)") == std::string::npos);
 }
+
+TEST_CASE("failing health checks travel in the status whole, and merge per node") {
+  job_status s = sample_job();
+  std::string reason = "storage check failed: /mnt/" + std::string(600, 'p') +
+                       " did not answer a 4 KiB write, fsync and read within 1 min (probe pid 77)";
+  s.health.push_back({1, "storage", reason, false, {}});
+  s.health.push_back({1, "command", "node health check failed: `check.sh` exited with code 3",
+                      true, {"ECC errors: 12", "see dmesg"}});
+  auto j = to_json(s);
+  CHECK(j["health"][0] == nlohmann::ordered_json{{"node_rank", 1},
+                                                 {"check", "storage"},
+                                                 {"reason", reason},
+                                                 {"gating", false},
+                                                 {"output_tail", nlohmann::json::array()}});
+  std::string error;
+  auto back = parse_status(j.dump(), error);
+  REQUIRE(back);
+  REQUIRE(back->health.size() == 2);
+  CHECK(back->health[0].reason == reason);  // longer than other strings, kept whole
+  CHECK(!back->health[0].gating);
+  CHECK(back->health[1].check == "command");
+  CHECK(back->health[1].gating);
+  CHECK(back->health[1].output_tail == std::vector<std::string>{"ECC errors: 12", "see dmesg"});
+  CHECK(to_json(*back) == j);
+
+  // Older agents wrote none; odd entries are bounded or dropped.
+  auto older = parse_status(R"({"run_id": "r"})", error);
+  REQUIRE(older);
+  CHECK(older->health.empty());
+  nlohmann::json odd = {{"health", {7,
+                                    {{"check", 3}, {"reason", std::string(5000, 'r')},
+                                     {"gating", "yes"}, {"output_tail", std::vector<int>(40, 1)}},
+                                    {{"check", "nic"}, {"output_tail", std::vector<std::string>(
+                                                                         40, "line")}}}}};
+  auto cut = parse_status(odd.dump(), error);
+  REQUIRE(cut);
+  REQUIRE(cut->health.size() == 2);  // the non-object entry is skipped
+  CHECK(cut->health[0].check.empty());
+  CHECK(cut->health[0].reason.size() == 1024);
+  CHECK(cut->health[0].gating);  // the default: not read from a string
+  CHECK(cut->health[0].output_tail.empty());
+  CHECK(cut->health[1].output_tail.size() == 16);
+
+  // Merged, each node's findings carry its rank, in node order.
+  job_status other = sample_job();
+  other.node_rank = 0;
+  other.health = {{0, "nic", "network interface eth9 (the workers' socket interface) is down",
+                   false, {}}};
+  s.node_rank = 1;
+  auto merged = merge_nodes({other, s, std::nullopt});
+  REQUIRE(merged.health.size() == 3);
+  CHECK(merged.health[0].node_rank == 0);
+  CHECK(merged.health[0].check == "nic");
+  CHECK(merged.health[1].node_rank == 1);
+  CHECK(merged.health[2].node_rank == 1);
+  CHECK(merged.health[2].check == "command");
+}

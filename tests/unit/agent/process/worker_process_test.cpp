@@ -3,12 +3,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fstream>
 #include <string>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
 #include "agent/process/worker_process.h"
 #include "agent/spec/exit_status.h"
+#include "rendezvous/base/parse_whole.h"
 
 using namespace dtrun::agent;
 
@@ -109,4 +112,43 @@ TEST_CASE("a worker whose CPUs cannot be used exits 1 before it execs") {
   spawn_result spawned = spawn_worker(request);
   REQUIRE(spawned.ok());
   CHECK(wait_for(spawned.pid).code == 1);
+}
+
+TEST_CASE("sweeping the children kills the group each one leads, its own children too") {
+  // What a health check leaves: a shell in its own group (spawn_worker's
+  // setsid) waiting for its child, as the storage probe's shell waits for
+  // a dd blocked on a hung mount. Killed alone, the shell would hand its
+  // child to us only once dead, after the sweep read the list of children.
+  REQUIRE(become_subreaper());  // the orphaned child comes here, to be reaped
+  std::vector<pid_t> before;    // this test binary's other children: kept
+  {
+    std::ifstream children("/proc/self/task/" + std::to_string(::getpid()) + "/children");
+    for (pid_t pid = 0; children >> pid;) before.push_back(pid);
+  }
+  int input[2];
+  int output[2];
+  REQUIRE(::pipe(input) == 0);
+  REQUIRE(::pipe(output) == 0);
+  // Fd 3: an asynchronous list's stdin is /dev/null in a shell without job
+  // control. The cat reads until we close `input`, or dies of the sweep.
+  spawn_request request{"/bin/sh", {"-c", "exec 3<&0; cat <&3 & echo $!; wait"},
+                        {{"PATH", "/bin:/usr/bin"}}};
+  request.stdin_fd = input[0];
+  request.stdout_fd = output[1];
+  spawn_result shell = spawn_worker(request);
+  ::close(input[0]);
+  ::close(output[1]);
+  REQUIRE(shell.ok());
+  std::string line;
+  char c = 0;
+  while (::read(output[0], &c, 1) == 1 && c != '\n') line += c;
+  ::close(output[0]);
+  auto child = dtrun::parse_whole<pid_t>(line);
+  REQUIRE(child);
+
+  kill_adopted_children(before);
+  CHECK(wait_for(shell.pid).signal == SIGKILL);
+  // Unkilled, the cat would now end on its own, at end of file.
+  ::close(input[1]);
+  CHECK(wait_for(*child).signal == SIGKILL);
 }

@@ -132,6 +132,36 @@ TEST_CASE("the preflight's verdict travels in the status and is named in the tab
   CHECK_FALSE(agent::parse_status(agent::to_json(one_node()).dump(), error)->preflight);
 }
 
+TEST_CASE("failing health checks are named with their reasons under the job line") {
+  auto s = one_node();
+  s.health.push_back({0, "storage",
+                      "storage check failed: /mnt/ckpt did not answer a 4 KiB write, fsync and "
+                      "read within 1 min (probe pid 77); check with: mount | grep /mnt/ckpt and "
+                      "dmesg | tail",
+                      false, {}});
+  s.health.push_back({0, "nic", "network interface eth1 (the workers' socket interface) is down "
+                                "(operstate \"down\"); check with: ip -s link show eth1\x1b[2J",
+                      true, {}});
+  auto text = render_status(s, 1000);
+  INFO(text);
+  CHECK(text.find("\nhealth: storage (warning): storage check failed: /mnt/ckpt did not answer a "
+                  "4 KiB write, fsync and read within 1 min (probe pid 77); check with: mount | "
+                  "grep /mnt/ckpt and dmesg | tail\n") != std::string::npos);
+  CHECK(text.find("\nhealth: nic (keeps the node out): network interface eth1 (the workers' "
+                  "socket interface) is down (operstate \"down\"); check with: ip -s link show "
+                  "eth1\\x1b[2J\n") != std::string::npos);
+  // Before the workers' table; none at all when every check passed.
+  CHECK(text.find("health: ") < text.find("RANK"));
+  CHECK(render_status(one_node(), 1000).find("health") == std::string::npos);
+
+  // Several nodes: each line names its node.
+  auto other = one_node();
+  other.health = {s.health[1]};
+  auto merged = agent::merge_nodes({one_node(), other});
+  CHECK(render_status(merged, 1000).find("\nhealth: node 1 nic (keeps the node out): network "
+                                         "interface eth1") != std::string::npos);
+}
+
 TEST_CASE("text from other agents is made printable in the table") {
   auto s = one_node();
   s.run_id = "evil\x1b[2Jrun";
