@@ -271,6 +271,12 @@ def _dtrun_become_worker(fields, fds, state):
     _dtrun_restore_pythonpath(state["here"])
     _dtrun_register()
     _dtrun_offer_module()
+    # torch was imported in the warm interpreter, without a page: timed
+    # now, as a plain start's import would have been.
+    try:
+        _dtrun_time_torch()
+    except Exception:
+        pass
     _dtrun_wait_for_agent(state["libc"], go, state["agent"])
     signal.pthread_sigmask(signal.SIG_SETMASK, state["mask"])
 
