@@ -238,6 +238,35 @@ report_round make_round(std::int64_t number, const round_events& r, const round_
   return rr;
 }
 
+// Node 0's `straggler` events, as named (the fields it wrote; a line
+// without them is left out).
+void note_stragglers(const std::vector<const event*>& events, job_report& report) {
+  for (const auto* e : events) {
+    if (e->name != "straggler") continue;
+    const json& f = e->fields;
+    auto round = integer(f, "round");
+    auto own = number(f, "own_work_s");
+    auto median = number(f, "job_median_s");
+    auto ranks = f.find("straggler_ranks");
+    if (!round || !own || !median || ranks == f.end() || !ranks->is_array()) continue;
+    report_straggler s;
+    s.round = *round;
+    s.named_at = e->time;
+    s.host = one_line(text(f, "straggler_host"));
+    for (const auto& r : *ranks) {
+      if (r.is_number_integer()) s.ranks.push_back(r.get<int>());
+    }
+    s.own_work_s = *own;
+    s.job_median_s = *median;
+    s.first_step = integer(f, "first_step").value_or(0);
+    s.last_step = integer(f, "last_step").value_or(0);
+    s.action = one_line(text(f, "action"));
+    auto leaves = f.find("leaves");
+    s.leaves = leaves != f.end() && leaves->is_boolean() && leaves->get<bool>();
+    report.stragglers.push_back(std::move(s));
+  }
+}
+
 // Recovery: until every node's workers of the next round ran.
 void note_recovery(const std::map<std::int64_t, round_events>& rounds, job_report& report) {
   for (auto& i : report.incidents) {
@@ -281,6 +310,7 @@ job_report build_report(const std::vector<report_input>& inputs, const std::stri
         make_round(number, r, next == rounds.end() ? nullptr : &next->second, run.label, report));
   }
   note_recovery(rounds, report);
+  note_stragglers(run.events, report);
   account_time(report);
   report.outcome = outcome_of(report, run.events, agents, run.members);
   return report;

@@ -83,6 +83,21 @@ struct report_incident {
   std::optional<std::int64_t> steps_lost;
   std::optional<int> restart;
   bool logged = false;  // from `incident` events (else derived from the raw events)
+  std::string section;  // a hang of this section (--section-timeouts), when one
+};
+
+// A straggler node 0 named (its `straggler` event; docs/stragglers.md).
+struct report_straggler {
+  std::int64_t round = 0;
+  double named_at = 0;
+  std::string host;        // the straggler's (straggler_host)
+  std::vector<int> ranks;  // its slow ranks
+  double own_work_s = 0;
+  double job_median_s = 0;
+  std::int64_t first_step = 0;
+  std::int64_t last_step = 0;
+  std::string action;      // --straggler-action
+  bool leaves = false;
 };
 
 struct report_outcome {
@@ -103,6 +118,7 @@ struct job_report {
   bool end_logged = false;  // every agent logged its exit
   std::vector<report_round> rounds;
   std::vector<report_incident> incidents;
+  std::vector<report_straggler> stragglers;  // in the order named
   int restarts = 0;
   report_outcome outcome;
   double productive_s = 0;

@@ -154,6 +154,7 @@ std::optional<report_incident> derive_incident(std::int64_t round, const round_e
   if (hang != nullptr) {
     // Detected once nothing moved for idle_s: the hang began then.
     i.incident_class = "hang";
+    i.section = one_line(text(hang->fields, "section"));
     double idle = duration(hang->fields, "idle_s").value_or(0);
     // Not before the round began (a corrupt idle_s put it in 1970).
     double began = hang->time;
@@ -205,6 +206,7 @@ report_incident logged_incident(std::int64_t round, const std::vector<const even
   }
   i.detail = one_line(text(c, "detail"));
   i.exception_type = text(c, "exception_type");
+  i.section = one_line(text(c, "section"));
   i.step = integer(c, "step");
   std::optional<double> failed, detected, resumed, detect, recover;
   bool all_ended = true;

@@ -30,6 +30,11 @@ std::string plural(std::size_t n, const char* one, const char* many) {
   return fmt::format("{} {}", n, n == 1 ? one : many);
 }
 
+// Own work per step as the agent's line says it: "0.240 s", "51.9 ms".
+std::string per_step(double s) {
+  return s >= 0.1 ? fmt::format("{:.3f} s", s) : fmt::format("{:.1f} ms", s * 1e3);
+}
+
 std::string culprit(const report_incident& i) {
   std::string out = i.rank ? fmt::format("rank {}", *i.rank) : std::string();
   const auto& where = i.culprit_node ? i.culprit_node : i.culprit_host;
@@ -54,6 +59,24 @@ std::string indent(const std::string& table) {
     line_start = c == '\n';
   }
   return out;
+}
+
+// The stragglers node 0 named, beside the incidents (docs/stragglers.md).
+std::string straggler_table(const job_report& r) {
+  if (r.stragglers.empty()) return "";
+  text_table table({"round", "named", "straggler", "ranks", "own work", "job median", "steps",
+                    "action"});
+  for (const auto& s : r.stragglers) {
+    std::string ranks;
+    for (int rank : s.ranks) ranks += (ranks.empty() ? "" : ",") + std::to_string(rank);
+    std::string action = s.action.empty() ? "-" : s.action;
+    if (s.action != "warn" && !s.action.empty()) action += s.leaves ? ": left" : ": stayed";
+    table.add({std::to_string(s.round), since(r, s.named_at), printable(s.host),
+               ranks.empty() ? "-" : ranks, per_step(s.own_work_s), per_step(s.job_median_s),
+               fmt::format("{}-{}", s.first_step, s.last_step), printable(action)});
+  }
+  return "\nstragglers (own work per step against the job's median, named by node 0):\n" +
+         indent(table.render());
 }
 
 // Seconds to the millisecond the log holds (no 1.5899999 from the sums).
@@ -111,7 +134,9 @@ std::string render_report(const job_report& r) {
     text_table incidents({"round", "class", "culprit", "failed", "detect", "recover",
                           "steps lost", "restart", "detail"});
     for (const auto& i : r.incidents) {
-      incidents.add({std::to_string(i.round), printable(i.incident_class), culprit(i),
+      std::string klass = i.incident_class;
+      if (!i.section.empty()) klass += " (section " + i.section + ")";
+      incidents.add({std::to_string(i.round), printable(klass), culprit(i),
                      since(r, i.failed_at), seconds(i.detect_s),
                      i.resumed_at || i.recover_s ? seconds(i.recover_s) : "job ended",
                      i.steps_lost ? std::to_string(*i.steps_lost) : "-",
@@ -121,6 +146,7 @@ std::string render_report(const job_report& r) {
     out += indent(incidents.render());
   }
 
+  out += straggler_table(r);
   if (!r.lost_s.empty()) {
     out += "\nlost time (total minus productive, by what it followed):\n";
     text_table lost({"cause", "seconds"});
@@ -171,7 +197,22 @@ ojson report_json(const job_report& r) {
                          {"recover_s", optional_number(i.recover_s)},
                          {"steps_lost", i.steps_lost ? ojson(*i.steps_lost) : ojson(nullptr)},
                          {"restart", i.restart ? ojson(*i.restart) : ojson(nullptr)},
+                         {"section", i.section.empty() ? ojson(nullptr) : ojson(i.section)},
                          {"source", i.logged ? "incident events" : "derived"}});
+  }
+  ojson stragglers = ojson::array();
+  for (const auto& s : r.stragglers) {
+    stragglers.push_back({{"round", s.round},
+                          {"named_at", iso(s.named_at)},
+                          {"named_s", rounded_ms(s.named_at - r.started_at)},
+                          {"straggler_host", s.host},
+                          {"straggler_ranks", s.ranks},
+                          {"own_work_s", s.own_work_s},
+                          {"job_median_s", s.job_median_s},
+                          {"first_step", s.first_step},
+                          {"last_step", s.last_step},
+                          {"action", s.action},
+                          {"leaves", s.leaves}});
   }
   ojson lost = ojson::object();
   // Causes are unique in lost_s: appended without ordered_json's linear
@@ -198,6 +239,7 @@ ojson report_json(const job_report& r) {
           {"nodes", nodes},
           {"rounds", rounds},
           {"incidents", incidents},
+          {"stragglers", stragglers},
           {"lost_s", lost}};
 }
 

@@ -560,3 +560,47 @@ TEST_CASE("report: a clock stepped back after the start is still one node") {
   CHECK(r.end_logged);
   CHECK(r.outcome.state == "succeeded");
 }
+
+TEST_CASE("report: stragglers node 0 named, and a section's hang, beside the incidents") {
+  auto [a, b] = two_nodes();
+  a.add(3, "straggler", {{"round", 0},
+                         {"straggler_host", "h2"},
+                         {"straggler_node_rank", 1},
+                         {"straggler_ranks", {2, 3}},
+                         {"own_work_s", 0.24},
+                         {"job_median_s", 0.0516},
+                         {"first_step", 21},
+                         {"last_step", 40},
+                         {"action", "leave"},
+                         {"leaves", false},
+                         {"line", "node 1 (h2) is a straggler: ..."}});
+  a.add(3.5, "straggler", {{"round", 0}, {"straggler_host", "h9"}});  // no evidence: left out
+  auto r = build_report({{"ev.jsonl", a.text + b.text}});
+  REQUIRE(r.stragglers.size() == 1);
+  const auto& s = r.stragglers[0];
+  CHECK(s.host == "h2");
+  CHECK(s.ranks == std::vector<int>{2, 3});
+  CHECK(s.named_at == Approx(base + 3));
+  CHECK(s.first_step == 21);
+  CHECK(s.last_step == 40);
+  auto text = render_report(r);
+  CHECK_THAT(text, Contains("stragglers (own work per step against the job's median"));
+  CHECK_THAT(text, Contains("h2") && Contains("2,3") && Contains("0.240 s") &&
+                       Contains("51.6 ms") && Contains("21-40") && Contains("leave: stayed"));
+  auto j = report_json(r);
+  CHECK(j["stragglers"][0]["straggler_ranks"] == ojson({2, 3}));
+  CHECK(j["stragglers"][0]["named_s"] == 3.0);
+
+  // A section's hang (--section-timeouts): the incident names the section.
+  node_log n{"vm", 41, 0, 2, ""};
+  n.started(0);
+  n.round(1, 0, 2);
+  n.add(5, "hang_detected", {{"round", 0}, {"idle_s", 2.0}, {"section", "checkpoint"}});
+  n.add(5.5, "agent_exiting", {{"exit_code", 1}});
+  auto hung = build_report({{"ev.jsonl", n.text}});
+  REQUIRE(hung.incidents.size() == 1);
+  CHECK(hung.incidents[0].incident_class == "hang");
+  CHECK(hung.incidents[0].section == "checkpoint");
+  CHECK_THAT(render_report(hung), Contains("hang (section checkpoint)"));
+  CHECK(report_json(hung)["incidents"][0]["section"] == "checkpoint");
+}
