@@ -78,8 +78,11 @@ void elastic_agent::impl::start_straggler_round(const rendezvous::rendezvous_inf
   }
 }
 
+// The verdict was the round's: `dtrun status` and /metrics stop showing it
+// (its node ranks were that round's).
 void elastic_agent::impl::stop_straggler_watch() {
   if (stragglers_.watch) stragglers_.watch->stop();
+  stragglers_.verdict.clear();
 }
 
 // Each running rank's steps finished since the last share, from its page.

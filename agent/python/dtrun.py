@@ -25,6 +25,7 @@ starts; the dtrun wheel installs the same file.
 import os as _os
 import sys as _sys
 import time as _time
+from threading import get_ident as _get_ident
 
 __all__ = ["step", "section", "enabled"]
 
@@ -117,8 +118,11 @@ def _step_now(n):
         p[at + 1] = _step_start
         p[at + 2] = now
         # Own work and wait: timed only once instrument_*() ran (the
-        # start-up hook's, issue 48 item 2); 0 is "not timed".
-        p[at + 3] = max(1, now - _step_start - _wait) if _timing else 0
+        # start-up hook's, issue 48 item 2); 0 is "not timed". With DDP
+        # the step's wait comes one step late (_fill_step_wait): "not
+        # timed" until then, so the agent never reads its wall time as
+        # its own work.
+        p[at + 3] = max(1, now - _step_start - _wait) if _timing and not _ddp_fills else 0
         p[at + 4] = _wait
         _wait = 0
         _steps_done += 1
@@ -239,6 +243,8 @@ _timing = False      # instrument_*() ran: steps carry own work and wait
 _wait = 0            # ns the running step waited in timed collectives
 _explicit = False    # the program calls dtrun.step(): DDP's forward does not
 _in_collective = 0   # nesting: all_gather_object calls all_gather
+_ddp_fills = False   # a DDP model's figures arrive: steps wait for them
+_owner = None        # the thread whose collectives are timed (the first to step)
 
 
 def _fill_step_wait(p, step_no, wait):
@@ -265,12 +271,19 @@ def _ddp_post_forward(module, args, output):
     p = _page
     if p is None:
         return None
+    global _ddp_fills
     try:
         data = module._get_ddp_logging_data()
         iteration = int(data.get("iteration", 0))
-        exposed = int(data["backward_comm_time_end"]) - int(data["backward_compute_time_end"])
+        # The communication left after the backward's compute, as DDP's
+        # timer measured the iteration: CUDA events on the GPU stream with
+        # NCCL (the *_time_end fields are host-side times, where NCCL's
+        # wait does not block), the CPU clock with gloo.
+        exposed = (int(data["backward_comm_time"])
+                   - int(data["backward_compute_comm_overlap_time"]))
     except Exception:
         return None
+    _ddp_fills = True
     seen = module.__dict__.get("_dtrun_iteration", 0)
     if iteration <= seen:
         return None  # no backward since (an evaluation forward)
@@ -288,8 +301,15 @@ def _timed_collective(function):
 
     @functools.wraps(function)
     def timed(*args, **kwargs):
-        global _wait, _in_collective
+        global _wait, _in_collective, _owner
         if _page is None or _in_collective or kwargs.get("async_op"):
+            return function(*args, **kwargs)
+        # One thread's collectives only (the training loop's, the first to
+        # call one): a checkpointing thread's barrier is not a step's wait.
+        me = _get_ident()
+        if _owner is None:
+            _owner = me
+        elif me != _owner:
             return function(*args, **kwargs)
         _in_collective += 1
         start = _now()

@@ -226,7 +226,15 @@ class _DtrunAfterImport:
         if not self._actions and self in _sys.meta_path:
             _sys.meta_path.remove(self)
 
+        # A loader may serve other modules too (zipimport's, a bundler's):
+        # only `name` is timed, and the loader is its own again after it.
         def exec_module(module):
+            if getattr(module, "__name__", None) != name:
+                return run(module)
+            try:
+                del loader.exec_module
+            except AttributeError:
+                pass
             run(module)
             try:
                 import dtrun

@@ -34,6 +34,8 @@ void straggler_watch::start_round(int group_rank, int members, std::string host)
 void straggler_watch::stop() {
   timer_.cancel();
   ++*generation_;
+  in_flight_ = false;
+  skipped_ = 0;
 }
 
 void straggler_watch::arm() {
@@ -43,6 +45,16 @@ void straggler_watch::arm() {
 
 void straggler_watch::tick() {
   arm();  // first: a hook may stop() the watch, which must then hold
+  // The last share still in flight (a slow store; node 0 reading many
+  // keys): this interval's is skipped, not queued behind it. Not for ever:
+  // a share the store failed never answers, so the fifth goes anyway.
+  if (in_flight_ && ++skipped_ < max_skipped) {
+    hooks_.debug("the last interval's straggler figures are still on their way; skipping this "
+                 "interval's");
+    return;
+  }
+  in_flight_ = true;
+  skipped_ = 0;
   const bool gather = group_rank_ == 0;
   std::string work = encode_work(host_, hooks_.samples());
   hooks_.share(std::move(work), gather,
@@ -50,7 +62,10 @@ void straggler_watch::tick() {
                    std::vector<std::string> per_node, std::string verdict,
                    straggler_room room) {
                  if (*generation != current) return;
-                 if (gather) judge(per_node, room);
+                 in_flight_ = false;
+                 // Node 0 wrote the verdict: it reads its own at once (the
+                 // store's is the one it published an interval ago).
+                 if (gather) return judge(per_node, room);
                  read_verdict(verdict);
                });
 }
@@ -86,7 +101,9 @@ void straggler_watch::judge(const std::vector<std::string>& per_node,
   };
   std::vector<named_straggler> fresh = name(detector_.observe(samples));
   if (!fresh.empty()) hooks_.named(fresh);
-  hooks_.publish(encode_stragglers(name(detector_.current())));
+  std::vector<named_straggler> now = name(detector_.current());
+  hooks_.publish(encode_stragglers(now));
+  hooks_.verdict(now);
 }
 
 // Once per node and round: a spare takes the leaver's place, else the job

@@ -92,6 +92,10 @@ class straggler_watch {
   std::string host_;
   std::vector<std::string> hosts_;  // by group rank, from their figures
   bool send_away_ = false;
+  // A share not answered yet, and the intervals skipped since.
+  static constexpr int max_skipped = 5;
+  bool in_flight_ = false;
+  int skipped_ = 0;
   // This round's decisions by node (a named node's stays as first made)
   // and the room they used.
   std::map<int, std::pair<bool, std::string>> decided_;

@@ -100,6 +100,10 @@ void resolve_preflight(const launch_options& o, launch_config& c) {
     if (o.straggler_action == agent::preflight_action_name(action)) s.action = action;
   }
   s.worker_timing = o.worker_timing != "off";
+  if (!s.worker_timing && o.straggler_action != "warn") {
+    c.warnings.push_back("--straggler-action has no effect with --worker-timing=off (nothing is "
+                         "timed, so no straggler is named)");
+  }
 }
 
 // --checkpoint-signal and --preempt-notice (docs/agent.md, "Preemption"):

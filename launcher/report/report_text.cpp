@@ -92,6 +92,24 @@ ojson optional_since(const job_report& r, std::optional<double> v) {
   return v ? ojson(rounded_ms(*v - r.started_at)) : ojson(nullptr);
 }
 
+ojson stragglers_json(const job_report& r) {
+  ojson stragglers = ojson::array();
+  for (const auto& s : r.stragglers) {
+    stragglers.push_back({{"round", s.round},
+                          {"named_at", iso(s.named_at)},
+                          {"named_s", rounded_ms(s.named_at - r.started_at)},
+                          {"straggler_host", s.host},
+                          {"straggler_ranks", s.ranks},
+                          {"own_work_s", s.own_work_s},
+                          {"job_median_s", s.job_median_s},
+                          {"first_step", s.first_step},
+                          {"last_step", s.last_step},
+                          {"action", s.action},
+                          {"leaves", s.leaves}});
+  }
+  return stragglers;
+}
+
 }  // namespace
 
 std::string render_report(const job_report& r) {
@@ -200,20 +218,7 @@ ojson report_json(const job_report& r) {
                          {"section", i.section.empty() ? ojson(nullptr) : ojson(i.section)},
                          {"source", i.logged ? "incident events" : "derived"}});
   }
-  ojson stragglers = ojson::array();
-  for (const auto& s : r.stragglers) {
-    stragglers.push_back({{"round", s.round},
-                          {"named_at", iso(s.named_at)},
-                          {"named_s", rounded_ms(s.named_at - r.started_at)},
-                          {"straggler_host", s.host},
-                          {"straggler_ranks", s.ranks},
-                          {"own_work_s", s.own_work_s},
-                          {"job_median_s", s.job_median_s},
-                          {"first_step", s.first_step},
-                          {"last_step", s.last_step},
-                          {"action", s.action},
-                          {"leaves", s.leaves}});
-  }
+  ojson stragglers = stragglers_json(r);
   ojson lost = ojson::object();
   // Causes are unique in lost_s: appended without ordered_json's linear
   // look-up of each key (a log can name a million classes).

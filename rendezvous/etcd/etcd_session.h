@@ -80,7 +80,6 @@ class etcd_session : public std::enable_shared_from_this<etcd_session> {
   std::string job_lease_key() const;
   void schedule_renewal();
   void renew();
-  void renew_job();
   std::string agent_lease_lost() const;
   std::string job_lease_lost() const;
   void keep_alive(const std::string& id, std::string lost_message, std::function<void()> renewed,

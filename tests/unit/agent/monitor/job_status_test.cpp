@@ -360,3 +360,35 @@ TEST_CASE("failing health checks travel in the status whole, and merge per node"
   CHECK(merged.health[2].node_rank == 1);
   CHECK(merged.health[2].check == "command");
 }
+
+TEST_CASE("the job's stragglers travel in the status and show in the metrics, one family each") {
+  job_status s;
+  s.run_id = "r";
+  named_straggler slow;
+  slow.finding = {2, {4, 5}, true, 0.24, 0.1, 21, 30};
+  slow.host = "h\"3";
+  slow.leaves = true;
+  s.stragglers.push_back(slow);
+  std::string error;
+  auto document = nlohmann::json::parse(to_json(s).dump());
+  document["stragglers"].push_back({{"host", "no figures"}});  // dropped, not a throw
+  auto back = from_json(document, error);
+  REQUIRE(back);
+  REQUIRE(back->stragglers.size() == 1);
+  CHECK(back->stragglers[0].host == "h\"3");
+  CHECK(back->stragglers[0].finding.ranks == std::vector<int>{4, 5});
+  CHECK(back->stragglers[0].finding.last_step == 30);
+  CHECK(back->stragglers[0].leaves);
+  auto text = to_prometheus(s);
+  const std::string labels =
+      R"(straggler_node_rank="2",straggler_host="h\"3",straggler_ranks="4,5"})";
+  auto own = text.find("# TYPE dtrun_straggler_own_work_seconds gauge\n");
+  auto own_sample = text.find("dtrun_straggler_own_work_seconds{");
+  auto median = text.find("# TYPE dtrun_straggler_job_median_seconds gauge\n");
+  auto median_sample = text.find("dtrun_straggler_job_median_seconds{");
+  REQUIRE(own != std::string::npos);
+  REQUIRE(median != std::string::npos);
+  // Each family's samples follow its own HELP and TYPE.
+  CHECK((own < own_sample && own_sample < median && median < median_sample));
+  CHECK_THAT(text, Catch::Contains(labels + " 0.24\n") && Catch::Contains(labels + " 0.1\n"));
+}
