@@ -65,7 +65,14 @@ void elastic_agent::impl::start_straggler_watch() {
   hooks.verdict = [this](const std::vector<named_straggler>& now) { straggler_verdict(now); };
   hooks.debug = [this](const std::string& line) { log_debug(line); };
   bool send_away = options_.stragglers.action != preflight_action::warn;
-  stragglers_.watch.emplace(io_, straggler_rules{}, send_away, std::move(hooks));
+  // Three intervals covering 20 steps, not the detector's two and ten: a
+  // rank of a CPU-bound job on a shared, oversubscribed host can run 2x
+  // slow for two seconds (seen on the 2-CPU CI machine); a straggler stays
+  // slow. Still within 20 + 50 steps at 10 steps a second.
+  straggler_rules rules;
+  rules.min_samples = 3;
+  rules.min_slow_steps = 20;
+  stragglers_.watch.emplace(io_, rules, send_away, std::move(hooks));
 }
 
 void elastic_agent::impl::start_straggler_round(const rendezvous::rendezvous_info& info) {

@@ -302,7 +302,7 @@ def _timed_collective(function):
     @functools.wraps(function)
     def timed(*args, **kwargs):
         global _wait, _in_collective, _owner
-        if _page is None or _in_collective or kwargs.get("async_op"):
+        if _page is None or _in_collective or kwargs.get("async_op") or _compiling():
             return function(*args, **kwargs)
         # One thread's collectives only (the training loop's, the first to
         # call one): a checkpointing thread's barrier is not a step's wait.
@@ -327,6 +327,16 @@ _COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gathe
                 "broadcast", "broadcast_object_list", "reduce", "gather", "scatter", "barrier")
 
 
+def _compiling():
+    # Inside torch.compile's tracing the collective is the graph's (Dynamo
+    # traces it natively): nothing to time. Read at call time, as torch is
+    # still importing when the collectives are wrapped.
+    try:
+        return _sys.modules["torch"].compiler.is_compiling()
+    except Exception:
+        return False
+
+
 def _outside_compile(function):
     try:
         import torch
@@ -347,7 +357,7 @@ def instrument_collectives(c10d):
     for name in _COLLECTIVES:
         function = getattr(c10d, name, None)
         if callable(function) and not getattr(function, "__dtrun_timed__", False):
-            timed = _outside_compile(_timed_collective(function))
+            timed = _timed_collective(function)
             setattr(c10d, name, timed)
             if package is not None and getattr(package, name, None) is function:
                 setattr(package, name, timed)
@@ -361,14 +371,20 @@ def instrument_ddp(distributed):
     original = ddp.__init__
     if getattr(original, "__dtrun_timed__", False):
         return
-    pre, post = _outside_compile(_ddp_pre_forward), _outside_compile(_ddp_post_forward)
+    hooks = []
 
     def __init__(self, *args, **kwargs):
         original(self, *args, **kwargs)
         try:
+            # Made at the first model, not at import: torch.compiler.disable
+            # imports Dynamo (seconds), which a worker that never builds a
+            # DDP model (or a --preload fork starting) must not pay.
+            if not hooks:
+                hooks.extend((_outside_compile(_ddp_pre_forward),
+                              _outside_compile(_ddp_post_forward)))
             self._set_ddp_runtime_logging_sample_rate(1)
-            self.register_forward_pre_hook(pre)
-            self.register_forward_hook(post)
+            self.register_forward_pre_hook(hooks[0])
+            self.register_forward_hook(hooks[1])
         except Exception:
             pass
     __init__.__wrapped__ = original

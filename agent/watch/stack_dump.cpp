@@ -169,6 +169,13 @@ python_dump parse_dump(std::string_view text, const hook_header& header) {
 
 bool is_user_file(std::string_view file) {
   if (file.empty()) return false;
+  // dtrun's own module where the agent writes it (its collectives' timing
+  // wraps the training's calls): the caller is the training's frame.
+  constexpr std::string_view own_module = "/python/modules/dtrun.py";
+  if (file.size() >= own_module.size() &&
+      file.substr(file.size() - own_module.size()) == own_module) {
+    return false;
+  }
   if (file.front() == '<') return file == "<string>" || file == "<stdin>";
   std::size_t start = 0;
   std::string_view previous;

@@ -129,6 +129,7 @@ TEST_CASE("a dump being written is not complete until the main thread's outermos
 
 TEST_CASE("user code is told from the standard library, installed packages and torch") {
   CHECK(is_user_file("/tmp/stk/w.py"));
+  CHECK_FALSE(is_user_file("/tmp/run_x/python/modules/dtrun.py"));  // dtrun's wrappers
   CHECK(is_user_file("/home/a/lib/project/train.py"));
   CHECK(is_user_file("<string>"));
   CHECK(is_user_file("/srv/python3.11/x.py"));
