@@ -457,46 +457,6 @@ TEST_CASE("log flags are resolved into the config and shown by the dry run") {
   CHECK_THROWS_AS(resolve_launch_config(o, {}), usage_error);
 }
 
-TEST_CASE("the preload flag takes dotted module names, once each, in order") {
-  launch_options o = standalone_options();
-  CHECK(resolve_launch_config(o, {}).agent.preload.empty());
-  o.preload = "torch,torch.distributed,numpy,torch";
-  CHECK(resolve_launch_config(o, {}).agent.preload ==
-        std::vector<std::string>{"torch", "torch.distributed", "numpy"});
-  o.preload = "_private.mod_2";
-  CHECK(resolve_launch_config(o, {}).agent.preload == std::vector<std::string>{"_private.mod_2"});
-}
-
-TEST_CASE("the preload flag refuses what is not a module name, and workers it cannot fork") {
-  auto error_of = [](std::string list, bool no_python = false, bool no_hook = false) {
-    launch_options o = standalone_options();
-    o.preload = std::move(list);
-    o.no_python = no_python;
-    o.no_stack_hook = no_hook;
-    try {
-      resolve_launch_config(o, {});
-    } catch (const usage_error& e) {
-      return std::string(e.what());
-    }
-    return std::string("(no error)");
-  };
-  CHECK(error_of("torch numpy") ==
-        "--preload: 'torch numpy' is not a Python module name; give modules such as "
-        "torch,torch.distributed,numpy (comma-separated, no spaces)");
-  for (const char* bad : {"1torch", "torch.", ".torch", "torch..nn", "-m", "torch;rm"}) {
-    CHECK(error_of(bad).rfind("--preload: '", 0) == 0);
-  }
-  for (const char* empty : {"torch,,numpy", "torch,", ","}) {
-    CHECK(error_of(empty) ==
-          "--preload: an empty module name; give modules such as torch,torch.distributed "
-          "(comma-separated)");
-  }
-  CHECK(error_of("torch", true) ==
-        "--preload forks Python workers; it cannot be used with --no-python");
-  CHECK(error_of("torch", false, true) ==
-        "--preload needs dtrun's start-up hook in the workers; drop --no-stack-hook");
-}
-
 TEST_CASE("torchrun 2.13's TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT is said to be ignored") {
   launch_options o = standalone_options();
   auto c = resolve_launch_config(o, {{"TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT", "60"}});
