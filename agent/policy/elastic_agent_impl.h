@@ -272,7 +272,6 @@ class elastic_agent::impl {
   void preflight_worker_exited(const worker& w, const exit_status& status);
   void preflight_workers_done();
   void preflight_decided(const std::string& text);
-  std::string preflight_consequence(const preflight_slow_node& slow) const;
   void leave_after_preflight(const preflight_slow_node& mine);
 
   // elastic_agent_stragglers.cpp

@@ -186,25 +186,15 @@ void elastic_agent::impl::preflight_decided(const std::string& text) {
   bool someone_leaves = false;
   for (const auto& slow : verdict->slow) {
     someone_leaves = someone_leaves || slow.leaves;
-    log(fmt::format("warning: preflight: {}{}", describe(slow), preflight_consequence(slow)));
+    log(fmt::format("warning: preflight: {}{}", describe(slow),
+                    verdict_consequence("preflight-action", options_.preflight.action,
+                                        slow.leaves, preflight_verdict_->kept_because)));
   }
   reporter_.preflight(*verdict, preflight_action_name(options_.preflight.action));
   const auto* mine = verdict->named(round_info_.group_rank);
   if (mine != nullptr && mine->leaves) return leave_after_preflight(*mine);
   if (!someone_leaves) return start_workers(round_info_);
   log("preflight: waiting for the slow node(s) to leave; the job then starts without them");
-}
-
-std::string elastic_agent::impl::preflight_consequence(const preflight_slow_node& slow) const {
-  switch (options_.preflight.action) {
-    case preflight_action::warn: return " (kept: --preflight-action=warn)";
-    case preflight_action::leave:
-    case preflight_action::quarantine:
-      if (!slow.leaves) return fmt::format("; {}", preflight_verdict_->kept_because);
-      return fmt::format("; it leaves the job (--preflight-action={})",
-                         preflight_action_name(options_.preflight.action));
-  }
-  return "";
 }
 
 // This node was named and there is room to lose it: it leaves as an

@@ -12,33 +12,26 @@
 
 #include "agent/health/machine_identity.h"
 #include "agent/policy/elastic_agent_impl.h"
+#include "agent/watch/straggler_codec.h"
 #include "rendezvous/base/printable.h"
 
 namespace dtrun::agent {
 
 namespace {
 
-// What the verdict does with `named`, for the line node 0 writes.
-std::string consequence(const named_straggler& named, preflight_action action) {
-  if (action == preflight_action::warn) return " (kept: --straggler-action=warn)";
-  if (!named.leaves) return fmt::format("; it stays: {}", named.kept_because);
-  return fmt::format("; it leaves the job (--straggler-action={})", preflight_action_name(action));
-}
-
+// The `straggler` event: the verdict's own fields (straggler_json), those
+// an event line keeps for its writer (host, node_rank) and ranks named
+// straggler_*, then the action and the line node 0 wrote.
 nlohmann::ordered_json event_fields(const named_straggler& named, preflight_action action) {
-  const straggler_finding& f = named.finding;
-  return {{"straggler_host", named.host},
-          {"straggler_node_rank", f.node_rank},
-          {"straggler_ranks", f.ranks},
-          {"whole_node", f.whole_node},
-          {"own_work_s", f.own_work_s},
-          {"job_median_s", f.job_median_s},
-          {"first_step", f.first_step},
-          {"last_step", f.last_step},
-          {"action", preflight_action_name(action)},
-          {"leaves", named.leaves},
-          {"kept_because", named.kept_because},
-          {"line", describe(f, named.host)}};
+  nlohmann::ordered_json fields;
+  const auto verdict = straggler_json(named);
+  for (const auto& [key, value] : verdict.items()) {
+    const bool writers = key == "host" || key == "node_rank" || key == "ranks";
+    fields[writers ? "straggler_" + key : key] = value;
+  }
+  fields["action"] = preflight_action_name(action);
+  fields["line"] = describe(named.finding, named.host);
+  return fields;
 }
 
 }  // namespace
@@ -117,7 +110,8 @@ void elastic_agent::impl::stragglers_named(const std::vector<named_straggler>& f
   auto action = options_.stragglers.action;
   for (const auto& named : fresh) {
     log(fmt::format("warning: {}{}", printable(describe(named.finding, named.host)),
-                    consequence(named, action)));
+                    verdict_consequence("straggler-action", action, named.leaves,
+                                        named.kept_because)));
     reporter_.straggler(event_fields(named, action));
   }
 }

@@ -90,6 +90,16 @@ inline const char* preflight_action_name(preflight_action action) {
   }
   return "warn";
 }
+// The end of the line that names a node (the preflight's slow node, a
+// straggler): " (kept: --FLAG=warn)", "; it leaves the job
+// (--FLAG=leave)", or "; " and why it stays.
+inline std::string verdict_consequence(const std::string& flag, preflight_action action,
+                                       bool leaves, const std::string& kept_because) {
+  const std::string setting = "--" + flag + "=" + preflight_action_name(action);
+  if (action == preflight_action::warn) return " (kept: " + setting + ")";
+  if (!leaves) return "; " + kept_because;
+  return "; it leaves the job (" + setting + ")";
+}
 
 struct preflight_options {
   preflight_mode mode = preflight_mode::off;

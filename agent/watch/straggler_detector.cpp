@@ -13,16 +13,11 @@ double lower_median(std::vector<double> values) {
   return *middle;
 }
 
-namespace {
-
-// Seconds per step as a reader takes them in: "0.240 s", "51.9 ms", "40 us".
-std::string per_step(double s) {
+std::string per_step_text(double s) {
   if (s >= 0.1) return fmt::format("{:.3f} s", s);
   if (s >= 0.0001) return fmt::format("{:.1f} ms", s * 1e3);
   return fmt::format("{:.0f} us", s * 1e6);
 }
-
-}  // namespace
 
 bool straggler_detector::slower(double own, double median) const {
   return own > rules_.factor * median && own - median >= rules_.min_excess_s;
@@ -38,8 +33,8 @@ std::string describe(const straggler_finding& finding, const std::string& host) 
       "node {} ({}) is a straggler: rank{} {} work{} {} per step against the job's median "
       "{} ({:.2f}x) over steps {}-{}",
       finding.node_rank, host, finding.ranks.size() == 1 ? "" : "s", ranks,
-      finding.ranks.size() == 1 ? "s" : "", per_step(finding.own_work_s),
-      per_step(finding.job_median_s), ratio,
+      finding.ranks.size() == 1 ? "s" : "", per_step_text(finding.own_work_s),
+      per_step_text(finding.job_median_s), ratio,
       finding.first_step, finding.last_step);
 }
 

@@ -77,6 +77,10 @@ struct straggler_finding {
 // the job's median 0.201 s (2.05x) over steps 21-48"
 std::string describe(const straggler_finding& finding, const std::string& host);
 
+// Seconds per step as a reader takes them in: "0.240 s", "51.9 ms", "40 us"
+// (the agent's line and dtrun report's stragglers table say it alike).
+std::string per_step_text(double seconds);
+
 class straggler_detector {
  public:
   explicit straggler_detector(straggler_rules rules = {});

@@ -119,8 +119,10 @@ void straggler_watch::decide(named_straggler& named, const straggler_room& room)
       d.first = spare || smaller;
       if (d.first) ++leavers_;
       if (!d.first) {
-        d.second = fmt::format("no spare, and the job is at --nnodes' minimum of {} node(s)",
-                               room.min_nodes);
+        d.second = fmt::format(
+            "no spare node waits and the job is at --nnodes' minimum of {} node(s), so it "
+            "stays",
+            room.min_nodes);
       }
     }
     known = decided_.emplace(named.finding.node_rank, std::move(d)).first;

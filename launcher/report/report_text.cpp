@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "agent/report/event_log.h"
+#include "agent/watch/straggler_detector.h"
 #include "launcher/status/text_table.h"
 #include "rendezvous/base/printable.h"
 
@@ -28,11 +29,6 @@ std::string seconds(std::optional<double> s) { return s ? fmt::format("{:.3f}", 
 
 std::string plural(std::size_t n, const char* one, const char* many) {
   return fmt::format("{} {}", n, n == 1 ? one : many);
-}
-
-// Own work per step as the agent's line says it: "0.240 s", "51.9 ms".
-std::string per_step(double s) {
-  return s >= 0.1 ? fmt::format("{:.3f} s", s) : fmt::format("{:.1f} ms", s * 1e3);
 }
 
 std::string culprit(const report_incident& i) {
@@ -72,7 +68,8 @@ std::string straggler_table(const job_report& r) {
     std::string action = s.action.empty() ? "-" : s.action;
     if (s.action != "warn" && !s.action.empty()) action += s.leaves ? ": left" : ": stayed";
     table.add({std::to_string(s.round), since(r, s.named_at), printable(s.host),
-               ranks.empty() ? "-" : ranks, per_step(s.own_work_s), per_step(s.job_median_s),
+               ranks.empty() ? "-" : ranks, agent::per_step_text(s.own_work_s),
+               agent::per_step_text(s.job_median_s),
                fmt::format("{}-{}", s.first_step, s.last_step), printable(action)});
   }
   return "\nstragglers (own work per step against the job's median, named by node 0):\n" +

@@ -105,7 +105,8 @@ TEST_CASE("a straggler leaves when a spare takes its place or the job may go on 
   CHECK(sent_away_in({3, 0, 2}).leaves);  // smaller: 2 nodes are enough
   named_straggler kept = sent_away_in({3, 0, 3});
   CHECK_FALSE(kept.leaves);
-  CHECK(kept.kept_because == "no spare, and the job is at --nnodes' minimum of 3 node(s)");
+  CHECK(kept.kept_because ==
+        "no spare node waits and the job is at --nnodes' minimum of 3 node(s), so it stays");
 }
 
 TEST_CASE("another node only shares its figures and reads the verdict; stop() ends it",
