@@ -160,7 +160,14 @@ std::vector<straggler_finding> straggler_detector::findings(bool only_new) const
     finding.node_rank = node;
     return finding;
   };
+  // A node is named once while any of its streaks lasts: a second rank of
+  // it whose streak is ready an interval later (its first sample straddled
+  // the warm-up) widens the finding that `current()` shows, not a new line.
   std::set<int> new_nodes;
+  std::set<int> named_nodes;
+  auto note = [&](int node, const streak& s) {
+    (s.named ? named_nodes : new_nodes).insert(node);
+  };
   for (const auto& [rank, s] : ranks_) {
     if (!ready(s)) {
       continue;
@@ -171,9 +178,7 @@ std::vector<straggler_finding> straggler_detector::findings(bool only_new) const
       fill_evidence(finding, s.own, s.medians, s.first_step, s.last_step);
     }
     finding.ranks.push_back(rank);
-    if (!s.named) {
-      new_nodes.insert(node);
-    }
+    note(node, s);
   }
   for (const auto& [node, s] : nodes_) {
     if (!ready(s)) {
@@ -185,13 +190,11 @@ std::vector<straggler_finding> straggler_detector::findings(bool only_new) const
     if (finding.ranks.empty() && ranks_of_node_.contains(node)) {
       finding.ranks = ranks_of_node_.at(node);
     }
-    if (!s.named) {
-      new_nodes.insert(node);
-    }
+    note(node, s);
   }
   std::vector<straggler_finding> out;
   for (auto& [node, finding] : by_node) {
-    if (!only_new || new_nodes.contains(node)) {
+    if (!only_new || (new_nodes.contains(node) && !named_nodes.contains(node))) {
       out.push_back(std::move(finding));
     }
   }

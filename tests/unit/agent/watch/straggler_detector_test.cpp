@@ -61,6 +61,30 @@ TEST_CASE("a node whose ranks all work slowly is named with its ranks and the ev
   CHECK(detector.current().size() == 1);
 }
 
+TEST_CASE("a node is named once when its second rank's streak is ready an interval later",
+          "[straggler]") {
+  straggler_detector detector;
+  // Rank 5's first sample straddled the warm-up (steps 18-22), so it is
+  // not looked at: its streak starts an interval after rank 4's.
+  auto first = interval(3, 2, 21, 5, 0.1, {{4, 0.3}});
+  first[5] = {5, 2, 18, 22, 0.3};
+  CHECK(detector.observe(first).empty());
+  auto named = detector.observe(interval(3, 2, 26, 5, 0.1, {{4, 0.3}, {5, 0.3}}));
+  REQUIRE(named.size() == 1);
+  CHECK(named[0].ranks == std::vector<int>{4});
+  // Rank 5 and the node are ready now: the same straggler, widened, not
+  // said again.
+  CHECK(detector.observe(interval(3, 2, 31, 5, 0.1, {{4, 0.3}, {5, 0.3}})).empty());
+  auto current = detector.current();
+  REQUIRE(current.size() == 1);
+  CHECK(current[0].ranks == std::vector<int>{4, 5});
+  CHECK(current[0].whole_node);
+  // Fast again, then slow again: a new streak is said again.
+  CHECK(detector.observe(interval(3, 2, 36, 5, 0.1)).empty());
+  CHECK(detector.observe(interval(3, 2, 41, 5, 0.1, {{4, 0.3}, {5, 0.3}})).empty());
+  CHECK(detector.observe(interval(3, 2, 46, 5, 0.1, {{4, 0.3}, {5, 0.3}})).size() == 1);
+}
+
 TEST_CASE("one slow rank is named alone; its node as a whole is not slow", "[straggler]") {
   straggler_detector detector;
   detector.observe(interval(2, 4, 21, 6, 0.2, {{6, 0.5}}));
