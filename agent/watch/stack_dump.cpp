@@ -171,11 +171,7 @@ bool is_user_file(std::string_view file) {
   if (file.empty()) return false;
   // dtrun's own module where the agent writes it (its collectives' timing
   // wraps the training's calls): the caller is the training's frame.
-  constexpr std::string_view own_module = "/python/modules/dtrun.py";
-  if (file.size() >= own_module.size() &&
-      file.substr(file.size() - own_module.size()) == own_module) {
-    return false;
-  }
+  if (file.ends_with("/python/modules/dtrun.py")) return false;
   if (file.front() == '<') return file == "<string>" || file == "<stdin>";
   std::size_t start = 0;
   std::string_view previous;

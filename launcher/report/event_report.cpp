@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "agent/watch/straggler_codec.h"
 #include "launcher/report/event_report_impl.h"
 #include "rendezvous/base/printable.h"
 
@@ -254,8 +255,10 @@ void note_stragglers(const std::vector<const event*>& events, job_report& report
     s.named_at = e->time;
     s.host = one_line(text(f, "straggler_host"));
     for (const auto& r : *ranks) {
-      // At most a node's worth (the agents' own bound: straggler_codec.h).
-      if (r.is_number_integer() && s.ranks.size() < 512) s.ranks.push_back(r.get<int>());
+      // At most a node's worth, the agents' own bound.
+      if (r.is_number_integer() && s.ranks.size() < agent::work_max_ranks) {
+        s.ranks.push_back(r.get<int>());
+      }
     }
     s.own_work_s = *own;
     s.job_median_s = *median;
