@@ -4,8 +4,7 @@
 
 #include <openssl/ssl.h>
 
-#include <optional>
-#include <stdexcept>
+#include <deque>
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
@@ -57,40 +56,6 @@ bool is_retryable(int status, const json& body) {
 }
 
 }  // namespace
-
-std::shared_ptr<ssl::context> make_etcd_tls(const etcd_options& o) {
-  if (!o.tls) return nullptr;
-  auto ctx = std::make_shared<ssl::context>(ssl::context::tls_client);
-  boost::system::error_code ec;
-  if (o.cacert.empty()) {
-    ctx->set_default_verify_paths(ec);
-  } else {
-    ctx->load_verify_file(o.cacert, ec);
-  }
-  if (ec) {
-    throw std::runtime_error(fmt::format("cannot use the etcd CA file '{}' (--rdzv-conf cacert): {}",
-                                         o.cacert, ec.message()));
-  }
-  if (o.cert.empty() != o.key.empty()) {
-    throw std::runtime_error(
-        "--rdzv-conf cert and key go together: give both (a client certificate) or neither");
-  }
-  if (!o.cert.empty()) {
-    ctx->use_certificate_chain_file(o.cert, ec);
-    if (ec) {
-      throw std::runtime_error(fmt::format(
-          "cannot use the etcd client certificate '{}' (--rdzv-conf cert): {}", o.cert,
-          ec.message()));
-    }
-    ctx->use_private_key_file(o.key, ssl::context::pem, ec);
-    if (ec) {
-      throw std::runtime_error(fmt::format(
-          "cannot use the etcd client key '{}' (--rdzv-conf key): {}", o.key, ec.message()));
-    }
-  }
-  ctx->set_verify_mode(ssl::verify_peer);
-  return ctx;
-}
 
 class etcd_connection::impl : public std::enable_shared_from_this<etcd_connection::impl> {
  public:
@@ -201,12 +166,13 @@ class etcd_connection::impl : public std::enable_shared_from_this<etcd_connectio
 
   // --- the call's deadline ---------------------------------------------
 
-  // One deadline per call, set when it starts: it drops the connection,
-  // so whatever is pending fails, however many bytes still trickle in.
-  void start_deadline(std::chrono::milliseconds timeout) {
+  // One deadline per call, what is left of it when it goes on the wire
+  // (next_call set limit_, the caller's own bound, for the message): it
+  // drops the connection, so whatever is pending fails, however many bytes
+  // still trickle in.
+  void start_deadline(std::chrono::milliseconds left) {
     timed_out_ = false;
-    limit_ = timeout;
-    deadline_.expires_after(timeout);
+    deadline_.expires_after(left);
     deadline_.async_wait([self = shared_from_this(), call = ++call_](
                              const boost::system::error_code& ec) {
       if (ec || call != self->call_) return;
@@ -285,12 +251,62 @@ class etcd_connection::impl : public std::enable_shared_from_this<etcd_connectio
     done(std::move(r));
   }
 
+  // --- one call at a time ----------------------------------------------
+
+  // A caller may post while another call is on the wire (a lease check
+  // beside the renewal, a revoke at close): HTTP/1.1 without pipelining
+  // carries one at a time, so it waits its turn. Its deadline counts from
+  // when it was posted; one that passed while it waited fails unsent when
+  // its turn comes (a unary call ahead of it is bounded by its own).
+  using call_start = std::function<void(std::chrono::milliseconds, etcd_reply_callback)>;
+  struct waiting_call {
+    std::chrono::steady_clock::time_point deadline;
+    std::chrono::milliseconds timeout;
+    call_start start;
+    etcd_reply_callback done;
+  };
+
+  void enqueue(std::chrono::milliseconds timeout, call_start start, etcd_reply_callback done) {
+    waiting_.push_back({std::chrono::steady_clock::now() + timeout, timeout, std::move(start),
+                        std::move(done)});
+    next_call();
+  }
+
+  void next_call() {
+    while (!busy_ && !waiting_.empty()) {
+      auto call = std::move(waiting_.front());
+      waiting_.pop_front();
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          call.deadline - std::chrono::steady_clock::now());
+      if (closed_ || left <= std::chrono::milliseconds(0)) {
+        etcd_reply r{.error = closed_ ? "the etcd client was closed"
+                                      : fmt::format("etcd member {} did not answer within {} ms",
+                                                    member_text(), call.timeout.count()),
+                     .retryable = !closed_,
+                     .member = member_text()};
+        asio::post(io_, [done = std::move(call.done), r = std::move(r)] { done(r); });
+        continue;
+      }
+      busy_ = true;
+      limit_ = call.timeout;
+      call.start(left, [self = shared_from_this(), done = std::move(call.done)](etcd_reply r) {
+        self->busy_ = false;
+        self->next_call();
+        done(std::move(r));
+      });
+    }
+  }
+
   void post(std::string path, std::string body, std::chrono::milliseconds timeout,
             etcd_reply_callback done) {
-    send(std::move(path), std::move(body), timeout, std::move(done),
-         [self = shared_from_this()](std::shared_ptr<wire> w, etcd_reply_callback d) {
-           self->read_reply(w, std::move(d));
-         });
+    auto self = shared_from_this();
+    enqueue(timeout, [self, path = std::move(path), body = std::move(body)](
+                         std::chrono::milliseconds left, etcd_reply_callback d) mutable {
+      self->send(std::move(path), std::move(body), left, std::move(d),
+                 [self](std::shared_ptr<wire> w, etcd_reply_callback d2) {
+                   self->read_reply(w, std::move(d2));
+                 });
+    }, std::move(done));
   }
 
   void read_reply(const std::shared_ptr<wire>& w, etcd_reply_callback done) {
@@ -348,14 +364,21 @@ class etcd_connection::impl : public std::enable_shared_from_this<etcd_connectio
 
   // --- streams ----------------------------------------------------------
 
+  // A stream holds the connection until it ends: calls posted meanwhile
+  // wait for that (or for next_member() or close() to end it).
   void stream(std::string path, std::string body, std::chrono::milliseconds timeout,
               std::function<void(std::string_view)> on_line, etcd_reply_callback done) {
-    send(std::move(path), std::move(body), timeout, std::move(done),
-         [self = shared_from_this(), on_line = std::move(on_line)](std::shared_ptr<wire> w,
-                                                                    etcd_reply_callback d) {
-           w->parser->get().body().on_line = on_line;
-           self->read_header(w, std::move(d));
-         });
+    auto self = shared_from_this();
+    enqueue(timeout, [self, path = std::move(path), body = std::move(body),
+                      on_line = std::move(on_line)](std::chrono::milliseconds left,
+                                                    etcd_reply_callback d) mutable {
+      self->send(std::move(path), std::move(body), left, std::move(d),
+                 [self, on_line = std::move(on_line)](std::shared_ptr<wire> w,
+                                                      etcd_reply_callback d2) {
+                   w->parser->get().body().on_line = on_line;
+                   self->read_header(w, std::move(d2));
+                 });
+    }, std::move(done));
   }
 
   void read_header(const std::shared_ptr<wire>& w, etcd_reply_callback done) {
@@ -406,11 +429,14 @@ class etcd_connection::impl : public std::enable_shared_from_this<etcd_connectio
     });
   }
 
+  // The call on the wire fails as its connection drops; those waiting
+  // fail when it has (next_call sees closed_).
   void close() {
     closed_ = true;
     resolver_.cancel();
     stop_deadline();
     drop();
+    next_call();
   }
 
   std::string member_text() const { return to_string(options_.members[member_]); }
@@ -435,6 +461,8 @@ class etcd_connection::impl : public std::enable_shared_from_this<etcd_connectio
   std::size_t tries_left_ = 0;
   std::string last_error_;
   bool connected_ = false, closed_ = false;
+  bool busy_ = false;  // a call is on the wire: the others wait in waiting_
+  std::deque<waiting_call> waiting_;
 };
 
 std::shared_ptr<etcd_connection> etcd_connection::create(asio::io_context& io,

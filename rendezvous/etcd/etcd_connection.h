@@ -1,6 +1,6 @@
 // One HTTP/1.1 connection to a member of an etcd cluster, plain or TLS,
-// through etcd's JSON gateway (POST /v3/...): either unary calls, one at a
-// time (post), or a single long-lived stream (a watch).
+// through etcd's JSON gateway (POST /v3/...): either unary calls, queued
+// and sent one at a time (post), or a single long-lived stream (a watch).
 //
 // Failover: a connection is made to the current member; when that fails
 // (refused, unreachable, TLS handshake) the next member is tried, until
@@ -71,8 +71,9 @@ class etcd_connection : public std::enable_shared_from_this<etcd_connection> {
                                                  std::shared_ptr<boost::asio::ssl::context> tls);
   ~etcd_connection();
 
-  // One call at a time: POSTs `body` (JSON text) to `path` and completes
-  // with the parsed reply, within `timeout` (connecting included).
+  // POSTs `body` (JSON text) to `path` and completes with the parsed
+  // reply, within `timeout` (connecting, and waiting for the calls posted
+  // before it, included). Calls go on the wire one at a time, in order.
   void post(std::string path, std::string body, std::chrono::milliseconds timeout,
             etcd_reply_callback done);
 

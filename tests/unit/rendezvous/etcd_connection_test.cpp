@@ -1,0 +1,162 @@
+// One etcd connection shared by several callers: the agent's session posts
+// a lease check beside its renewal, and a revoke when it closes, while
+// another call may still be on the wire. HTTP/1.1 carries one request at a
+// time, so the connection queues them: each is answered in turn, or fails
+// on its own deadline without being sent (CI once saw Beast's "one read at
+// a time" assertion end an agent whose lease expired while it was stopped).
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "rendezvous/etcd/etcd_connection.h"
+#include "rendezvous/etcd/etcd_session.h"
+#include "tests/unit/rendezvous/fake_etcd_member.h"
+
+using namespace dtrun::rendezvous;
+using namespace dtrun::rendezvous::testing;
+using namespace std::chrono_literals;
+using Catch::Matchers::Contains;
+namespace asio = boost::asio;
+
+namespace {
+
+etcd_options one_member(const fake_etcd_member& m) {
+  etcd_options o;
+  bool tls = false;
+  std::string error;
+  o.members = *parse_etcd_members(m.endpoint(), tls, error);
+  o.request_timeout = 2s;
+  o.attempt_timeout = 2s;
+  o.lease_ttl = 1s;
+  o.run_id = "job";
+  o.max_reply_bytes = 1 << 20;
+  return o;
+}
+
+// Each call's reply names its path; "/slow" trickles a byte per 50 ms.
+fake_etcd_member::reply echo_path(const std::string& path, const std::string&) {
+  if (path == "/slow") {
+    return {"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n{", fake_etcd_member::then::drip};
+  }
+  return {http_json(R"({"path":")" + path + R"("})")};
+}
+
+// Stops `io` once `count` replies are in, or after 20 s (a broken client).
+struct replies {
+  asio::io_context& io;
+  std::size_t count;
+  std::vector<etcd_reply> got;
+  asio::steady_timer guard{io, 20s};
+
+  replies(asio::io_context& i, std::size_t n) : io(i), count(n) {
+    guard.async_wait([this](boost::system::error_code ec) {
+      if (!ec) io.stop();
+    });
+  }
+  etcd_reply_callback collect() {
+    return [this](etcd_reply r) {
+      got.push_back(std::move(r));
+      if (got.size() == count) {
+        guard.cancel();
+        io.stop();
+      }
+    };
+  }
+};
+
+}  // namespace
+
+TEST_CASE("etcd: calls posted while one is on the wire are sent in turn and each answered") {
+  asio::io_context io;
+  fake_etcd_member m(io, echo_path);
+  auto c = etcd_connection::create(io, one_member(m), nullptr);
+  replies r(io, 3);
+  for (const char* path : {"/a", "/b", "/c"}) c->post(path, "{}", 2s, r.collect());
+  io.run();
+  REQUIRE(r.got.size() == 3);
+  for (std::size_t i = 0; i < 3; ++i) {
+    CHECK(r.got[i].error.empty());
+    CHECK_THAT(r.got[i].body, Contains(std::string("\"/") + char('a' + i) + "\""));
+  }
+  CHECK(m.paths() == std::vector<std::string>{"/a", "/b", "/c"});
+}
+
+TEST_CASE("etcd: a call whose deadline passed while it waited its turn fails unsent") {
+  asio::io_context io;
+  fake_etcd_member m(io, echo_path);
+  auto c = etcd_connection::create(io, one_member(m), nullptr);
+  replies r(io, 2);
+  c->post("/slow", "{}", 600ms, r.collect());
+  c->post("/quick", "{}", 200ms, r.collect());
+  io.run();
+  REQUIRE(r.got.size() == 2);
+  CHECK_THAT(r.got[0].error, Contains("did not answer within 600 ms"));
+  // Its deadline passed while the slow call held the wire: it fails as
+  // its turn comes, never sent, and may be tried again elsewhere.
+  CHECK_THAT(r.got[1].error, Contains("did not answer within 200 ms"));
+  CHECK_FALSE(r.got[1].sent);
+  CHECK(r.got[1].retryable);
+  CHECK(m.paths() == std::vector<std::string>{"/slow"});
+}
+
+TEST_CASE("etcd: close fails the call on the wire and every call waiting, sending none of them") {
+  asio::io_context io;
+  fake_etcd_member m(io, echo_path);
+  auto c = etcd_connection::create(io, one_member(m), nullptr);
+  replies r(io, 3);
+  c->post("/slow", "{}", 5s, r.collect());
+  c->post("/b", "{}", 5s, r.collect());
+  c->post("/c", "{}", 5s, r.collect());
+  asio::steady_timer later(io, 100ms);
+  later.async_wait([c](boost::system::error_code) { c->close(); });
+  io.run();
+  REQUIRE(r.got.size() == 3);
+  for (const auto& reply : r.got) CHECK_FALSE(reply.error.empty());
+  CHECK_THAT(r.got[1].error, Contains("closed"));
+  CHECK_FALSE(r.got[1].sent);
+  CHECK_FALSE(r.got[2].retryable);
+  CHECK(m.paths() == std::vector<std::string>{"/slow"});
+}
+
+TEST_CASE("etcd: a lease check and the close's revoke, posted together, reach etcd in turn") {
+  asio::io_context io;
+  fake_etcd_member m(io, [&io](const std::string& path, const std::string&) {
+    if (path == "/v3/lease/revoke") asio::post(io, [&io] { io.stop(); });
+    if (path == "/v3/lease/grant") {
+      return fake_etcd_member::reply{http_json(R"({"header":{"revision":"2"},"ID":"7","TTL":"1"})")};
+    }
+    if (path == "/v3/lease/keepalive") {
+      return fake_etcd_member::reply{http_json(R"({"result":{"ID":"7","TTL":"1"}})")};
+    }
+    if (path == "/v3/kv/range") {
+      // The job's lease key names lease 7 ("Nw==").
+      return fake_etcd_member::reply{http_json(
+          R"({"header":{"revision":"2"},"kvs":[{"key":"L2R0cnVuL2pvYi9sZWFzZQ==",)"
+          R"("create_revision":"2","mod_revision":"2","version":"1","value":"Nw==",)"
+          R"("lease":"7"}],"count":"1"})")};
+    }
+    return fake_etcd_member::reply{http_json(R"({"header":{"revision":"3"}})")};
+  });
+  auto session = std::make_shared<etcd_session>(io, one_member(m), nullptr);
+  bool checked = false;
+  session->acquire(std::chrono::steady_clock::now() + 5s, [&](const std::string& error) {
+    REQUIRE(error.empty());
+    // The keep-alive of the check is on the wire when close posts its revoke.
+    session->lease_refused("requested lease not found", [&] { checked = true; });
+    session->close();
+  });
+  asio::steady_timer guard(io, 20s);
+  guard.async_wait([&io](boost::system::error_code ec) {
+    if (!ec) io.stop();
+  });
+  io.run();
+  CHECK(checked);
+  CHECK(m.paths() == std::vector<std::string>{"/v3/lease/grant", "/v3/kv/range",
+                                              "/v3/lease/keepalive", "/v3/lease/revoke"});
+}
