@@ -6,7 +6,7 @@ namespace {
 // Appended to the hook (python_hook.cpp), whose functions it calls to do a
 // plain start's hook work in each forked worker. Like the hook, it keeps
 // to what Python has imported at start-up, plus _socket, ctypes, signal,
-// io and importlib.
+// io and importlib (and warnings, when an import left threads).
 constexpr const char* preload_source = R"PY(
 # --preload: this interpreter is dtrun's warm interpreter (DTRUN_PRELOAD
 # names the modules). Started exactly as a worker would be (the same
@@ -47,7 +47,46 @@ def _dtrun_cwd():
 
 
 def _dtrun_threads():
-    return len(_os.listdir("/proc/self/task"))
+    # Threads that are ending (PF_EXITING, 0x4, in stat's flags) do not
+    # count: pthread_join returns a moment before the thread leaves
+    # /proc/self/task.
+    count = 0
+    for tid in _os.listdir("/proc/self/task"):
+        try:
+            with open("/proc/self/task/%s/stat" % tid, "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            if int(fields[6]) & 0x4:
+                continue
+        except (OSError, IndexError, ValueError):
+            pass
+        count += 1
+    return count
+
+
+def _dtrun_threads_past_a_fork():
+    # The threads left once the process has forked. Some libraries stop
+    # their threads in a pthread_atfork handler and start them again on
+    # their next use: OpenBLAS does, which numpy loads (and torch imports
+    # numpy) with a thread per core unless OMP_NUM_THREADS or
+    # OPENBLAS_NUM_THREADS is 1. Their threads are no obstacle: one
+    # throwaway fork, whose child exits at once, ends them here, and only
+    # what is left counts.
+    threads = _dtrun_threads()
+    if threads == 1:
+        return 1
+    import signal
+    import warnings
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # "multi-threaded"
+            pid = _os.fork()
+        if pid == 0:
+            _os._exit(0)
+        _os.waitpid(pid, 0)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    return _dtrun_threads()
 
 
 def _dtrun_cuda_initialized():
@@ -126,7 +165,7 @@ def _dtrun_import_all(sock, modules):
             except BaseException as e:
                 _dtrun_preload_fail(sock, "--preload: importing %s failed: %s: %s" % (
                     name, type(e).__name__, str(e).split("\n")[0][:300]))
-            threads = _dtrun_threads()
+            threads = _dtrun_threads_past_a_fork()
             if threads > 1:
                 _dtrun_preload_fail(sock, (
                     "--preload: importing %s left %d threads running in the warm interpreter, "

@@ -89,3 +89,27 @@ def test_a_hang_in_a_forked_worker_is_found_and_named_on_torch_2_15(tmp_path):
 def test_dtrun_stacks_shows_forked_workers_python_stacks_on_torch_2_15(tmp_path):
     torch_pypi.require()
     pd.stacks(popen, stacks_cli, torch_pypi.PYTHON, tmp_path, "torch")
+
+
+def test_numpys_threads_do_not_turn_preload_off_on_torch_2_15(tmp_path):
+    """torch 2.15 imports numpy, whose OpenBLAS starts a thread per core at
+    load unless OMP_NUM_THREADS (or OPENBLAS_NUM_THREADS) is 1: one worker
+    per node, or threads asked for the CPU's work. It stops them at a fork
+    and starts them again on its next use, so the warm interpreter forks
+    once past them (a GPU machine saw --preload refused there:
+    docs/benchmarks.md, "On a GPU machine"), and the worker's BLAS has its
+    threads back."""
+    torch_pypi.require()
+    script = tmp_path / "blas.py"
+    script.write_text(
+        "import sys\n"
+        "forked = 'torch' in sys.modules\n"
+        "import os, numpy\n"
+        "a = numpy.ones((512, 512))\n"
+        "assert (a @ a)[0, 0] == 512\n"
+        "print('forked', forked, 'threads', len(os.listdir('/proc/self/task')), flush=True)\n")
+    r = torch_pypi.dtrun(["--standalone", "--nproc-per-node=1", "--preload=torch", str(script)],
+                         env=dh.job_env(OMP_NUM_THREADS="2"), timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "--preload" not in r.stderr, r.stderr
+    assert "forked True threads 2" in r.stdout, (r.stdout, r.stderr)

@@ -200,6 +200,42 @@ def test_modules_that_cannot_be_forked_are_refused_and_workers_start_plainly(tmp
     assert [Path(f"{out}{rank}").read_text() for rank in (0, 1)] == ["beside,torch"] * 2
 
 
+def test_threads_a_module_stops_at_fork_leave_the_interpreter_forkable(tmp_path):
+    """A module whose threads stop at a fork and start again on its next
+    use (as OpenBLAS's do, which numpy loads and torch imports): the warm
+    interpreter forks once past them, and each worker starts them anew."""
+    (tmp_path / "fork_aware_pool.py").write_text(
+        "import os, threading\n"
+        "_thread = None\n"
+        "_stop = threading.Event()\n"
+        "def use():\n"
+        "    global _thread\n"
+        "    if _thread is None:\n"
+        "        _stop.clear()\n"
+        "        _thread = threading.Thread(target=_stop.wait, daemon=True)\n"
+        "        _thread.start()\n"
+        "    return threading.active_count()\n"
+        "def _stop_for_fork():\n"
+        "    global _thread\n"
+        "    if _thread is not None:\n"
+        "        _stop.set()\n"
+        "        _thread.join()\n"
+        "        _thread = None\n"
+        "use()\n"
+        "os.register_at_fork(before=_stop_for_fork)\n")
+    script = tmp_path / "pool.py"
+    script.write_text(
+        "import os, sys\n"
+        "forked = 'fork_aware_pool' in sys.modules\n"
+        "import fork_aware_pool\n"
+        "open(os.environ['OUT'] + os.environ['RANK'], 'w').write(\n"
+        "    '%s %d' % (forked, fork_aware_pool.use()))\n")
+    out = tmp_path / "pool-"
+    _, r = dtrun(tmp_path, ["--preload=torch,fork_aware_pool"], [str(script)], OUT=str(out))
+    assert r.returncode == 0 and "--preload" not in r.stderr, r.stderr
+    assert [Path(f"{out}{rank}").read_text() for rank in (0, 1)] == ["True 2"] * 2
+
+
 def test_a_killed_warm_interpreter_is_replaced(tmp_path):
     """The warm interpreter waiting for the next round dies: one line, and
     the restart still forks its workers from a new one."""
