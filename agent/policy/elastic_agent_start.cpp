@@ -68,7 +68,9 @@ spawn_request elastic_agent::impl::worker_request(const rendezvous::rendezvous_i
     request.env[k] = v;
   }
   request.env["TORCHELASTIC_ERROR_FILE"] = error_file;
-  if (nccl_traces_) add_nccl_trace_env(request.env, fs::path(rank_dir).parent_path().string());
+  if (nccl_traces_) {
+    add_nccl_trace_env(request.env, fs::path(rank_dir).parent_path().string(), !hook_dir_.empty());
+  }
   customize_worker(options_.worker_args, request.args, request.env);
   return request;
 }

@@ -263,6 +263,41 @@ def _dtrun_time_torch():
         _sys.meta_path.insert(0, after)
 
 
+def _dtrun_torch_version():
+    # (major, minor) of the torch this interpreter would import, read from
+    # torch/version.py on sys.path as the import would find it (torch
+    # itself is not imported); None when there is none.
+    for entry in _sys.path:
+        try:
+            with open(_os.path.join(entry or ".", "torch", "version.py")) as f:
+                for line in f:
+                    if line.startswith("__version__"):
+                        text = line.split("=", 1)[1].strip().strip("'\"")
+                        major, minor = text.split(".")[:2]
+                        return int(major), int("".join(c for c in minor if c.isdigit()))
+        except (OSError, ValueError, IndexError):
+            continue
+    return None
+
+
+def _dtrun_flight_recorder_names():
+    # dtrun turns on torch's NCCL flight recorder on GPU nodes under the
+    # names every torch reads (worker_env.h); torch 2.8 and later read two
+    # of them under new names and warn of the old ones on every rank, so
+    # for such a torch the ones dtrun set (DTRUN_FLIGHT_RECORDER) move.
+    names = _os.environ.pop("DTRUN_FLIGHT_RECORDER", "").split(",")
+    if names == [""] or (_dtrun_torch_version() or (0, 0)) < (2, 8):
+        return
+    for old, new in (("TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_FR_BUFFER_SIZE"),
+                     ("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "TORCH_FR_DUMP_TEMP_FILE")):
+        if old in names and old in _os.environ:
+            _os.environ[new] = _os.environ.pop(old)
+
+
+try:
+    _dtrun_flight_recorder_names()
+except Exception:
+    pass
 try:
     _dtrun_register()
 except Exception:

@@ -307,6 +307,7 @@ def _dtrun_become_worker(fields, fds, state):
     # The hook's per-worker part, now that the environment is the worker's.
     global _dtrun_exception_file
     _dtrun_exception_file = _os.environ.pop("DTRUN_EXCEPTION_FILE", "")
+    _dtrun_flight_recorder_names()
     _dtrun_restore_pythonpath(state["here"])
     _dtrun_register()
     _dtrun_offer_module()

@@ -71,10 +71,19 @@ env_map round_worker_env(const worker_group_spec& /*spec*/, const rendezvous::re
   };
 }
 
-void add_nccl_trace_env(env_map& env, const std::string& attempt_dir) {
-  env.try_emplace("TORCH_NCCL_TRACE_BUFFER_SIZE", "2000");
-  env.try_emplace("TORCH_NCCL_DUMP_ON_TIMEOUT", "1");
-  env.try_emplace("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", attempt_dir + "/" + nccl_trace_prefix);
+void add_nccl_trace_env(env_map& env, const std::string& attempt_dir, bool hook) {
+  std::string set;
+  auto add = [&](const char* name, const char* renamed, std::string value) {
+    if (env.count(name) != 0 || (renamed != nullptr && env.count(renamed) != 0)) return;
+    env.emplace(name, std::move(value));
+    if (!set.empty()) set += ',';
+    set += name;
+  };
+  add("TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_FR_BUFFER_SIZE", "2000");
+  add("TORCH_NCCL_DUMP_ON_TIMEOUT", nullptr, "1");
+  add("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "TORCH_FR_DUMP_TEMP_FILE",
+      attempt_dir + "/" + nccl_trace_prefix);
+  if (hook && !set.empty()) env["DTRUN_FLIGHT_RECORDER"] = set;
 }
 
 env_map current_environment() {

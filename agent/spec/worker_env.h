@@ -55,12 +55,17 @@ int world_size(const rendezvous::rendezvous_info& info);
 // The agent's environment (environ) as a map.
 env_map current_environment();
 
-// torch's NCCL flight recorder for a worker, each unless the user set it:
-// TORCH_NCCL_TRACE_BUFFER_SIZE=2000 (the last collectives kept),
-// TORCH_NCCL_DUMP_ON_TIMEOUT=1 (dumped when a collective times out) and
-// TORCH_NCCL_DEBUG_INFO_TEMP_FILE=<attempt_dir>/nccl_trace_rank_ (torch
-// appends the rank). Set only on nodes with NVIDIA GPUs: NCCL's alone.
-void add_nccl_trace_env(env_map& env, const std::string& attempt_dir);
+// torch's NCCL flight recorder for a worker, each unless the user set it
+// (under either name): TORCH_NCCL_TRACE_BUFFER_SIZE=2000 (the last
+// collectives kept), TORCH_NCCL_DUMP_ON_TIMEOUT=1 (dumped when a collective
+// times out) and TORCH_NCCL_DEBUG_INFO_TEMP_FILE=<attempt_dir>/nccl_trace_rank_
+// (torch appends the rank). Set only on nodes with NVIDIA GPUs: NCCL's
+// alone. These are the names every torch reads; torch 2.8 renamed two
+// (TORCH_FR_BUFFER_SIZE, TORCH_FR_DUMP_TEMP_FILE) and warns of the old
+// ones on every rank. With `hook`, DTRUN_FLIGHT_RECORDER lists the names
+// set here, and the Python hook, seeing a torch that reads the new names,
+// moves them (python_hook.cpp).
+void add_nccl_trace_env(env_map& env, const std::string& attempt_dir, bool hook);
 inline constexpr const char* nccl_trace_prefix = "nccl_trace_rank_";
 
 }  // namespace dtrun::agent

@@ -1,11 +1,14 @@
 """Failure classes under real torch 2.15 (tests/pyhelpers/torch_pypi.py; the
 torch 1.13 twin is tests/integration/test_failure_classes.py): a gloo
 collective timeout is `collective-timeout` with no guessed culprit, an
-exception raised in a DDP worker is `exception` with its type, and
---no-restart-on=exception:TypeError ends the job with restarts left."""
+exception raised in a DDP worker is `exception` with its type,
+--no-restart-on=exception:TypeError ends the job with restarts left, and
+the NCCL flight recorder dtrun turns on for a GPU node is set under the
+names torch 2.15 reads, with no warning of the old ones."""
 
 import json
 import os
+import re
 import sys
 
 import pytest
@@ -65,3 +68,41 @@ def test_no_restart_on_an_exception_type_on_torch_2_15(tmp_path):
             "(exception TypeError, exited with code 1); 2 restart(s) left unused") in r.stderr
     assert field(summary(r.stderr), "class") == "exception (TypeError)"
     assert len([e for e in evs if e["event"] == "rendezvous_completed"]) == 1
+
+
+FLIGHT_RECORDER_NAMES = ("TORCH_FR_BUFFER_SIZE", "TORCH_FR_DUMP_TEMP_FILE",
+                         "TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
+                         "TORCH_NCCL_DUMP_ON_TIMEOUT", "DTRUN_FLIGHT_RECORDER")
+
+
+def test_the_flight_recorder_warns_of_no_old_name_on_torch_2_15(tmp_path):
+    """On a GPU node (tests/fake_nvml) dtrun turns the flight recorder on
+    under the names every torch reads; torch 2.8 and later renamed two and
+    warn of the old ones on every rank (an H200 showed the line), even in a
+    gloo job. The hook moves them for such a torch: the ranks see the new
+    names with dtrun's values, and say nothing of them."""
+    torch_pypi.require()
+    script = tmp_path / "fr.py"
+    script.write_text(
+        "import json, os\n"
+        "import torch, torch.distributed as dist\n"
+        "dist.init_process_group('gloo')\n"
+        "dist.all_reduce(torch.ones(1))\n"
+        f"print(json.dumps({{n: os.environ.get(n) for n in {FLIGHT_RECORDER_NAMES!r}}}))\n"
+        "dist.destroy_process_group()\n")
+    fake_nvml = dh.BUILD_DIR / "tests" / "fake_nvml"
+    r = torch_pypi.dtrun(["--standalone", "--nproc-per-node=2", "--gpu-reclaim-timeout=0",
+                          f"--log-dir={tmp_path / 'logs'}", "--python", torch_pypi.PYTHON, script],
+                         env=dh.job_env(LD_LIBRARY_PATH=str(fake_nvml), FAKE_NVML_GPUS="2"),
+                         timeout=180)
+    assert r.returncode == 0, r.stderr
+    assert "deprecated" not in r.stderr, r.stderr
+    seen = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+    assert len(seen) == 2, r.stdout
+    for env in seen:
+        assert env["TORCH_FR_BUFFER_SIZE"] == "2000"
+        assert re.fullmatch(rf"{tmp_path}/logs/.+/attempt_0/nccl_trace_rank_",
+                            env["TORCH_FR_DUMP_TEMP_FILE"]), env
+        assert env["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"  # ProcessGroupNCCL's own name
+        assert (env["TORCH_NCCL_TRACE_BUFFER_SIZE"], env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"],
+                env["DTRUN_FLIGHT_RECORDER"]) == (None, None, None)

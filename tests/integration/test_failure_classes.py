@@ -315,3 +315,27 @@ def test_nccl_flight_recorder_is_on_where_there_are_gpus(tmp_path):
     cpu = dh.run(args)
     assert cpu.returncode == 0, cpu.stderr
     assert set(dict(line.split("=", 1) for line in cpu.stdout.split()).values()) == {"unset"}
+    # The user's own value under torch 2.8's name stands: no old name added.
+    own = dh.run(args, env=dh.job_env(LD_LIBRARY_PATH=str(FAKE_NVML), FAKE_NVML_GPUS="1",
+                                      TORCH_FR_BUFFER_SIZE="500"))
+    assert own.returncode == 0, own.stderr
+    assert dict(line.split("=", 1) for line in own.stdout.split())[
+        "TORCH_NCCL_TRACE_BUFFER_SIZE"] == "unset"
+
+
+def test_a_torch_before_2_8_keeps_the_flight_recorders_names(tmp_path):
+    """The hook moves dtrun's flight recorder names only for a torch that
+    reads the new ones (torch 2.15's twin: test_torch2_failure_classes.py);
+    torch 1.13 keeps those it reads, and DTRUN_FLIGHT_RECORDER, the hook's
+    own, never reaches the program."""
+    script = tmp_path / "fr.py"
+    script.write_text("import os, sys\n"
+                      "names = ('TORCH_NCCL_TRACE_BUFFER_SIZE', 'TORCH_FR_BUFFER_SIZE',\n"
+                      "         'DTRUN_FLIGHT_RECORDER')\n"
+                      "print(' '.join('%s=%s' % (n, os.environ.get(n, 'unset')) for n in names))\n")
+    r = dh.run(["--standalone", "--nproc-per-node=1", "--gpu-reclaim-timeout=0",
+                f"--log-dir={tmp_path / 'logs'}", "--python", dh.PYTHON, str(script)],
+               env=dh.job_env(LD_LIBRARY_PATH=str(FAKE_NVML), FAKE_NVML_GPUS="1"))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["TORCH_NCCL_TRACE_BUFFER_SIZE=2000", "TORCH_FR_BUFFER_SIZE=unset",
+                                "DTRUN_FLIGHT_RECORDER=unset"], r.stdout
