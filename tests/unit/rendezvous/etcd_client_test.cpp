@@ -28,18 +28,7 @@ namespace asio = boost::asio;
 
 namespace {
 
-etcd_options options_for(const fake_etcd_member& m) {
-  etcd_options o;
-  bool tls = false;
-  std::string error;
-  o.members = *parse_etcd_members(m.endpoint(), tls, error);
-  o.request_timeout = 500ms;
-  o.attempt_timeout = 500ms;
-  o.lease_ttl = 1s;
-  o.run_id = "job";
-  o.max_reply_bytes = 1 << 20;
-  return o;
-}
+etcd_options options_for(const fake_etcd_member& m) { return options_for(m, 500ms); }
 
 // What a real etcd 3.4 answers dtrun's calls with (recorded), where a test
 // does not choose otherwise. The job's lease key names lease 7.

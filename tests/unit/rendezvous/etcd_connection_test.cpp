@@ -26,18 +26,7 @@ namespace asio = boost::asio;
 
 namespace {
 
-etcd_options one_member(const fake_etcd_member& m) {
-  etcd_options o;
-  bool tls = false;
-  std::string error;
-  o.members = *parse_etcd_members(m.endpoint(), tls, error);
-  o.request_timeout = 2s;
-  o.attempt_timeout = 2s;
-  o.lease_ttl = 1s;
-  o.run_id = "job";
-  o.max_reply_bytes = 1 << 20;
-  return o;
-}
+etcd_options one_member(const fake_etcd_member& m) { return options_for(m, 2s); }
 
 // Each call's reply names its path; "/slow" trickles a byte per 50 ms.
 fake_etcd_member::reply echo_path(const std::string& path, const std::string&) {

@@ -133,4 +133,17 @@ std::string http_chunk(const std::string& line) {
   return fmt::format("{:x}\r\n{}\n\r\n", line.size() + 1, line);
 }
 
+etcd_options options_for(const fake_etcd_member& m, std::chrono::milliseconds timeout) {
+  etcd_options o;
+  bool tls = false;
+  std::string error;
+  o.members = *parse_etcd_members(m.endpoint(), tls, error);
+  o.request_timeout = timeout;
+  o.attempt_timeout = timeout;
+  o.lease_ttl = std::chrono::seconds(1);
+  o.run_id = "job";
+  o.max_reply_bytes = 1 << 20;
+  return o;
+}
+
 }  // namespace dtrun::rendezvous::testing

@@ -6,6 +6,7 @@
 // 50 ms (drip), until the client hangs up.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -13,6 +14,8 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+
+#include "rendezvous/etcd/etcd_options.h"
 
 namespace dtrun::rendezvous::testing {
 
@@ -42,6 +45,10 @@ class fake_etcd_member {
  private:
   std::shared_ptr<impl> impl_;
 };
+
+// Client options for `m` alone: run "job", a 1 s lease, a 1 MiB reply cap,
+// and `timeout` for each request and each attempt.
+etcd_options options_for(const fake_etcd_member& m, std::chrono::milliseconds timeout);
 
 // A 200 reply whose body is `json` (any text: the point is often that it
 // is not what etcd would send).
