@@ -268,6 +268,8 @@ def _dtrun_torch_version():
     # torch/version.py on sys.path as the import would find it (torch
     # itself is not imported); None when there is none.
     for entry in _sys.path:
+        if not isinstance(entry, str):
+            continue  # as the import skips it
         try:
             with open(_os.path.join(entry or ".", "torch", "version.py")) as f:
                 for line in f:

@@ -6,7 +6,7 @@ namespace {
 // Appended to the hook (python_hook.cpp), whose functions it calls to do a
 // plain start's hook work in each forked worker. Like the hook, it keeps
 // to what Python has imported at start-up, plus _socket, ctypes, signal,
-// io and importlib (and warnings, when an import left threads).
+// io and importlib (and select and warnings, when an import left threads).
 constexpr const char* preload_source = R"PY(
 # --preload: this interpreter is dtrun's warm interpreter (DTRUN_PRELOAD
 # names the modules). Started exactly as a worker would be (the same
@@ -57,6 +57,8 @@ def _dtrun_threads():
                 fields = f.read().rsplit(b")", 1)[1].split()
             if int(fields[6]) & 0x4:
                 continue
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # gone since the listing
         except (OSError, IndexError, ValueError):
             pass
         count += 1
@@ -71,11 +73,19 @@ def _dtrun_threads_past_a_fork():
     # OPENBLAS_NUM_THREADS is 1. Their threads are no obstacle: one
     # throwaway fork, whose child exits at once, ends them here, and only
     # what is left counts.
+    # The child's end of a pipe closes when it exits: waited for with a
+    # bound (a fork with threads is the one whose child could hang, in an
+    # at-fork handler), after which the threads count as they were.
     threads = _dtrun_threads()
     if threads == 1:
         return 1
+    import select
     import signal
     import warnings
+    try:
+        ended, w = _os.pipe()
+    except OSError:
+        return threads
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
     try:
         with warnings.catch_warnings():
@@ -83,10 +93,24 @@ def _dtrun_threads_past_a_fork():
             pid = _os.fork()
         if pid == 0:
             _os._exit(0)
-        _os.waitpid(pid, 0)
+    except OSError:
+        pid = None  # no fork (EAGAIN, ENOMEM): as they were
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-    return _dtrun_threads()
+        _os.close(w)
+    try:
+        if pid is None:
+            return threads
+        exited = bool(select.select([ended], [], [], 10)[0])
+        if not exited:
+            _os.kill(pid, signal.SIGKILL)
+        try:
+            _os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass  # reaped by another (SIGCHLD ignored)
+        return _dtrun_threads() if exited else threads
+    finally:
+        _os.close(ended)
 
 
 def _dtrun_cuda_initialized():
@@ -307,7 +331,10 @@ def _dtrun_become_worker(fields, fds, state):
     # The hook's per-worker part, now that the environment is the worker's.
     global _dtrun_exception_file
     _dtrun_exception_file = _os.environ.pop("DTRUN_EXCEPTION_FILE", "")
-    _dtrun_flight_recorder_names()
+    try:
+        _dtrun_flight_recorder_names()
+    except Exception:
+        pass
     _dtrun_restore_pythonpath(state["here"])
     _dtrun_register()
     _dtrun_offer_module()

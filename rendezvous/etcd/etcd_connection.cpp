@@ -4,6 +4,7 @@
 
 #include <openssl/ssl.h>
 
+#include <algorithm>
 #include <deque>
 
 #include <boost/asio/ip/tcp.hpp>
@@ -14,7 +15,6 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 namespace dtrun::rendezvous {
 
@@ -23,39 +23,6 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 namespace ssl = asio::ssl;
 using tcp = asio::ip::tcp;
-using json = nlohmann::json;
-
-namespace {
-
-// What an etcd error reply says, as one line.
-std::string describe_error(int status, const json& body) {
-  std::string message;
-  if (body.is_object()) {
-    if (auto m = body.find("message"); m != body.end() && m->is_string()) {
-      message = m->get<std::string>();
-    } else if (auto e = body.find("error"); e != body.end() && e->is_string()) {
-      message = e->get<std::string>();
-    }
-  }
-  if (message.empty()) message = "no error message";
-  return fmt::format("HTTP {}: {}", status, message);
-}
-
-// 503, or gRPC's UNAVAILABLE (14) / DEADLINE_EXCEEDED (4): no leader or no
-// quorum right now; another try (elsewhere, later) may succeed.
-bool is_retryable(int status, const json& body) {
-  if (status == 503 || status == 502 || status == 504) return true;
-  if (body.is_object()) {
-    auto code = body.find("code");
-    if (code != body.end() && code->is_number_integer()) {
-      auto c = code->get<int>();
-      return c == 14 || c == 4;
-    }
-  }
-  return false;
-}
-
-}  // namespace
 
 class etcd_connection::impl : public std::enable_shared_from_this<etcd_connection::impl> {
  public:
@@ -255,44 +222,72 @@ class etcd_connection::impl : public std::enable_shared_from_this<etcd_connectio
 
   // A caller may post while another call is on the wire (a lease check
   // beside the renewal, a revoke at close): HTTP/1.1 without pipelining
-  // carries one at a time, so it waits its turn. Its deadline counts from
-  // when it was posted; one that passed while it waited fails unsent when
-  // its turn comes (a unary call ahead of it is bounded by its own).
+  // carries one at a time, so it waits its turn, within its own deadline
+  // counted from when it was posted; one whose deadline comes while it
+  // waits fails then, unsent.
   using call_start = std::function<void(std::chrono::milliseconds, etcd_reply_callback)>;
   struct waiting_call {
-    std::chrono::steady_clock::time_point deadline;
+    std::uint64_t id;
     std::chrono::milliseconds timeout;
+    std::chrono::steady_clock::time_point deadline;
+    std::shared_ptr<asio::steady_timer> timer;  // its deadline while it waits
     call_start start;
     etcd_reply_callback done;
   };
 
   void enqueue(std::chrono::milliseconds timeout, call_start start, etcd_reply_callback done) {
-    waiting_.push_back({std::chrono::steady_clock::now() + timeout, timeout, std::move(start),
-                        std::move(done)});
+    waiting_call call{++last_waiting_id_, timeout, std::chrono::steady_clock::now() + timeout,
+                      nullptr, std::move(start), std::move(done)};
+    if (busy_) {
+      call.timer = std::make_shared<asio::steady_timer>(io_, call.deadline);
+      call.timer->async_wait([self = shared_from_this(), id = call.id](
+                                 const boost::system::error_code& ec) {
+        if (!ec) self->expire(id);
+      });
+    }
+    waiting_.push_back(std::move(call));
     next_call();
+  }
+
+  void expire(std::uint64_t id) {
+    auto it = std::find_if(waiting_.begin(), waiting_.end(),
+                           [id](const waiting_call& c) { return c.id == id; });
+    if (it == waiting_.end()) return;  // it went on the wire meanwhile
+    auto done = std::move(it->done);
+    auto timeout = it->timeout;
+    waiting_.erase(it);
+    done(unsent_reply(timeout));
+  }
+
+  etcd_reply unsent_reply(std::chrono::milliseconds timeout) const {
+    if (closed_) return {.error = "the etcd client was closed", .member = member_text()};
+    return {.error = fmt::format("etcd member {} did not answer within {} ms (the call waited "
+                                 "for the one before it, and was not sent)",
+                                 member_text(), timeout.count()),
+            .retryable = true,
+            .member = member_text()};
   }
 
   void next_call() {
     while (!busy_ && !waiting_.empty()) {
       auto call = std::move(waiting_.front());
       waiting_.pop_front();
+      if (call.timer) call.timer->cancel();
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
           call.deadline - std::chrono::steady_clock::now());
       if (closed_ || left <= std::chrono::milliseconds(0)) {
-        etcd_reply r{.error = closed_ ? "the etcd client was closed"
-                                      : fmt::format("etcd member {} did not answer within {} ms",
-                                                    member_text(), call.timeout.count()),
-                     .retryable = !closed_,
-                     .member = member_text()};
-        asio::post(io_, [done = std::move(call.done), r = std::move(r)] { done(r); });
+        asio::post(io_, [done = std::move(call.done), r = unsent_reply(call.timeout)] { done(r); });
         continue;
       }
       busy_ = true;
       limit_ = call.timeout;
+      // The caller hears first, with the wire still its own: a next_member()
+      // or close() of its drops no other caller's call, and a call it posts
+      // waits behind those already waiting.
       call.start(left, [self = shared_from_this(), done = std::move(call.done)](etcd_reply r) {
+        done(std::move(r));
         self->busy_ = false;
         self->next_call();
-        done(std::move(r));
       });
     }
   }
@@ -325,15 +320,9 @@ class etcd_connection::impl : public std::enable_shared_from_this<etcd_connectio
         r.body = std::move(res.body().text);
         if (!res.keep_alive()) self->drop();
         if (r.status != 200) {
-          auto body = json::parse(r.body, nullptr, /*allow_exceptions=*/false);
-          if (body.is_discarded()) {
-            r.error = fmt::format("HTTP {} from {} is not JSON; is this an etcd member?",
-                                  r.status, r.member);
-            r.retryable = r.status >= 500;
-          } else {
-            r.error = fmt::format("{} ({})", describe_error(r.status, body), r.member);
-            r.retryable = is_retryable(r.status, body);
-          }
+          auto failure = describe_http_failure(r.status, r.body, r.member);
+          r.error = std::move(failure.line);
+          r.retryable = failure.retryable;
         }
         self->end_call(std::move(r), std::move(done));
       });
@@ -463,6 +452,7 @@ class etcd_connection::impl : public std::enable_shared_from_this<etcd_connectio
   bool connected_ = false, closed_ = false;
   bool busy_ = false;  // a call is on the wire: the others wait in waiting_
   std::deque<waiting_call> waiting_;
+  std::uint64_t last_waiting_id_ = 0;
 };
 
 std::shared_ptr<etcd_connection> etcd_connection::create(asio::io_context& io,

@@ -297,4 +297,29 @@ std::optional<std::string> base64_decode(std::string_view text) {
   return out;
 }
 
+etcd_http_failure describe_http_failure(int status, std::string_view text,
+                                        const std::string& member) {
+  auto body = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded()) {
+    return {fmt::format("HTTP {} from {} is not JSON; is this an etcd member?", status, member),
+            status >= 500};
+  }
+  std::string message;
+  if (body.is_object()) {
+    if (auto m = body.find("message"); m != body.end() && m->is_string()) {
+      message = m->get<std::string>();
+    } else if (auto e = body.find("error"); e != body.end() && e->is_string()) {
+      message = e->get<std::string>();
+    }
+  }
+  if (message.empty()) message = "no error message";
+  bool retryable = status == 503 || status == 502 || status == 504;
+  if (!retryable && body.is_object()) {
+    auto code = body.find("code");
+    retryable = code != body.end() && code->is_number_integer() &&
+                (code->get<int>() == 14 || code->get<int>() == 4);
+  }
+  return {fmt::format("HTTP {}: {} ({})", status, message, member), retryable};
+}
+
 }  // namespace dtrun::rendezvous

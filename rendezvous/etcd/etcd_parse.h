@@ -75,6 +75,17 @@ std::string parse_delete(std::string_view body, std::int64_t& deleted);
 // Any other reply (put, revoke): only that it is a JSON object.
 std::string parse_object(std::string_view body);
 
+// A reply whose HTTP status is not 200, from `member`: what it says, as one
+// line ("HTTP 503: etcdserver: no leader (10.0.0.1:2379)"), and whether
+// another try, here or on another member, may succeed (a 502/503/504, or
+// gRPC's UNAVAILABLE or DEADLINE_EXCEEDED: no leader or no quorum yet).
+struct etcd_http_failure {
+  std::string line;
+  bool retryable = false;
+};
+etcd_http_failure describe_http_failure(int status, std::string_view body,
+                                        const std::string& member);
+
 // Base64 as etcd's JSON gateway carries keys and values.
 std::string base64_encode(std::string_view bytes);
 // nullopt when `text` is not base64.

@@ -162,6 +162,12 @@ def test_the_program_ends_as_it_would_have(tmp_path, body, code):
 def test_modules_that_cannot_be_forked_are_refused_and_workers_start_plainly(tmp_path):
     (tmp_path / "starts_thread.py").write_text(
         "import threading\nthreading.Thread(target=threading.Event().wait, daemon=True).start()\n")
+    # Its throwaway fork's child hangs in an at-fork handler: waited for
+    # 10 s, then killed, and the threads count as they were.
+    (tmp_path / "hangs_at_fork.py").write_text(
+        "import os, threading\n"
+        "threading.Thread(target=threading.Event().wait, daemon=True).start()\n"
+        "os.register_at_fork(after_in_child=lambda: threading.Event().wait())\n")
     (tmp_path / "fails.py").write_text("raise RuntimeError('no GPU here')\n")
     (tmp_path / "beside.py").write_text("VALUE = 42\n")
     # What torch.cuda.is_initialized() reads (no GPU here to initialise).
@@ -169,12 +175,17 @@ def test_modules_that_cannot_be_forked_are_refused_and_workers_start_plainly(tmp
     script = tmp_path / "which.py"
     script.write_text(
         "import os, sys\n"
-        "loaded = [m for m in ('starts_thread', 'inits_cuda', 'fails', 'beside', 'torch')\n"
+        "loaded = [m for m in ('starts_thread', 'hangs_at_fork', 'inits_cuda', 'fails', 'beside',\n"
+        "                      'torch')\n"
         "          if m in sys.modules]\n"
         "open(os.environ['OUT'] + os.environ['RANK'], 'w').write(','.join(loaded))\n")
     cases = {
         "starts_thread": "warning: --preload: importing starts_thread left 2 threads running in "
                          "the warm interpreter, which cannot be forked safely; drop starts_thread "
+                         "from --preload (or make it start no threads, e.g. "
+                         "OMP_NUM_THREADS/OPENBLAS_NUM_THREADS=1); workers start without --preload",
+        "hangs_at_fork": "warning: --preload: importing hangs_at_fork left 2 threads running in "
+                         "the warm interpreter, which cannot be forked safely; drop hangs_at_fork "
                          "from --preload (or make it start no threads, e.g. "
                          "OMP_NUM_THREADS/OPENBLAS_NUM_THREADS=1); workers start without --preload",
         "inits_cuda": "warning: --preload: importing inits_cuda initialised CUDA in the warm "
