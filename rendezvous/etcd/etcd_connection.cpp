@@ -292,16 +292,23 @@ class etcd_connection::impl : public std::enable_shared_from_this<etcd_connectio
     }
   }
 
+  // send(), once the call's turn comes.
+  void queue_send(std::string path, std::string body, std::chrono::milliseconds timeout,
+                  etcd_reply_callback done,
+                  std::function<void(std::shared_ptr<wire>, etcd_reply_callback)> then) {
+    enqueue(timeout, [self = shared_from_this(), path = std::move(path), body = std::move(body),
+                      then = std::move(then)](std::chrono::milliseconds left,
+                                              etcd_reply_callback d) mutable {
+      self->send(std::move(path), std::move(body), left, std::move(d), std::move(then));
+    }, std::move(done));
+  }
+
   void post(std::string path, std::string body, std::chrono::milliseconds timeout,
             etcd_reply_callback done) {
-    auto self = shared_from_this();
-    enqueue(timeout, [self, path = std::move(path), body = std::move(body)](
-                         std::chrono::milliseconds left, etcd_reply_callback d) mutable {
-      self->send(std::move(path), std::move(body), left, std::move(d),
-                 [self](std::shared_ptr<wire> w, etcd_reply_callback d2) {
-                   self->read_reply(w, std::move(d2));
-                 });
-    }, std::move(done));
+    queue_send(std::move(path), std::move(body), timeout, std::move(done),
+               [self = shared_from_this()](std::shared_ptr<wire> w, etcd_reply_callback d) {
+                 self->read_reply(w, std::move(d));
+               });
   }
 
   void read_reply(const std::shared_ptr<wire>& w, etcd_reply_callback done) {
@@ -357,17 +364,12 @@ class etcd_connection::impl : public std::enable_shared_from_this<etcd_connectio
   // wait for that (or for next_member() or close() to end it).
   void stream(std::string path, std::string body, std::chrono::milliseconds timeout,
               std::function<void(std::string_view)> on_line, etcd_reply_callback done) {
-    auto self = shared_from_this();
-    enqueue(timeout, [self, path = std::move(path), body = std::move(body),
-                      on_line = std::move(on_line)](std::chrono::milliseconds left,
-                                                    etcd_reply_callback d) mutable {
-      self->send(std::move(path), std::move(body), left, std::move(d),
-                 [self, on_line = std::move(on_line)](std::shared_ptr<wire> w,
-                                                      etcd_reply_callback d2) {
-                   w->parser->get().body().on_line = on_line;
-                   self->read_header(w, std::move(d2));
-                 });
-    }, std::move(done));
+    queue_send(std::move(path), std::move(body), timeout, std::move(done),
+               [self = shared_from_this(), on_line = std::move(on_line)](
+                   std::shared_ptr<wire> w, etcd_reply_callback d) {
+                 w->parser->get().body().on_line = on_line;
+                 self->read_header(w, std::move(d));
+               });
   }
 
   void read_header(const std::shared_ptr<wire>& w, etcd_reply_callback done) {

@@ -59,12 +59,17 @@ struct replies {
   }
 };
 
+// One connection to a member that echoes each call's path.
+struct echo_connection {
+  asio::io_context io;
+  fake_etcd_member m{io, echo_path};
+  std::shared_ptr<etcd_connection> c = etcd_connection::create(io, one_member(m), nullptr);
+};
+
 }  // namespace
 
-TEST_CASE("etcd: calls posted while one is on the wire are sent in turn and each answered") {
-  asio::io_context io;
-  fake_etcd_member m(io, echo_path);
-  auto c = etcd_connection::create(io, one_member(m), nullptr);
+TEST_CASE_METHOD(echo_connection,
+                 "etcd: calls posted while one is on the wire are sent in turn and each answered") {
   replies r(io, 3);
   for (const char* path : {"/a", "/b", "/c"}) c->post(path, "{}", 2s, r.collect());
   io.run();
@@ -76,13 +81,11 @@ TEST_CASE("etcd: calls posted while one is on the wire are sent in turn and each
   CHECK(m.paths() == std::vector<std::string>{"/a", "/b", "/c"});
 }
 
-TEST_CASE("etcd: a caller that moves on to the next member when answered drops no waiting call") {
-  asio::io_context io;
-  fake_etcd_member m(io, echo_path);
-  auto c = etcd_connection::create(io, one_member(m), nullptr);
+TEST_CASE_METHOD(echo_connection,
+                 "etcd: a caller that moves on to the next member when answered drops no waiting call") {
   replies r(io, 2);
   auto collect = r.collect();
-  c->post("/a", "{}", 2s, [c, collect](etcd_reply reply) {
+  c->post("/a", "{}", 2s, [c = c, collect](etcd_reply reply) {
     c->next_member();  // as etcd_session does after a failed renewal
     collect(std::move(reply));
   });
@@ -94,10 +97,8 @@ TEST_CASE("etcd: a caller that moves on to the next member when answered drops n
   CHECK(m.paths() == std::vector<std::string>{"/a", "/b"});
 }
 
-TEST_CASE("etcd: a call whose deadline comes while it waits its turn fails then, unsent") {
-  asio::io_context io;
-  fake_etcd_member m(io, echo_path);
-  auto c = etcd_connection::create(io, one_member(m), nullptr);
+TEST_CASE_METHOD(echo_connection,
+                 "etcd: a call whose deadline comes while it waits its turn fails then, unsent") {
   replies r(io, 2);
   c->post("/slow", "{}", 600ms, r.collect());
   c->post("/quick", "{}", 200ms, r.collect());
@@ -112,16 +113,14 @@ TEST_CASE("etcd: a call whose deadline comes while it waits its turn fails then,
   CHECK(m.paths() == std::vector<std::string>{"/slow"});
 }
 
-TEST_CASE("etcd: close fails the call on the wire and every call waiting, sending none of them") {
-  asio::io_context io;
-  fake_etcd_member m(io, echo_path);
-  auto c = etcd_connection::create(io, one_member(m), nullptr);
+TEST_CASE_METHOD(echo_connection,
+                 "etcd: close fails the call on the wire and every call waiting, sending none of them") {
   replies r(io, 3);
   c->post("/slow", "{}", 5s, r.collect());
   c->post("/b", "{}", 5s, r.collect());
   c->post("/c", "{}", 5s, r.collect());
   asio::steady_timer later(io, 100ms);
-  later.async_wait([c](boost::system::error_code) { c->close(); });
+  later.async_wait([c = c](boost::system::error_code) { c->close(); });
   io.run();
   REQUIRE(r.got.size() == 3);
   for (const auto& reply : r.got) CHECK_FALSE(reply.error.empty());
